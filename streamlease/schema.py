@@ -1,0 +1,258 @@
+"""The one definition of the table layout, states and command format.
+
+Every other part (Lambdas, worker, CDK app, local stack) imports its names from here; no attribute
+name, key prefix or index name is spelled anywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+# --- keys ------------------------------------------------------------------------------------
+
+PK: Final = "Pk"
+STREAM_PREFIX: Final = "CONN#"
+WORKER_PREFIX: Final = "WORKER#"
+
+
+def stream_key(stream_id: str) -> str:
+    """Partition key value of a stream item."""
+    return f"{STREAM_PREFIX}{stream_id}"
+
+
+def worker_key(worker_id: str) -> str:
+    """Partition key value of a worker item."""
+    return f"{WORKER_PREFIX}{worker_id}"
+
+
+def stream_id_of(pk: str) -> str:
+    """Inverse of :func:`stream_key`. Raises ``ValueError`` for a key that is not a stream's."""
+    if not pk.startswith(STREAM_PREFIX):
+        raise ValueError(f"not a stream key: {pk!r}")
+    return pk[len(STREAM_PREFIX) :]
+
+
+def worker_id_of(pk: str) -> str:
+    """Inverse of :func:`worker_key`. Raises ``ValueError`` for a key that is not a worker's."""
+    if not pk.startswith(WORKER_PREFIX):
+        raise ValueError(f"not a worker key: {pk!r}")
+    return pk[len(WORKER_PREFIX) :]
+
+
+# --- states ----------------------------------------------------------------------------------
+
+
+class DesiredState(StrEnum):
+    """What the control plane wants for a stream."""
+
+    STARTED = "STARTED"
+    STOPPED = "STOPPED"
+
+
+class WorkerState(StrEnum):
+    """Lifecycle of a worker process as published in its worker item."""
+
+    RUNNING = "RUNNING"
+    DRAINING = "DRAINING"
+
+
+# --- stream item attributes ------------------------------------------------------------------
+
+
+class StreamAttr:
+    """Attribute names of a stream item (``CONN#<id>``)."""
+
+    DESIRED_STATE: Final = "desired_state"
+    WS_URL: Final = "ws_url"
+    LEASE_OWNER: Final = "lease_owner"
+    LEASE_EXPIRES_AT_MS: Final = "lease_expires_at_ms"
+    LAST_SEQ: Final = "last_seq"
+    LEASE_EPOCH: Final = "lease_epoch"
+    GENERATION: Final = "generation"
+    CREATED_AT: Final = "created_at"
+    UPDATED_AT: Final = "updated_at"
+    CREATED_BY: Final = "created_by"
+    UPDATED_BY: Final = "updated_by"
+    LAST_ERROR: Final = "last_error"
+    LAST_ERROR_AT: Final = "last_error_at"
+    TAKEOVERS: Final = "takeovers"
+    LEASE_ACQUIRED_AT_MS: Final = "lease_acquired_at_ms"
+    STREAM_ID: Final = "stream_id"
+
+
+class WorkerAttr:
+    """Attribute names of a worker item (``WORKER#<id>``)."""
+
+    WORKER_ID: Final = "worker_id"
+    HEARTBEAT_AT_MS: Final = "heartbeat_at_ms"
+    EXPIRES_AT_MS: Final = "expires_at_ms"
+    STATE: Final = "state"
+    ACTIVE_STREAMS: Final = "active_streams"
+    CAPACITY: Final = "capacity"
+    HOST: Final = "host"
+    PID: Final = "pid"
+    TASK_ARN: Final = "task_arn"
+    VERSION: Final = "version"
+    STARTED_AT_MS: Final = "started_at_ms"
+    KIND: Final = "kind"
+
+
+# Worker items carry KIND = WORKER_KIND so the fleet can be listed through its own sparse index
+# instead of a table scan. Stream items never carry it.
+WORKER_KIND: Final = "WORKER"
+
+
+# --- indexes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """A global secondary index: name, key attributes and projection."""
+
+    name: str
+    partition_key: str
+    sort_key: str | None
+    projected: tuple[str, ...] | None
+    """Non-key attributes projected (INCLUDE); ``None`` means KEYS_ONLY."""
+
+
+BY_STATE_EXPIRY: Final = IndexSpec(
+    name="by-state-expiry",
+    partition_key=StreamAttr.DESIRED_STATE,
+    sort_key=StreamAttr.LEASE_EXPIRES_AT_MS,
+    projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH),
+)
+"""Orphans and suspects: ``desired_state = STARTED AND lease_expires_at_ms < :t``."""
+
+BY_OWNER: Final = IndexSpec(
+    name="by-owner",
+    partition_key=StreamAttr.LEASE_OWNER,
+    sort_key=None,
+    projected=(StreamAttr.LEASE_EPOCH,),
+)
+"""What does worker X hold; sparse (absent when free). Changes only when ownership changes."""
+
+BY_KIND: Final = IndexSpec(
+    name="by-kind",
+    partition_key=WorkerAttr.KIND,
+    sort_key=WorkerAttr.EXPIRES_AT_MS,
+    projected=None,
+)
+"""The fleet: worker items only (sparse on ``kind``), sorted by expiry so live ones are a range."""
+
+INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, BY_KIND)
+
+KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
+    PK: "S",
+    StreamAttr.DESIRED_STATE: "S",
+    StreamAttr.LEASE_EXPIRES_AT_MS: "N",
+    StreamAttr.LEASE_OWNER: "S",
+    WorkerAttr.KIND: "S",
+    WorkerAttr.EXPIRES_AT_MS: "N",
+}
+"""DynamoDB types of every attribute used as a table or index key."""
+
+
+def create_table_kwargs(table_name: str) -> dict[str, Any]:
+    """``CreateTable`` parameters for the local stack and tests (on-demand billing).
+
+    The CDK app builds the same table from :data:`PK`, :data:`INDEXES` and
+    :data:`KEY_ATTRIBUTE_TYPES`.
+    """
+    gsis = []
+    for index in INDEXES:
+        key_schema = [{"AttributeName": index.partition_key, "KeyType": "HASH"}]
+        if index.sort_key:
+            key_schema.append({"AttributeName": index.sort_key, "KeyType": "RANGE"})
+        projection: dict[str, Any] = {"ProjectionType": "KEYS_ONLY"}
+        if index.projected:
+            projection = {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(index.projected)}
+        gsis.append({"IndexName": index.name, "KeySchema": key_schema, "Projection": projection})
+    return {
+        "TableName": table_name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "KeySchema": [{"AttributeName": PK, "KeyType": "HASH"}],
+        "AttributeDefinitions": [
+            {"AttributeName": name, "AttributeType": kind}
+            for name, kind in KEY_ATTRIBUTE_TYPES.items()
+        ],
+        "GlobalSecondaryIndexes": gsis,
+    }
+
+
+# --- commands (SQS message bodies) -----------------------------------------------------------
+
+
+class CommandType(StrEnum):
+    """Why a command was sent. Every command is a hint: the worker re-reads the item."""
+
+    START = "START"
+    HANDOFF = "HANDOFF"
+
+
+COMMAND_VERSION: Final = 1
+
+
+@dataclass(frozen=True)
+class Command:
+    """An SQS command: "look at this stream, it may need an owner".
+
+    ``generation`` is the stream's generation when the command was sent; a worker ignores a
+    command whose generation is older than the item's (it is stale).
+    """
+
+    type: CommandType
+    stream_id: str
+    generation: int
+
+    def to_json(self) -> str:
+        """The message body."""
+        return json.dumps(
+            {
+                "v": COMMAND_VERSION,
+                "type": self.type.value,
+                "stream_id": self.stream_id,
+                "generation": self.generation,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, body: str) -> Command:
+        """Parse a message body. Raises ``ValueError`` for anything malformed (a poison message)."""
+        try:
+            data = json.loads(body)
+        except (TypeError, ValueError) as exc:
+            raise ValueError("command is not JSON") from exc
+        if not isinstance(data, dict):
+            raise ValueError("command is not a JSON object")
+        if data.get("v") != COMMAND_VERSION:
+            raise ValueError("unsupported command version")
+        stream_id = data.get("stream_id")
+        generation = data.get("generation")
+        if not isinstance(stream_id, str) or not stream_id:
+            raise ValueError("command has no stream_id")
+        if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+            raise ValueError("command has no valid generation")
+        try:
+            kind = CommandType(data.get("type"))
+        except ValueError as exc:
+            raise ValueError("unknown command type") from exc
+        return cls(type=kind, stream_id=stream_id, generation=generation)
+
+
+# --- sink records ----------------------------------------------------------------------------
+
+
+class SinkField:
+    """Field names of every record a sink writes."""
+
+    STREAM_ID: Final = "stream_id"
+    EPOCH: Final = "epoch"
+    SEQ: Final = "seq"
+    RECEIVED_AT_MS: Final = "received_at_ms"
+    PAYLOAD: Final = "payload"
+    WORKER_ID: Final = "worker_id"

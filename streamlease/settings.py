@@ -1,0 +1,230 @@
+"""Settings: one frozen object per process, read from the environment once at start-up.
+
+Every setting is a field of :class:`Settings`; its environment variable is ``STREAMLEASE_`` plus
+the field name in upper case (``lease_seconds`` → ``STREAMLEASE_LEASE_SECONDS``). This module is
+the only place in the project that reads ``os.environ``; the CDK app and the local stack use
+:func:`env_name` to write the same names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, get_type_hints
+
+from streamlease.errors import ConfigError
+
+ENV_PREFIX: Final = "STREAMLEASE_"
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable that sets ``field_name``. Raises ``KeyError`` if unknown."""
+    if field_name not in _FIELD_NAMES:
+        raise KeyError(field_name)
+    return ENV_PREFIX + field_name.upper()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a streamlease process can be told. Durations are in the unit their name says."""
+
+    # --- AWS resources (names come from the CDK app or the local stack) ---
+    table_name: str = "streamlease"
+    queue_url: str = ""
+    kinesis_stream_name: str = ""
+    aws_region: str = "us-east-1"
+    aws_endpoint_url: str = ""
+    """Empty: the real AWS endpoints. Locally: the moto server, e.g. ``http://127.0.0.1:5000``."""
+
+    # --- lease protocol (DESIGN §4); keep heartbeat = lease / 4 when changing one ---
+    lease_seconds: float = 20.0
+    heartbeat_seconds: float = 5.0
+    reconcile_seconds: float = 5.0
+    clock_skew_seconds: float = 1.0
+    """An acquirer treats a lease as expired only this long after its stated expiry."""
+    fence_margin_seconds: float = 2.0
+    """A holder stops delivering this long before its lease could lapse (self-fencing)."""
+    handoff_on_release: bool = True
+    """Send an SQS handoff command after a graceful release (off in the reference preset)."""
+    schedule_suspects: bool = True
+    """Schedule an acquire just after the expiry of leases that missed heartbeats."""
+    dynamodb_timeout_seconds: float = 2.0
+    """Connect and read timeout of each DynamoDB call."""
+
+    # --- fleet ---
+    capacity: int = 100
+    """Most streams one worker holds."""
+    rebalance_seconds: float = 10.0
+    rebalance_slack: int = 1
+    """A worker sheds only when it holds more than fair share + slack."""
+    shed_batch: int = 2
+    """Most streams handed off per rebalance round."""
+    min_tenure_seconds: float = 60.0
+    """A stream is never shed sooner than this after it was acquired."""
+    worker_heartbeat_seconds: float = 5.0
+    worker_ttl_seconds: float = 20.0
+    """A worker item whose heartbeat is older than this is not live."""
+    worker_id: str = ""
+    """Empty: derived from the ECS task id or host, pid and a random suffix."""
+    task_arn: str = ""
+    ecs_container_metadata_uri_v4: str = dataclasses.field(
+        default="", metadata={"env": "ECS_CONTAINER_METADATA_URI_V4"}
+    )
+    """Set by ECS in every task; the worker id and task ARN come from it."""
+
+    # --- commands ---
+    poll_wait_seconds: float = 20.0
+    visibility_timeout_seconds: float = 30.0
+
+    # --- upstream connections (DESIGN §5, §6) ---
+    resume_param: str = "from_seq"
+    """Query parameter that asks the upstream to replay from a sequence number."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Upstream host allow-list; empty allows any public host. ``*.example.com`` matches subdomains."""
+    allow_insecure_ws: bool = False
+    """Allow ``ws://`` upstreams (local only)."""
+    allow_loopback_upstreams: bool = False
+    """Allow loopback upstream addresses (local only). Link-local/metadata are refused always."""
+    allow_private_upstreams: bool = False
+    """Allow RFC 1918 / ULA upstream addresses (a VPC-internal upstream)."""
+    connect_timeout_seconds: float = 10.0
+    backoff_base_seconds: float = 0.5
+    backoff_max_seconds: float = 30.0
+    stable_seconds: float = 30.0
+    """A connection must stay up this long before the reconnect backoff resets."""
+    receive_queue_size: int = 1000
+    """Messages buffered between the upstream and the sink per stream (backpressure beyond)."""
+    ping_interval_seconds: float = 20.0
+    ping_timeout_seconds: float = 20.0
+
+    # --- sink ---
+    sink: str = "kinesis"
+    """``kinesis``, ``file``, ``null`` or ``module:factory``."""
+    sink_dir: str = ".local/sink"
+
+    # --- worker process ---
+    shutdown_budget_seconds: float = 100.0
+    metrics_flush_seconds: float = 60.0
+    metrics_namespace: str = "Streamlease"
+    service_name: str = "streamlease"
+    health_file: str = "/tmp/streamlease-worker-health"  # noqa: S108 - container-local liveness file
+    health_max_age_seconds: float = 30.0
+    lease_event_log: str = ""
+    """If set, append lease events (acquired/renewed/fenced/released) as JSONL here (tests)."""
+    log_level: str = "INFO"
+
+    # --- control plane ---
+    max_body_bytes: int = 8192
+    max_url_length: int = 2048
+    page_size_max: int = 100
+    next_token_key: str = ""
+    """Secret used to sign pagination tokens; empty derives one from the table name."""
+
+    # --- local stack ---
+    local_host: str = "127.0.0.1"
+    local_moto_port: int = 5000
+    local_api_port: int = 8080
+    local_upstream_port: int = 8765
+    local_workers: int = 3
+    local_state_dir: str = ".local"
+    local_auditor_seconds: float = 60.0
+    local_respawn_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("lease_seconds", "heartbeat_seconds", "reconcile_seconds"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                problems.append(f"{name} must be a positive number of seconds, got {value}")
+        if self.heartbeat_seconds >= self.lease_seconds:
+            problems.append("heartbeat_seconds must be shorter than lease_seconds")
+        if self.fence_margin_seconds < 0 or self.fence_margin_seconds >= self.lease_seconds:
+            problems.append("fence_margin_seconds must be in [0, lease_seconds)")
+        if self.clock_skew_seconds < 0:
+            problems.append("clock_skew_seconds must not be negative")
+        if self.capacity < 1:
+            problems.append("capacity must be at least 1")
+        if self.shed_batch < 1:
+            problems.append("shed_batch must be at least 1")
+        if self.receive_queue_size < 1:
+            problems.append("receive_queue_size must be at least 1")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @property
+    def lease_ms(self) -> int:
+        """Lease duration in milliseconds."""
+        return int(self.lease_seconds * 1000)
+
+    @property
+    def clock_skew_ms(self) -> int:
+        """Clock-skew allowance in milliseconds."""
+        return int(self.clock_skew_seconds * 1000)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read settings from ``environ`` (default: the process environment).
+
+        ``overrides`` win over the environment. Raises :class:`ConfigError` naming the variable
+        for a value that does not parse or breaks a rule.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            var = f.metadata.get("env", ENV_PREFIX + f.name.upper())
+            if var in env:
+                values[f.name] = _parse(var, env[var], _TYPES[f.name])
+        values.update(overrides)
+        return cls(**values)
+
+    def to_env(self, **overrides: Any) -> dict[str, str]:
+        """These settings (plus ``overrides``) as environment variables, for a child process."""
+        merged = dataclasses.replace(self, **overrides) if overrides else self
+        out = {}
+        for f in dataclasses.fields(merged):
+            value = getattr(merged, f.name)
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, tuple):
+                text = ",".join(value)
+            else:
+                text = str(value)
+            out[f.metadata.get("env", ENV_PREFIX + f.name.upper())] = text
+        return out
+
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+
+
+def _parse(var: str, raw: str, kind: Any) -> Any:
+    text = raw.strip()
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in _TRUE:
+                return True
+            if lowered in _FALSE:
+                return False
+            raise ValueError("expected true or false")
+        if kind is int:
+            return int(text)
+        if kind is float:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError("not a finite number")
+            return value
+        if kind == tuple[str, ...]:
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise ConfigError(f"{var}={raw!r}: {exc}") from None
+    return raw
+
+
+_TYPES: Final = get_type_hints(Settings)
+_FIELD_NAMES: Final = frozenset(f.name for f in dataclasses.fields(Settings))
+
+__all__ = ["ENV_PREFIX", "Settings", "env_name"]
