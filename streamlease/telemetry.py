@@ -1,0 +1,56 @@
+"""Metric names and dimensions shared by the worker, the Lambdas and the CDK dashboard/alarms.
+
+Powertools Metrics adds a ``service`` dimension to every metric; alarms and scaling policies must
+use the same dimension or they never see data. No stream id is ever a dimension.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+NAMESPACE_DEFAULT: Final = "Streamlease"
+SERVICE_DIMENSION: Final = "service"
+WORKER_SERVICE: Final = "streamlease-worker"
+API_SERVICE: Final = "streamlease-api"
+REAPER_SERVICE: Final = "streamlease-reaper"
+AUDITOR_SERVICE: Final = "streamlease-auditor"
+
+
+class WorkerMetric:
+    """Emitted by every worker (EMF on stdout), flushed every ``metrics_flush_seconds``."""
+
+    ACTIVE_CONNECTIONS: Final = "ActiveConnections"
+    LEASES_ACQUIRED: Final = "LeasesAcquired"
+    LEASES_LOST: Final = "LeasesLost"
+    TAKEOVERS: Final = "Takeovers"
+    HANDOFFS: Final = "Handoffs"
+    MESSAGES_RECEIVED: Final = "MessagesReceived"
+    SINK_ERRORS: Final = "SinkErrors"
+    RECONNECTS: Final = "Reconnects"
+    RENEWAL_LAG_MS: Final = "RenewalLagMs"
+    EVENT_LOOP_LAG_MS: Final = "EventLoopLagMs"
+    SEQ_GAPS: Final = "SeqGaps"
+    MALFORMED_FRAMES: Final = "MalformedFrames"
+
+
+class AuditorMetric:
+    """Emitted by the auditor every minute; visible even when every worker is dead."""
+
+    STARTED_STREAMS: Final = "StartedStreams"
+    OWNED_STREAMS: Final = "OwnedStreams"
+    ORPHANED_STREAMS: Final = "OrphanedStreams"
+    OLDEST_ORPHAN_AGE_SECONDS: Final = "OldestOrphanAgeSeconds"
+    LIVE_WORKERS: Final = "LiveWorkers"
+
+
+class ApiMetric:
+    """Emitted by the API handler."""
+
+    COMMAND_SEND_FAILURES: Final = "CommandSendFailures"
+    STREAMS_CREATED: Final = "StreamsCreated"
+
+
+class ReaperMetric:
+    """Emitted by the reaper."""
+
+    LEASES_RELEASED: Final = "LeasesReleased"
