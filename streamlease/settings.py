@@ -109,7 +109,6 @@ class Settings:
     shutdown_budget_seconds: float = 100.0
     metrics_flush_seconds: float = 60.0
     metrics_namespace: str = "Streamlease"
-    service_name: str = "streamlease"
     health_file: str = "/tmp/streamlease-worker-health"  # noqa: S108 - container-local liveness file
     health_max_age_seconds: float = 30.0
     lease_event_log: str = ""
