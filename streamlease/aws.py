@@ -19,7 +19,9 @@ def client(service: str, settings: Settings, *, read_timeout_seconds: float | No
     ``read_timeout_seconds`` defaults to ``settings.dynamodb_timeout_seconds``; an SQS long poll
     needs more than its wait time. Retries use botocore's ``standard`` mode (3 attempts).
     """
-    timeout = settings.dynamodb_timeout_seconds if read_timeout_seconds is None else read_timeout_seconds
+    timeout = (
+        settings.dynamodb_timeout_seconds if read_timeout_seconds is None else read_timeout_seconds
+    )
     config = Config(
         connect_timeout=settings.dynamodb_timeout_seconds,
         read_timeout=timeout,
@@ -27,7 +29,7 @@ def client(service: str, settings: Settings, *, read_timeout_seconds: float | No
         max_pool_connections=64,
     )
     return boto3.session.Session().client(
-        service,  # type: ignore[call-overload]
+        service,
         region_name=settings.aws_region,
         endpoint_url=settings.aws_endpoint_url or None,
         config=config,

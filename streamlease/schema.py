@@ -116,7 +116,9 @@ class IndexSpec:
     partition_key: str
     sort_key: str | None
     projected: tuple[str, ...] | None
-    """Non-key attributes projected (INCLUDE); ``None`` means KEYS_ONLY."""
+    """Non-key attributes projected (INCLUDE); ``None`` means KEYS_ONLY unless ``project_all``."""
+    project_all: bool = False
+    """Project every attribute (ALL)."""
 
 
 BY_STATE_EXPIRY: Final = IndexSpec(
@@ -140,8 +142,12 @@ BY_KIND: Final = IndexSpec(
     partition_key=WorkerAttr.KIND,
     sort_key=WorkerAttr.EXPIRES_AT_MS,
     projected=None,
+    project_all=True,
 )
-"""The fleet: worker items only (sparse on ``kind``), sorted by expiry so live ones are a range."""
+"""The fleet: worker items only (sparse on ``kind``), sorted by expiry so live ones are a range.
+
+Worker items are small and few, so the index carries them whole: listing the fleet is one query.
+"""
 
 INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, BY_KIND)
 
@@ -168,7 +174,9 @@ def create_table_kwargs(table_name: str) -> dict[str, Any]:
         if index.sort_key:
             key_schema.append({"AttributeName": index.sort_key, "KeyType": "RANGE"})
         projection: dict[str, Any] = {"ProjectionType": "KEYS_ONLY"}
-        if index.projected:
+        if index.project_all:
+            projection = {"ProjectionType": "ALL"}
+        elif index.projected:
             projection = {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(index.projected)}
         gsis.append({"IndexName": index.name, "KeySchema": key_schema, "Projection": projection})
     return {
@@ -238,7 +246,7 @@ class Command:
         if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
             raise ValueError("command has no valid generation")
         try:
-            kind = CommandType(data.get("type"))
+            kind = CommandType(str(data.get("type")))
         except ValueError as exc:
             raise ValueError("unknown command type") from exc
         return cls(type=kind, stream_id=stream_id, generation=generation)

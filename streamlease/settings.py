@@ -83,7 +83,7 @@ class Settings:
     resume_param: str = "from_seq"
     """Query parameter that asks the upstream to replay from a sequence number."""
     allowed_hosts: tuple[str, ...] = ()
-    """Upstream host allow-list; empty allows any public host. ``*.example.com`` matches subdomains."""
+    """Upstream host allow-list; empty allows any public host; ``*.example.com``: subdomains."""
     allow_insecure_ws: bool = False
     """Allow ``ws://`` upstreams (local only)."""
     allow_loopback_upstreams: bool = False

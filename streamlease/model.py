@@ -1,0 +1,176 @@
+"""Typed views of table items, built from plain Python values (boto3-deserialized items)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from streamlease.schema import (
+    PK,
+    WORKER_KIND,
+    DesiredState,
+    StreamAttr,
+    WorkerAttr,
+    WorkerState,
+    stream_id_of,
+    worker_key,
+)
+
+
+def iso_ms(epoch_ms: int) -> str:
+    """``epoch_ms`` as ISO-8601 UTC with milliseconds, e.g. ``2026-11-29T08:41:20.123Z``."""
+    moment = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
+
+
+def _int(value: Any, default: int = 0) -> int:
+    if value is None:
+        return default
+    if isinstance(value, Decimal | int | float):
+        return int(value)
+    return int(str(value))
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A stream item: what should run, who owns it and how far it got."""
+
+    stream_id: str
+    desired_state: DesiredState
+    ws_url: str
+    owner: str | None
+    expires_at_ms: int
+    last_seq: int
+    epoch: int
+    generation: int
+    takeovers: int = 0
+    acquired_at_ms: int = 0
+    created_at: str | None = None
+    updated_at: str | None = None
+    created_by: str | None = None
+    updated_by: str | None = None
+    last_error: str | None = None
+    last_error_at: str | None = None
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> Stream:
+        """Build from a deserialized item. Raises ``ValueError``/``KeyError`` for a non-stream."""
+        return cls(
+            stream_id=stream_id_of(str(item[PK])),
+            desired_state=DesiredState(item.get(StreamAttr.DESIRED_STATE, DesiredState.STOPPED)),
+            ws_url=str(item.get(StreamAttr.WS_URL, "")),
+            owner=_str(item.get(StreamAttr.LEASE_OWNER)),
+            expires_at_ms=_int(item.get(StreamAttr.LEASE_EXPIRES_AT_MS)),
+            last_seq=_int(item.get(StreamAttr.LAST_SEQ)),
+            epoch=_int(item.get(StreamAttr.LEASE_EPOCH)),
+            generation=_int(item.get(StreamAttr.GENERATION)),
+            takeovers=_int(item.get(StreamAttr.TAKEOVERS)),
+            acquired_at_ms=_int(item.get(StreamAttr.LEASE_ACQUIRED_AT_MS)),
+            created_at=_str(item.get(StreamAttr.CREATED_AT)),
+            updated_at=_str(item.get(StreamAttr.UPDATED_AT)),
+            created_by=_str(item.get(StreamAttr.CREATED_BY)),
+            updated_by=_str(item.get(StreamAttr.UPDATED_BY)),
+            last_error=_str(item.get(StreamAttr.LAST_ERROR)),
+            last_error_at=_str(item.get(StreamAttr.LAST_ERROR_AT)),
+        )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What an acquirer holds: the fencing epoch and where to resume.
+
+    ``previous_owner`` is set when the acquire was a takeover of an expired (not released) lease.
+    """
+
+    stream_id: str
+    owner: str
+    epoch: int
+    expires_at_ms: int
+    last_seq: int
+    ws_url: str
+    generation: int
+    previous_owner: str | None = None
+
+    @property
+    def is_takeover(self) -> bool:
+        """True when the lease was taken from a holder that did not release it."""
+        return self.previous_owner is not None
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """A stream's lease as an index returns it (no payload attributes)."""
+
+    stream_id: str
+    owner: str | None
+    epoch: int
+    expires_at_ms: int
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> LeaseView:
+        """Build from a deserialized index item."""
+        return cls(
+            stream_id=stream_id_of(str(item[PK])),
+            owner=_str(item.get(StreamAttr.LEASE_OWNER)),
+            epoch=_int(item.get(StreamAttr.LEASE_EPOCH)),
+            expires_at_ms=_int(item.get(StreamAttr.LEASE_EXPIRES_AT_MS)),
+        )
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker item: one live (or recently live) worker process."""
+
+    worker_id: str
+    state: WorkerState
+    heartbeat_at_ms: int
+    expires_at_ms: int
+    active_streams: int
+    capacity: int
+    host: str
+    pid: int
+    task_arn: str = ""
+    version: str = ""
+    started_at_ms: int = 0
+
+    def to_item(self) -> dict[str, Any]:
+        """The item as plain Python values (for boto3's serializer)."""
+        return {
+            PK: worker_key(self.worker_id),
+            WorkerAttr.KIND: WORKER_KIND,
+            WorkerAttr.WORKER_ID: self.worker_id,
+            WorkerAttr.STATE: self.state.value,
+            WorkerAttr.HEARTBEAT_AT_MS: self.heartbeat_at_ms,
+            WorkerAttr.EXPIRES_AT_MS: self.expires_at_ms,
+            WorkerAttr.ACTIVE_STREAMS: self.active_streams,
+            WorkerAttr.CAPACITY: self.capacity,
+            WorkerAttr.HOST: self.host,
+            WorkerAttr.PID: self.pid,
+            WorkerAttr.TASK_ARN: self.task_arn,
+            WorkerAttr.VERSION: self.version,
+            WorkerAttr.STARTED_AT_MS: self.started_at_ms,
+        }
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> WorkerInfo:
+        """Build from a deserialized worker item."""
+        return cls(
+            worker_id=str(item[WorkerAttr.WORKER_ID]),
+            state=WorkerState(item.get(WorkerAttr.STATE, WorkerState.RUNNING)),
+            heartbeat_at_ms=_int(item.get(WorkerAttr.HEARTBEAT_AT_MS)),
+            expires_at_ms=_int(item.get(WorkerAttr.EXPIRES_AT_MS)),
+            active_streams=_int(item.get(WorkerAttr.ACTIVE_STREAMS)),
+            capacity=_int(item.get(WorkerAttr.CAPACITY)),
+            host=str(item.get(WorkerAttr.HOST, "")),
+            pid=_int(item.get(WorkerAttr.PID)),
+            task_arn=str(item.get(WorkerAttr.TASK_ARN, "")),
+            version=str(item.get(WorkerAttr.VERSION, "")),
+            started_at_ms=_int(item.get(WorkerAttr.STARTED_AT_MS)),
+        )
