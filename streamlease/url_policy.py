@@ -299,10 +299,10 @@ def _allowed(kind: AddressClass, policy: UrlPolicy) -> bool:
 # --- URL parsing -------------------------------------------------------------------------------
 
 # Printable ASCII without space, backslash and the characters URL parsers disagree about.
-_URL_CHARS: Final = re.compile(r"^[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+$")
-_LABEL: Final = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
-_NUMERIC_LABEL: Final = re.compile(r"^(?:[0-9]+|0[xX][0-9A-Fa-f]*)$")
-_PORT_TAIL: Final = re.compile(r"^(?::[0-9]*)?$")
+_URL_CHARS: Final = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
+_LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_NUMERIC_LABEL: Final = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
+_PORT_TAIL: Final = re.compile(r"(?::[0-9]*)?")
 _LOCALHOST_NAMES: Final = ("localhost", ".localhost")
 
 
@@ -320,7 +320,7 @@ def parse_upstream_url(url: str, policy: UrlPolicy) -> UpstreamUrl:
         raise UrlRejected("ws_url must be a non-empty string", FIELD)
     if len(url) > policy.max_length:
         raise UrlRejected(f"ws_url is longer than {policy.max_length} characters", FIELD)
-    if not _URL_CHARS.match(url):
+    if not _URL_CHARS.fullmatch(url):
         raise UrlRejected(
             "ws_url may contain only printable ASCII without spaces or backslashes "
             "(percent-encode the rest)",
@@ -382,7 +382,7 @@ def _check_host(parts: SplitResult) -> tuple[str, IPAddress | None]:
     if netloc.startswith("["):
         end = netloc.find("]")
         inside = netloc[1:end] if end > 0 else ""
-        if end < 0 or not _PORT_TAIL.match(netloc[end + 1 :]):
+        if end < 0 or not _PORT_TAIL.fullmatch(netloc[end + 1 :]):
             raise UrlRejected("ws_url host is not a valid IPv6 address", FIELD)
         try:
             address = ipaddress.IPv6Address(inside)
@@ -396,12 +396,12 @@ def _check_host(parts: SplitResult) -> tuple[str, IPAddress | None]:
         raise UrlRejected("ws_url has no valid host", FIELD)
     # As in the WHATWG URL standard: a host whose last label is a number is an IPv4 address in
     # some spelling (2130706433, 0x7f.1, 0177.0.0.1), never a name to resolve.
-    if _NUMERIC_LABEL.match(raw.rsplit(".", 1)[-1]):
+    if _NUMERIC_LABEL.fullmatch(raw.rsplit(".", 1)[-1]):
         v4 = parse_ipv4(raw)
         if v4 is None:
             raise UrlRejected("ws_url host looks numeric but is not a valid IPv4 address", FIELD)
         return str(v4), v4
-    if len(raw) > 253 or not all(_LABEL.match(label) for label in raw.split(".")):
+    if len(raw) > 253 or not all(_LABEL.fullmatch(label) for label in raw.split(".")):
         raise UrlRejected("ws_url host is not a valid DNS name", FIELD)
     return raw, None
 
