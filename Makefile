@@ -8,11 +8,20 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 CDK := node_modules/.bin/cdk
+
+# Lambda code asset, built without Docker: wheels for the Lambda platform (arm64, CPython 3.12)
+# next to the two packages the handlers import. The dependency install is redone only when the
+# lock changes, the zip only when their sources change.
+LAMBDA_DEPS := build/lambda-deps
+LAMBDA_DEPS_STAMP := $(LAMBDA_DEPS)/.installed
+LAMBDA_DIR := build/lambda
+LAMBDA_ZIP := build/lambda.zip
+LAMBDA_SOURCES := streamlease lambdas $(shell find streamlease lambdas -name '*.py' 2>/dev/null)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: help run test lint fmt bench synth deploy destroy clean lock
+.PHONY: help run test lint fmt bench synth deploy destroy clean lock lambda
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -32,7 +41,7 @@ $(NODE_STAMP): package.json package-lock.json
 run: $(STAMP) ## the whole system on this machine (moto, API, workers, upstream simulator)
 	$(PY) -m local
 
-test: $(STAMP) $(NODE_STAMP) ## every test: unit, moto, integration, infra (synth + cdk-nag), chaos
+test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, infra (synth + cdk-nag), chaos
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff and mypy
@@ -47,14 +56,31 @@ fmt: $(STAMP) ## apply ruff's formatting and fixes
 bench: $(STAMP) ## benchmarks; QUICK=1 for a one-minute smoke run
 	$(PY) -m bench $(if $(QUICK),--quick,)
 
-synth: $(STAMP) $(NODE_STAMP) ## synthesize the CloudFormation templates (no AWS account or Docker needed)
+synth: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## synthesize the CloudFormation templates (no AWS account or Docker needed)
 	$(CDK) synth --quiet
 
-deploy: $(STAMP) $(NODE_STAMP) ## deploy both stacks to the AWS account in your credentials
+deploy: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## deploy both stacks to the AWS account in your credentials
 	$(CDK) deploy --all
 
 destroy: $(STAMP) $(NODE_STAMP) ## remove the stateless stack (the stateful one is retained)
 	$(CDK) destroy --all
+
+$(LAMBDA_DEPS_STAMP): requirements.lock | $(STAMP)
+	rm -rf $(LAMBDA_DEPS)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile --target $(LAMBDA_DEPS) \
+		--implementation cp --python-version 3.12 --only-binary=:all: \
+		--platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 \
+		-c requirements.lock 'aws-lambda-powertools[tracer]' pydantic boto3
+	@touch $@
+
+$(LAMBDA_ZIP): $(LAMBDA_DEPS_STAMP) $(LAMBDA_SOURCES)
+	rm -rf $(LAMBDA_DIR) && mkdir -p $(LAMBDA_DIR)
+	cp -R $(LAMBDA_DEPS)/. streamlease lambdas $(LAMBDA_DIR)/
+	rm -f $(LAMBDA_DIR)/.installed
+	find $(LAMBDA_DIR) -name __pycache__ -type d -prune -exec rm -rf {} +
+	$(PY) -c 'import shutil, sys; shutil.make_archive(sys.argv[1], "zip", sys.argv[2])' $(basename $@) $(LAMBDA_DIR)
+
+lambda: $(LAMBDA_ZIP) ## build the Lambda code asset (build/lambda.zip) for synth and deploy
 
 lock: ## re-resolve requirements.lock from pyproject.toml
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv && .lockvenv/bin/pip install --quiet '.[dev]'
