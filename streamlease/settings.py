@@ -121,6 +121,8 @@ class Settings:
     page_size_max: int = 100
     next_token_key: str = ""
     """Secret used to sign pagination tokens; empty derives one from the table name."""
+    api_url: str = ""
+    """Base URL of the API for the ``streamlease`` CLI; empty: the local stack's API."""
 
     # --- local stack ---
     local_host: str = "127.0.0.1"
