@@ -1,0 +1,133 @@
+"""What the invariant checker reads: lease events and sink records, parsed from JSONL.
+
+Lease events come from ``Settings.lease_event_log`` (one line per acquire, renewal, fence,
+release, ...; ``mono`` is ``time.monotonic()``, shared by every process on Linux). Sink records
+come from the file sink (one JSONL file per stream, appended in delivery order). Parsing is
+lenient: a worker killed mid-write leaves a torn last line, which is counted, not fatal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streamlease.schema import SinkField
+
+
+@dataclass(frozen=True)
+class LeaseEvent:
+    """One line of a lease event log."""
+
+    event: str
+    stream_id: str
+    epoch: int
+    worker_id: str
+    mono: float
+    wall_ms: int = 0
+    deadline_mono: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LeaseEvent:
+        """Parse one event. Raises ``KeyError``/``ValueError``/``TypeError`` when malformed."""
+        deadline = data.get("deadline_mono")
+        return cls(
+            event=str(data["event"]),
+            stream_id=str(data["stream_id"]),
+            epoch=int(data["epoch"]),
+            worker_id=str(data["worker_id"]),
+            mono=float(data["mono"]),
+            wall_ms=int(data.get("wall_ms", 0)),
+            deadline_mono=None if deadline is None else float(deadline),
+        )
+
+
+@dataclass(frozen=True)
+class SinkRecord:
+    """One delivered message, in the order it was appended to its file."""
+
+    stream_id: str
+    epoch: int
+    seq: int
+    worker_id: str = ""
+    received_at_ms: int = 0
+    payload: Any = None
+    source: str = ""
+    """The file it came from; order is only meaningful within one file."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "") -> SinkRecord:
+        """Parse one record. Raises ``KeyError``/``ValueError``/``TypeError`` when malformed."""
+        return cls(
+            stream_id=str(data[SinkField.STREAM_ID]),
+            epoch=int(data[SinkField.EPOCH]),
+            seq=int(data[SinkField.SEQ]),
+            worker_id=str(data.get(SinkField.WORKER_ID, "")),
+            received_at_ms=int(data.get(SinkField.RECEIVED_AT_MS, 0)),
+            payload=data.get(SinkField.PAYLOAD),
+            source=source,
+        )
+
+
+def _read_jsonl(paths: Iterable[Path]) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    rows: list[tuple[str, dict[str, Any]]] = []
+    malformed = 0
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                malformed += 1
+                continue
+            if isinstance(data, dict):
+                rows.append((str(path), data))
+            else:
+                malformed += 1
+    return rows, malformed
+
+
+def _expand(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    out: list[Path] = []
+    for item in items:
+        path = Path(item)
+        out.extend(sorted(path.rglob("*.jsonl")) if path.is_dir() else [path])
+    return out
+
+
+def load_events(paths: str | Path | Iterable[str | Path]) -> tuple[list[LeaseEvent], int]:
+    """Lease events from JSONL files (a directory means every ``*.jsonl`` under it).
+
+    Returns the events and the number of lines that did not parse. Missing files are empty.
+    """
+    rows, malformed = _read_jsonl(_expand(paths))
+    events = []
+    for _, data in rows:
+        try:
+            events.append(LeaseEvent.from_dict(data))
+        except (KeyError, ValueError, TypeError):
+            malformed += 1
+    return events, malformed
+
+
+def load_records(paths: str | Path | Iterable[str | Path]) -> tuple[list[SinkRecord], int]:
+    """Sink records from JSONL files (a directory: every ``*.jsonl`` under it), in file order.
+
+    Returns the records and the number of lines that did not parse.
+    """
+    rows, malformed = _read_jsonl(_expand(paths))
+    records = []
+    for source, data in rows:
+        try:
+            records.append(SinkRecord.from_dict(data, source))
+        except (KeyError, ValueError, TypeError):
+            malformed += 1
+    return records, malformed

@@ -1,0 +1,431 @@
+"""Invariant checker: from the workers' lease events and the sink's records, did the system keep
+its promises?
+
+Inputs (both JSONL, written by the worker):
+
+- lease events (``Settings.lease_event_log``): ``{"event", "stream_id", "epoch", "worker_id",
+  "mono", "wall_ms"}`` plus ``"deadline_mono"`` (the holder's self-fencing deadline) on
+  ``acquired`` and ``renewed``. ``mono`` is ``time.monotonic()``, one clock for every process
+  of a Linux machine, so events of different workers compare directly.
+- sink records (file sink, one JSONL file per stream): :class:`streamlease.schema.SinkField`.
+
+What it reports, per stream:
+
+- **ownership segments**: while a holder may deliver. A segment opens at ``acquired`` (or at a
+  ``renewed`` after the holder had lapsed) and ends at the first of: a terminal event
+  (``released``, ``fenced``, ``lost``) or the latest known ``deadline_mono`` — a holder never
+  delivers after its deadline, so a killed worker's segment ends there.
+- **overlaps** (must be none): two different epochs whose segments intersect.
+- **epoch conflicts** (must be none): one epoch claimed by two workers.
+- **seq gaps** (must be none where the upstream replays): seqs missing between the first and the
+  last delivered one, and before the first when ``expected_first_seq`` is given.
+- **duplicates**: seqs delivered again, attributed to the takeover into the epoch that repeated
+  them (with how the previous holder ended); repeats inside one epoch are counted separately.
+- **stale writes** (must be none): a record of an older epoch appended after a newer epoch's
+  record in the same sink file — the sink-side view of an overlap.
+- **unowned time**: the part of the wanted window (default: first acquisition → end of the
+  observation) no segment covers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from local.invariant_inputs import LeaseEvent, SinkRecord, load_events, load_records
+
+ACQUIRED: Final = "acquired"
+RENEWED: Final = "renewed"
+TERMINAL_EVENTS: Final = frozenset({"released", "fenced", "lost"})
+EXPIRED: Final = "expired"
+"""End reason of a segment that ran out (no terminal event before its deadline): a crash,
+a freeze, or a holder that could not renew."""
+
+Window = tuple[float, float | None]
+"""A ``[start, end)`` span of monotonic seconds; ``end=None`` runs to the end of observation."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A span of monotonic seconds in which one holder (stream, epoch) could deliver."""
+
+    stream_id: str
+    epoch: int
+    worker_id: str
+    start: float
+    end: float
+    end_reason: str
+    """``released``, ``fenced``, ``lost`` or :data:`EXPIRED`."""
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Two holders of one stream that could deliver at the same time."""
+
+    first: Segment
+    second: Segment
+
+    @property
+    def seconds(self) -> float:
+        """How long both could deliver."""
+        return min(self.first.end, self.second.end) - max(self.first.start, self.second.start)
+
+
+@dataclass(frozen=True)
+class SeqGap:
+    """Seqs never delivered: ``missing`` numbers after ``after_seq`` (0: before the first)."""
+
+    after_seq: int
+    missing: int
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """A change of holder: the previous epoch's end and the next epoch's start."""
+
+    from_epoch: int
+    from_worker: str
+    from_end_reason: str
+    to_epoch: int
+    to_worker: str
+    unowned_seconds: float
+    """Next start − previous end (negative: they overlapped)."""
+    duplicates: int = 0
+    """Records of ``to_epoch`` whose seq an earlier epoch had already delivered."""
+
+
+@dataclass
+class StreamReport:
+    """Everything the checker found for one stream."""
+
+    stream_id: str
+    segments: list[Segment] = field(default_factory=list)
+    overlaps: list[Overlap] = field(default_factory=list)
+    epoch_conflicts: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    takeovers: list[Takeover] = field(default_factory=list)
+    records: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    seq_gaps: list[SeqGap] = field(default_factory=list)
+    duplicates: int = 0
+    """Repeats across epochs (after a takeover); the per-takeover split is in ``takeovers``."""
+    same_epoch_duplicates: int = 0
+    """Repeats within one epoch: never expected."""
+    orphan_duplicates: int = 0
+    """Repeats in an epoch with no lease event (a log was lost): never expected."""
+    stale_writes: int = 0
+    bad_payloads: int = 0
+    unowned_seconds: float = 0.0
+    unowned_periods: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def missing(self) -> int:
+        """Total seqs never delivered."""
+        return sum(gap.missing for gap in self.seq_gaps)
+
+    def violations(self) -> list[str]:
+        """The broken invariants, one line each (empty when the stream is clean)."""
+        out = [
+            f"overlap {o.seconds:.3f}s: epoch {o.first.epoch} ({o.first.worker_id}) and "
+            f"epoch {o.second.epoch} ({o.second.worker_id})"
+            for o in self.overlaps
+        ]
+        out += [f"epoch {e} claimed by {', '.join(ws)}" for e, ws in self.epoch_conflicts]
+        out += [f"{g.missing} seq(s) missing after {g.after_seq}" for g in self.seq_gaps]
+        if self.same_epoch_duplicates:
+            out.append(f"{self.same_epoch_duplicates} duplicate(s) within one epoch")
+        if self.orphan_duplicates:
+            out.append(f"{self.orphan_duplicates} duplicate(s) in an epoch with no lease event")
+        if self.stale_writes:
+            out.append(f"{self.stale_writes} record(s) of an older epoch after a newer one")
+        if self.bad_payloads:
+            out.append(f"{self.bad_payloads} record(s) with a wrong payload")
+        return [f"{self.stream_id}: {line}" for line in out]
+
+
+@dataclass
+class Report:
+    """The checker's verdict over every stream it saw."""
+
+    streams: dict[str, StreamReport]
+    malformed_lines: int = 0
+    """Lines that did not parse (a worker killed mid-write leaves a torn line)."""
+    observation_end: float = 0.0
+
+    @property
+    def overlaps(self) -> int:
+        """Overlapping ownerships over all streams (must be 0)."""
+        return sum(len(s.overlaps) + len(s.epoch_conflicts) for s in self.streams.values())
+
+    @property
+    def missing(self) -> int:
+        """Seqs never delivered over all streams."""
+        return sum(s.missing for s in self.streams.values())
+
+    @property
+    def duplicates(self) -> int:
+        """Seqs delivered twice over all streams, any cause."""
+        return sum(
+            s.duplicates + s.same_epoch_duplicates + s.orphan_duplicates
+            for s in self.streams.values()
+        )
+
+    @property
+    def takeovers(self) -> list[Takeover]:
+        """Every takeover of every stream."""
+        return [t for s in self.streams.values() for t in s.takeovers]
+
+    def violations(self) -> list[str]:
+        """Every broken invariant (duplicates after a takeover are not, by themselves, one)."""
+        return [line for s in sorted(self.streams) for line in self.streams[s].violations()]
+
+    @property
+    def ok(self) -> bool:
+        """True when no invariant is broken."""
+        return not self.violations()
+
+    def duplicates_after(self, reasons: Iterable[str]) -> int:
+        """Duplicates caused by takeovers whose previous holder ended for one of ``reasons``."""
+        wanted = set(reasons)
+        return sum(t.duplicates for t in self.takeovers if t.from_end_reason in wanted)
+
+    def format(self, *, max_streams: int = 40) -> str:
+        """A human-readable report: totals, violations, then a line per stream."""
+        from local.invariants_report import format_report
+
+        return format_report(self, max_streams=max_streams)
+
+
+# --- analysis --------------------------------------------------------------------------------
+
+
+def segments_of(events: Sequence[LeaseEvent]) -> list[Segment]:
+    """The delivery segments of one holder (events of one stream, epoch and worker)."""
+    out: list[Segment] = []
+    start: float | None = None
+    deadline = 0.0
+    first = events[0] if events else None
+    for ev in sorted(events, key=lambda e: e.mono):
+        if ev.event in (ACQUIRED, RENEWED):
+            ev_deadline = ev.mono if ev.deadline_mono is None else ev.deadline_mono
+            if start is not None and ev.mono > deadline:
+                out.append(_segment(first, start, deadline, EXPIRED))
+                start = None
+            if start is None:
+                start, deadline = ev.mono, ev_deadline
+            else:
+                deadline = max(deadline, ev_deadline)
+        elif ev.event in TERMINAL_EVENTS and start is not None:
+            out.append(_segment(first, start, min(ev.mono, deadline), ev.event))
+            start = None
+    if start is not None:
+        out.append(_segment(first, start, deadline, EXPIRED))
+    return out
+
+
+def _segment(first: LeaseEvent | None, start: float, end: float, reason: str) -> Segment:
+    assert first is not None
+    return Segment(first.stream_id, first.epoch, first.worker_id, start, max(start, end), reason)
+
+
+def check(
+    events: Iterable[LeaseEvent],
+    records: Iterable[SinkRecord],
+    *,
+    wanted: Mapping[str, Sequence[Window]] | None = None,
+    observation_end: float | None = None,
+    expected_first_seq: int | None = None,
+    verify_payload: Callable[[SinkRecord], bool] | None = None,
+    tolerance_seconds: float = 0.0,
+    malformed_lines: int = 0,
+) -> Report:
+    """Check the invariants; returns a :class:`Report` (never raises on bad data: reports it).
+
+    ``wanted``: per stream, the windows (monotonic seconds) in which it was meant to run, for
+    unowned time; streams not listed are wanted from their first acquisition to
+    ``observation_end`` (default: the latest event). ``expected_first_seq``: the seq a fresh
+    stream starts at, to catch a gap before the first record. ``tolerance_seconds``: overlaps up
+    to this long are ignored (0: none, the clock is shared).
+    """
+    by_holder: dict[tuple[str, int, str], list[LeaseEvent]] = defaultdict(list)
+    all_events = list(events)
+    for ev in all_events:
+        by_holder[(ev.stream_id, ev.epoch, ev.worker_id)].append(ev)
+    end = observation_end
+    if end is None:
+        end = max((ev.mono for ev in all_events), default=0.0)
+    records_by_stream: dict[str, list[SinkRecord]] = defaultdict(list)
+    for rec in records:
+        records_by_stream[rec.stream_id].append(rec)
+
+    streams: dict[str, StreamReport] = {}
+    stream_ids = {k[0] for k in by_holder} | set(records_by_stream) | set(wanted or {})
+    for stream_id in sorted(stream_ids):
+        report = StreamReport(stream_id)
+        holders = {k: v for k, v in by_holder.items() if k[0] == stream_id}
+        for (_, _, _), evs in sorted(holders.items(), key=lambda kv: kv[0][1]):
+            report.segments.extend(segments_of(evs))
+        report.segments.sort(key=lambda s: (s.start, s.epoch))
+        _find_overlaps(report, tolerance_seconds)
+        _find_epoch_conflicts(report, holders)
+        _find_takeovers(report)
+        _check_records(report, records_by_stream.get(stream_id, []), expected_first_seq)
+        if verify_payload is not None:
+            report.bad_payloads = sum(
+                1 for r in records_by_stream.get(stream_id, []) if not verify_payload(r)
+            )
+        windows = (wanted or {}).get(stream_id)
+        if windows is None:
+            windows = [(report.segments[0].start, None)] if report.segments else []
+        _unowned(report, windows, end)
+        streams[stream_id] = report
+    return Report(streams, malformed_lines=malformed_lines, observation_end=end)
+
+
+def _find_overlaps(report: StreamReport, tolerance: float) -> None:
+    segs = report.segments
+    for i, a in enumerate(segs):
+        for b in segs[i + 1 :]:
+            if b.start >= a.end:
+                break
+            if b.epoch != a.epoch and min(a.end, b.end) - b.start > tolerance:
+                report.overlaps.append(Overlap(a, b))
+
+
+def _find_epoch_conflicts(
+    report: StreamReport, holders: Mapping[tuple[str, int, str], list[LeaseEvent]]
+) -> None:
+    workers_by_epoch: dict[int, set[str]] = defaultdict(set)
+    for _, epoch, worker in holders:
+        workers_by_epoch[epoch].add(worker)
+    report.epoch_conflicts = [
+        (epoch, tuple(sorted(ws))) for epoch, ws in sorted(workers_by_epoch.items()) if len(ws) > 1
+    ]
+
+
+def _find_takeovers(report: StreamReport) -> None:
+    """Consecutive epochs: how the previous holder ended and how long nobody could deliver."""
+    by_epoch: dict[int, list[Segment]] = defaultdict(list)
+    for seg in report.segments:
+        by_epoch[seg.epoch].append(seg)
+    epochs = sorted(by_epoch)
+    for prev, nxt in itertools.pairwise(epochs):
+        last = max(by_epoch[prev], key=lambda s: s.end)
+        first = min(by_epoch[nxt], key=lambda s: s.start)
+        report.takeovers.append(
+            Takeover(
+                from_epoch=prev,
+                from_worker=last.worker_id,
+                from_end_reason=last.end_reason,
+                to_epoch=nxt,
+                to_worker=first.worker_id,
+                unowned_seconds=first.start - last.end,
+            )
+        )
+
+
+def _check_records(
+    report: StreamReport, records: Sequence[SinkRecord], expected_first_seq: int | None
+) -> None:
+    report.records = len(records)
+    if not records:
+        return
+    # Stale writes: within one file, an epoch lower than one already appended.
+    newest: dict[str, int] = {}
+    for rec in records:
+        if rec.epoch < newest.get(rec.source, rec.epoch):
+            report.stale_writes += 1
+        newest[rec.source] = max(newest.get(rec.source, rec.epoch), rec.epoch)
+    # Duplicates, attributed to the epoch that repeated a seq (epochs in order, file order within).
+    order = sorted(range(len(records)), key=lambda i: (records[i].epoch, i))
+    first_epoch_of: dict[int, int] = {}
+    dup_by_epoch: dict[int, int] = defaultdict(int)
+    for i in order:
+        rec = records[i]
+        seen = first_epoch_of.get(rec.seq)
+        if seen is None:
+            first_epoch_of[rec.seq] = rec.epoch
+        elif seen == rec.epoch:
+            report.same_epoch_duplicates += 1
+        else:
+            dup_by_epoch[rec.epoch] += 1
+    takeover_epochs = {t.to_epoch for t in report.takeovers}
+    for i, t in enumerate(report.takeovers):
+        report.takeovers[i] = dataclasses.replace(t, duplicates=dup_by_epoch.get(t.to_epoch, 0))
+    for epoch, count in dup_by_epoch.items():
+        if epoch in takeover_epochs:
+            report.duplicates += count
+        else:
+            report.orphan_duplicates += count
+    seqs = sorted(first_epoch_of)
+    report.first_seq, report.last_seq = seqs[0], seqs[-1]
+    if expected_first_seq is not None and seqs[0] > expected_first_seq:
+        report.seq_gaps.append(SeqGap(expected_first_seq - 1, seqs[0] - expected_first_seq))
+    for a, b in itertools.pairwise(seqs):
+        if b - a > 1:
+            report.seq_gaps.append(SeqGap(a, b - a - 1))
+
+
+def _unowned(report: StreamReport, windows: Sequence[Window], end: float) -> None:
+    covered = _union([(s.start, s.end) for s in report.segments])
+    for w_start, w_end in windows:
+        stop = end if w_end is None else w_end
+        cursor = w_start
+        for c_start, c_end in covered:
+            if c_end <= cursor:
+                continue
+            if c_start >= stop:
+                break
+            if c_start > cursor:
+                report.unowned_periods.append((cursor, c_start))
+            cursor = max(cursor, c_end)
+            if cursor >= stop:
+                break
+        if cursor < stop:
+            report.unowned_periods.append((cursor, stop))
+    report.unowned_seconds = sum(b - a for a, b in report.unowned_periods)
+
+
+def _union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for start, stop in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out
+
+
+def check_files(
+    event_paths: str | Path | Iterable[str | Path],
+    sink_paths: str | Path | Iterable[str | Path],
+    **kwargs: Any,
+) -> Report:
+    """:func:`load_events` + :func:`load_records` + :func:`check` (``kwargs`` go to ``check``)."""
+    events, bad_events = load_events(event_paths)
+    records, bad_records = load_records(sink_paths)
+    return check(events, records, malformed_lines=bad_events + bad_records, **kwargs)
+
+
+__all__ = [
+    "EXPIRED",
+    "LeaseEvent",
+    "Overlap",
+    "Report",
+    "Segment",
+    "SeqGap",
+    "SinkRecord",
+    "StreamReport",
+    "Takeover",
+    "Window",
+    "check",
+    "check_files",
+    "load_events",
+    "load_records",
+    "segments_of",
+]

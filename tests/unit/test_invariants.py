@@ -1,0 +1,237 @@
+"""The invariant checker on synthetic lease-event logs and sink records (no processes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from local.invariants import (
+    EXPIRED,
+    LeaseEvent,
+    SinkRecord,
+    check,
+    check_files,
+    load_events,
+    load_records,
+    segments_of,
+)
+from streamlease.schema import SinkField
+
+LEASE = 2.0
+MARGIN = 0.5
+
+
+def hold(
+    stream: str,
+    epoch: int,
+    worker: str,
+    start: float,
+    renewals: int = 0,
+    every: float = 0.5,
+    end: str | None = None,
+    end_at: float | None = None,
+) -> list[LeaseEvent]:
+    """Events of one holder: acquire at ``start``, ``renewals`` renewals, an optional end event."""
+    events = [LeaseEvent("acquired", stream, epoch, worker, start, 0, start + LEASE - MARGIN)]
+    for i in range(1, renewals + 1):
+        t = start + i * every
+        events.append(LeaseEvent("renewed", stream, epoch, worker, t, 0, t + LEASE - MARGIN))
+    if end is not None:
+        assert end_at is not None
+        events.append(LeaseEvent(end, stream, epoch, worker, end_at))
+    return events
+
+
+def recs(stream: str, epoch: int, seqs: range | list[int], source: str = "f") -> list[SinkRecord]:
+    return [SinkRecord(stream, epoch, s, source=source) for s in seqs]
+
+
+def test_graceful_handoff_is_clean_and_reports_the_takeover() -> None:
+    """Release then acquire by another worker: no violation, one takeover, its unowned gap."""
+    events = hold("s", 1, "w1", 0.0, 4, end="released", end_at=2.2) + hold("s", 2, "w2", 2.5)
+    report = check(events, recs("s", 1, range(1, 21)) + recs("s", 2, range(21, 30)))
+    assert report.ok, report.format()
+    (takeover,) = report.takeovers
+    assert (takeover.from_end_reason, takeover.to_worker, takeover.duplicates) == (
+        "released",
+        "w2",
+        0,
+    )
+    assert takeover.unowned_seconds == pytest.approx(0.3)
+
+
+def test_acquire_before_the_previous_holders_deadline_is_an_overlap() -> None:
+    """A killed holder may deliver until its deadline: an earlier takeover overlaps."""
+    events = hold("s", 1, "w1", 0.0, 2) + hold("s", 2, "w2", 2.0)  # w1's deadline: 2.5
+    report = check(events, [])
+    assert not report.ok
+    assert report.overlaps == 1
+    (overlap,) = report.streams["s"].overlaps
+    assert overlap.seconds == pytest.approx(0.5)
+    assert "overlap" in report.violations()[0]
+
+
+def test_acquire_after_a_crashed_holders_deadline_is_not_an_overlap() -> None:
+    """A killed holder's segment ends at its last deadline; a later acquire is fine."""
+    events = hold("s", 1, "w1", 0.0, 2) + hold("s", 2, "w2", 3.0)
+    report = check(events, [])
+    assert report.ok
+    assert report.takeovers[0].from_end_reason == EXPIRED
+    assert report.takeovers[0].unowned_seconds == pytest.approx(0.5)
+
+
+def test_fenced_event_ends_the_segment_at_the_earlier_of_it_and_the_deadline() -> None:
+    """A fence noticed after the deadline still ends the segment at the deadline."""
+    (early,) = segments_of(hold("s", 1, "w1", 0.0, end="fenced", end_at=1.0))
+    (late,) = segments_of(hold("s", 1, "w1", 0.0, end="fenced", end_at=9.0))
+    assert (early.end, early.end_reason) == (1.0, "fenced")
+    assert (late.end, late.end_reason) == (1.5, "fenced")
+
+
+def test_a_renewal_after_the_holder_lapsed_opens_a_new_segment() -> None:
+    """A holder that missed its deadline and then renewed could not deliver in between."""
+    events = hold("s", 1, "w1", 0.0)
+    events.append(LeaseEvent("renewed", "s", 1, "w1", 4.0, 0, 5.5))
+    first, second = segments_of(events)
+    assert (first.start, first.end, first.end_reason) == (0.0, 1.5, EXPIRED)
+    assert (second.start, second.end) == (4.0, 5.5)
+
+
+def test_one_epoch_claimed_by_two_workers_is_a_violation() -> None:
+    """Epochs are unique per acquisition: two workers with the same epoch won the same write."""
+    events = hold("s", 1, "w1", 0.0, end="released", end_at=0.5) + hold("s", 1, "w2", 1.0)
+    report = check(events, [])
+    assert report.streams["s"].epoch_conflicts == [(1, ("w1", "w2"))]
+    assert not report.ok
+
+
+def test_a_missing_seq_in_the_middle_is_a_gap() -> None:
+    """Seqs 5 and 6 never delivered."""
+    report = check(hold("s", 1, "w1", 0.0), recs("s", 1, [1, 2, 3, 4, 7, 8]))
+    gaps = report.streams["s"].seq_gaps
+    assert [(g.after_seq, g.missing) for g in gaps] == [(4, 2)]
+    assert report.missing == 2
+    assert not report.ok
+
+
+def test_a_late_first_seq_is_a_gap_only_when_the_first_seq_is_expected() -> None:
+    """Starting at seq 3 loses 1 and 2 when the stream was fresh."""
+    events, records = hold("s", 1, "w1", 0.0), recs("s", 1, range(3, 10))
+    assert check(events, records).ok
+    strict = check(events, records, expected_first_seq=1)
+    assert [(g.after_seq, g.missing) for g in strict.streams["s"].seq_gaps] == [(0, 2)]
+
+
+def test_duplicates_are_attributed_to_the_takeover_that_replayed_them() -> None:
+    """After a crash the new holder resumes from the last checkpoint and repeats 18..20."""
+    events = hold("s", 1, "w1", 0.0, 2) + hold("s", 2, "w2", 3.0)
+    records = recs("s", 1, range(1, 21)) + recs("s", 2, range(18, 30))
+    report = check(events, records)
+    assert report.ok, report.format()
+    assert report.duplicates == 3
+    assert report.takeovers[0].duplicates == 3
+    assert report.duplicates_after([EXPIRED]) == 3
+    assert report.duplicates_after(["released"]) == 0
+
+
+def test_a_repeat_within_one_epoch_is_a_violation() -> None:
+    """One holder delivering a seq twice is a bug, not failover."""
+    report = check(hold("s", 1, "w1", 0.0), recs("s", 1, [1, 2, 2, 3]))
+    assert report.streams["s"].same_epoch_duplicates == 1
+    assert not report.ok
+
+
+def test_a_record_of_an_older_epoch_after_a_newer_one_is_a_stale_write() -> None:
+    """The sink-side view of an overlap: the old holder wrote after the new one had."""
+    events = hold("s", 1, "w1", 0.0, end="released", end_at=1.0) + hold("s", 2, "w2", 2.0)
+    records = recs("s", 1, [1, 2]) + recs("s", 2, [3]) + recs("s", 1, [4]) + recs("s", 2, [5])
+    report = check(events, records)
+    assert report.streams["s"].stale_writes == 1
+    assert not report.ok
+
+
+def test_stale_writes_compare_records_of_one_file_only() -> None:
+    """Order across files means nothing (per-worker files are appended independently)."""
+    events = hold("s", 1, "w1", 0.0, end="released", end_at=1.0) + hold("s", 2, "w2", 2.0)
+    records = recs("s", 2, [3], source="b") + recs("s", 1, [1, 2], source="a")
+    assert check(events, records).streams["s"].stale_writes == 0
+
+
+def test_unowned_time_runs_from_first_acquisition_to_the_end_of_observation() -> None:
+    """Default window: gaps between segments and after the last one count."""
+    events = hold("s", 1, "w1", 0.0, end="released", end_at=1.0) + hold(
+        "s", 2, "w2", 1.5, end="released", end_at=2.0
+    )
+    report = check(events, [], observation_end=3.0)
+    stream = report.streams["s"]
+    assert stream.unowned_periods == [(1.0, 1.5), (2.0, 3.0)]
+    assert stream.unowned_seconds == pytest.approx(1.5)
+
+
+def test_unowned_time_counts_only_the_wanted_windows() -> None:
+    """A stream stopped on purpose is not unowned while stopped; before its first owner it is."""
+    events = hold("s", 1, "w1", 1.0, end="released", end_at=2.0) + hold("s", 2, "w2", 5.0)
+    report = check(events, [], wanted={"s": [(0.5, 2.0), (4.0, 6.0)]})
+    assert report.streams["s"].unowned_periods == [(0.5, 1.0), (4.0, 5.0)]
+
+
+def test_a_wanted_stream_that_was_never_owned_is_unowned_throughout() -> None:
+    """Nobody picked the stream up at all."""
+    report = check([], [], wanted={"s": [(0.0, 2.0)]})
+    assert report.streams["s"].unowned_seconds == pytest.approx(2.0)
+
+
+def test_payload_verification_counts_records_that_do_not_match() -> None:
+    """A corrupted or mixed-up payload is a violation when a verifier is given."""
+    records = [SinkRecord("s", 1, 1, payload="ok"), SinkRecord("s", 1, 2, payload="bad")]
+    report = check(hold("s", 1, "w1", 0.0), records, verify_payload=lambda r: r.payload == "ok")
+    assert report.streams["s"].bad_payloads == 1
+    assert not report.ok
+
+
+def test_loaders_read_directories_and_count_torn_lines(tmp_path: Path) -> None:
+    """A worker killed mid-write leaves a torn line: counted, the rest still read."""
+    events_file = tmp_path / "events.jsonl"
+    lines = [
+        {"event": "acquired", "stream_id": "s", "epoch": 1, "worker_id": "w1", "mono": 1.0}
+        | {"wall_ms": 5, "deadline_mono": 2.5},
+        {"event": "released", "stream_id": "s", "epoch": 1, "worker_id": "w1", "mono": 2.0},
+    ]
+    events_file.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"event": "ren')
+    sink = tmp_path / "sink"
+    sink.mkdir()
+    rows = [
+        {SinkField.STREAM_ID: "s", SinkField.EPOCH: 1, SinkField.SEQ: n, SinkField.PAYLOAD: "x"}
+        for n in (1, 2)
+    ]
+    (sink / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
+    events, bad_events = load_events(events_file)
+    records, bad_records = load_records(sink)
+    assert (len(events), bad_events, len(records), bad_records) == (2, 1, 2, 1)
+    assert events[0].deadline_mono == 2.5
+    report = check_files(events_file, sink)
+    assert report.malformed_lines == 2
+    assert report.ok
+
+
+def test_missing_files_read_as_empty(tmp_path: Path) -> None:
+    """A worker that never wrote its log is not an error of the checker."""
+    assert load_events(tmp_path / "nope.jsonl") == ([], 0)
+
+
+def test_the_text_report_lists_violations_and_takeovers() -> None:
+    """What a failing scenario prints names the stream, the epochs and the workers."""
+    events = hold("s", 1, "w1", 0.0, 2) + hold("s", 2, "w2", 2.0)
+    text = check(events, recs("s", 1, [1, 2]) + recs("s", 2, [2, 3])).format()
+    assert "VIOLATIONS (1)" in text
+    assert "epoch 1 (w1, expired) -> 2 (w2)" in text
+    assert "1 duplicates (1 after expired)" in text
+
+
+def test_a_clean_report_says_so() -> None:
+    """The summary of a clean run."""
+    text = check(hold("s", 1, "w1", 0.0), recs("s", 1, [1, 2])).format()
+    assert "no invariant violated" in text
+    assert "0 overlaps" in text
