@@ -68,6 +68,10 @@ class UpstreamRejected(StreamleaseError):
     """The upstream refused the stream for good (4xx at handshake, policy violation)."""
 
 
+class SinkError(StreamleaseError):
+    """A sink could not write records, after its own retries. Some records may have landed."""
+
+
 class UrlRejected(StreamleaseError):
     """An upstream URL breaks the URL policy. ``field`` names the part at fault."""
 
