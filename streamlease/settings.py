@@ -104,6 +104,8 @@ class Settings:
     sink: str = "kinesis"
     """``kinesis``, ``file``, ``null`` or ``module:factory``."""
     sink_dir: str = ".local/sink"
+    sink_max_attempts: int = 5
+    """Attempts per record before a sink write fails with ``SinkError`` (Kinesis: throttling)."""
 
     # --- worker process ---
     shutdown_budget_seconds: float = 100.0
@@ -152,6 +154,8 @@ class Settings:
             problems.append("shed_batch must be at least 1")
         if self.receive_queue_size < 1:
             problems.append("receive_queue_size must be at least 1")
+        if self.sink_max_attempts < 1:
+            problems.append("sink_max_attempts must be at least 1")
         if problems:
             raise ConfigError("; ".join(problems))
 
