@@ -13,8 +13,8 @@ What it reports, per stream:
 
 - **ownership segments**: while a holder may deliver. A segment opens at ``acquired`` (or at a
   ``renewed`` after the holder had lapsed) and ends at the first of: a terminal event
-  (``released``, ``fenced``, ``lost``) or the latest known ``deadline_mono`` — a holder never
-  delivers after its deadline, so a killed worker's segment ends there.
+  (``released``, ``fenced``, ``lost``, ``stopped``) or the latest known ``deadline_mono`` — a
+  holder never delivers after its deadline, so a killed worker's segment ends there.
 - **overlaps** (must be none): two different epochs whose segments intersect.
 - **epoch conflicts** (must be none): one epoch claimed by two workers.
 - **seq gaps** (must be none where the upstream replays): seqs missing between the first and the
@@ -41,7 +41,7 @@ from local.invariant_inputs import LeaseEvent, SinkRecord, load_events, load_rec
 
 ACQUIRED: Final = "acquired"
 RENEWED: Final = "renewed"
-TERMINAL_EVENTS: Final = frozenset({"released", "fenced", "lost"})
+TERMINAL_EVENTS: Final = frozenset({"released", "fenced", "lost", "stopped"})
 EXPIRED: Final = "expired"
 """End reason of a segment that ran out (no terminal event before its deadline): a crash,
 a freeze, or a holder that could not renew."""
@@ -60,7 +60,7 @@ class Segment:
     start: float
     end: float
     end_reason: str
-    """``released``, ``fenced``, ``lost`` or :data:`EXPIRED`."""
+    """``released``, ``fenced``, ``lost``, ``stopped`` or :data:`EXPIRED`."""
 
 
 @dataclass(frozen=True)

@@ -235,3 +235,11 @@ def test_a_clean_report_says_so() -> None:
     text = check(hold("s", 1, "w1", 0.0), recs("s", 1, [1, 2])).format()
     assert "no invariant violated" in text
     assert "0 overlaps" in text
+
+
+def test_stopped_ends_the_segment_and_the_release_after_it_changes_nothing() -> None:
+    """``stopped`` promises no delivery after it; the ``released`` that follows is later."""
+    events = hold("s", 1, "w1", 0.0, end="stopped", end_at=0.6)
+    events.append(LeaseEvent("released", "s", 1, "w1", 0.8))
+    (segment,) = segments_of(events)
+    assert (segment.end, segment.end_reason) == (0.6, "stopped")
