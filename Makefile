@@ -21,7 +21,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: help run test lint fmt bench synth deploy destroy clean lock lambda
+.PHONY: help run test lint fmt bench synth deploy destroy clean lock lambda openapi
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ $(LAMBDA_ZIP): $(LAMBDA_DEPS_STAMP) $(LAMBDA_SOURCES)
 	$(PY) -c 'import shutil, sys; shutil.make_archive(sys.argv[1], "zip", sys.argv[2])' $(basename $@) $(LAMBDA_DIR)
 
 lambda: $(LAMBDA_ZIP) ## build the Lambda code asset (build/lambda.zip) for synth and deploy
+
+openapi: $(STAMP) ## regenerate lambdas/openapi.json from the API routes
+	$(PY) -m lambdas.openapi_document lambdas/openapi.json
 
 lock: ## re-resolve requirements.lock from pyproject.toml
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv && .lockvenv/bin/pip install --quiet '.[dev]'
