@@ -1,0 +1,102 @@
+"""Fixtures shared by every test suite.
+
+- ``aws_environment`` (session, automatic): dummy AWS credentials (``testing``), region
+  ``us-east-1``, no ``AWS_PROFILE``, no shared config or credential files, no ``AWS_ENDPOINT_URL*``,
+  no HTTP(S) proxy, and no ``STREAMLEASE_*`` variable from the developer's shell. Set in
+  ``os.environ``, so every subprocess a test starts inherits it too.
+- ``moto_server`` (session): one serialised moto server subprocess
+  (:class:`local.moto_server.MotoProcess`: ``.endpoint_url``, ``.port``, ``.pid``), started on the
+  first test that asks for it. DynamoDB conditional writes and SQS receives on it are atomic.
+- ``aws_settings`` (function): a :class:`~streamlease.settings.Settings` whose ``table_name``,
+  ``queue_url`` and ``kinesis_stream_name`` name fresh resources (unique per test) on that server
+  and whose ``aws_endpoint_url`` points at it; every other field is the default. Shrink timers
+  with ``dataclasses.replace(aws_settings, lease_seconds=..., ...)``. The DynamoDB fault switch
+  is reset to "up" before each test.
+- ``dynamodb`` (function): a boto3 DynamoDB client for ``aws_settings`` (seeding, inspection).
+- ``store`` (function): a :class:`~streamlease.lease_store.LeaseStore` on that table with the
+  settings' clock-skew allowance.
+
+Suite-specific fixtures live in the conftest of their own directory.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from local.moto_server import MotoProcess, set_dynamodb_fault
+from local.resources import create_resources
+from streamlease import aws
+from streamlease.lease_store import LeaseStore
+from streamlease.settings import ENV_PREFIX, Settings
+
+_DUMMY_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    # Never read a developer's ~/.aws: a missing file is an empty one to botocore.
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
+}
+_CLEARED_PREFIXES = ("AWS_ENDPOINT_URL", ENV_PREFIX)
+_CLEARED = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def aws_environment() -> Iterator[None]:
+    """Hermetic AWS environment for the whole session (see the module docstring)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name in _CLEARED or name.startswith(_CLEARED_PREFIXES):
+                patch.delenv(name)
+        for name, value in _DUMMY_AWS.items():
+            patch.setenv(name, value)
+        yield
+
+
+@pytest.fixture(scope="session")
+def moto_server(aws_environment: None) -> Iterator[MotoProcess]:
+    """One serialised moto server subprocess for the session."""
+    with MotoProcess.start() as server:
+        yield server
+
+
+@pytest.fixture
+def aws_settings(moto_server: MotoProcess) -> Settings:
+    """Settings naming fresh resources on the session's moto server."""
+    if not moto_server.is_running():
+        pytest.fail("the session's moto server has exited; later tests cannot run")
+    set_dynamodb_fault(moto_server.endpoint_url, "up")
+    base = Settings(aws_endpoint_url=moto_server.endpoint_url, aws_region="us-east-1")
+    return create_resources(base, prefix=f"t-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def dynamodb(aws_settings: Settings) -> Any:
+    """A boto3 DynamoDB client for ``aws_settings``."""
+    return aws.client("dynamodb", aws_settings)
+
+
+@pytest.fixture
+def store(aws_settings: Settings, dynamodb: Any) -> LeaseStore:
+    """A LeaseStore on the fresh table of ``aws_settings``."""
+    return LeaseStore(dynamodb, aws_settings.table_name, clock_skew_ms=aws_settings.clock_skew_ms)
