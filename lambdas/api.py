@@ -1,0 +1,64 @@
+"""The REST API Lambda: ``handler`` is the API Gateway (REST, proxy) entry point.
+
+The local stack calls the same ``handler`` with synthetic proxy events; a missing Lambda context
+is replaced by a stand-in.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.logging import correlation_paths
+
+from lambdas import http_errors, runtime
+from lambdas.routes import streams, workers
+from streamlease.telemetry import API_SERVICE
+
+logger = Logger(service=API_SERVICE, level=runtime.current().settings.log_level)
+tracer = Tracer(service=API_SERVICE)  # active only inside Lambda
+
+app = APIGatewayRestResolver(enable_validation=True)
+app.include_router(streams.router)
+app.include_router(workers.router)
+http_errors.register(app)
+
+
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_ID_CHARS = frozenset(string.ascii_letters + string.digits + "._:-")
+
+
+def with_plain_path(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with percent-escapes of stream-id characters in ``path`` decoded.
+
+    REST APIs pass the path still percent-encoded (a client may send ``a%3Ab`` for ``a:b``).
+    Only characters a stream id may contain are decoded, so an escaped ``/`` or ``?`` can never
+    change which route matches.
+    """
+    path = event.get("path")
+    if not isinstance(path, str) or "%" not in path:
+        return event
+
+    def decode(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in _ID_CHARS else match.group(0)
+
+    return {**event, "path": _ESCAPE.sub(decode, path)}
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    refused = http_errors.precheck(event, runtime.current().settings.max_body_bytes)
+    if refused is not None:
+        return refused
+    return app.resolve(with_plain_path(event), context)
+
+
+def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    """Answer one API Gateway REST proxy event with a proxy response."""
+    response: dict[str, Any] = _handle(event, context or runtime.LocalContext())
+    return response

@@ -1,0 +1,145 @@
+"""Request and response bodies of the REST API (pydantic models; the OpenAPI schemas)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from streamlease.model import Stream, WorkerInfo, iso_ms
+from streamlease.schema import DesiredState, WorkerState
+
+STREAM_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+"""Stream ids: 1–128 characters, letters and digits first, then also ``. _ : -``."""
+
+MAX_WS_URL_CHARS: Final = 2048
+"""Schema bound on ``ws_url``; the URL policy's ``max_url_length`` setting may be stricter."""
+
+
+class CreateStream(BaseModel):
+    """``POST /streams``: the stream to create and start."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str = Field(
+        pattern=STREAM_ID_PATTERN,
+        description="Stream id: 1–128 characters, letters, digits and . _ : - (not first).",
+        examples=["btc-usd"],
+    )
+    ws_url: str = Field(
+        min_length=1,
+        max_length=MAX_WS_URL_CHARS,
+        description="Upstream WebSocket URL: wss://, no credentials, no fragment.",
+        examples=["wss://feed.example.com/v1/ticker"],
+    )
+
+
+class StreamView(BaseModel):
+    """A stream as an operator reads it: who owns it, since when, how far it got, last error."""
+
+    id: str
+    ws_url: str
+    desired_state: DesiredState
+    owner: str | None = Field(description="Worker id holding the lease; null when free.")
+    lease_state: str = Field(description="held, expired (holder missed renewals) or free.")
+    lease_expires_at_ms: int = Field(description="Epoch ms when the lease lapses; 0 when free.")
+    lease_remaining_ms: int = Field(description="Milliseconds left on the lease; 0 when none.")
+    owned_since: str | None = Field(description="When the current owner acquired (ISO-8601).")
+    epoch: int = Field(description="Fencing epoch: +1 on every acquisition.")
+    last_seq: int = Field(description="Last upstream sequence number delivered to the sink.")
+    generation: int = Field(description="+1 on every desired_state change.")
+    takeovers: int = Field(description="Acquisitions of a lease its holder did not release.")
+    last_error: str | None
+    last_error_at: str | None
+    created_at: str | None
+    updated_at: str | None
+    created_by: str | None
+    updated_by: str | None
+
+    @classmethod
+    def of(cls, stream: Stream, now_ms: int) -> StreamView:
+        """The view of ``stream`` at wall time ``now_ms``."""
+        remaining = max(0, stream.expires_at_ms - now_ms) if stream.owner else 0
+        lease_state = "held" if remaining > 0 else "expired"
+        if stream.owner is None:
+            lease_state = "free"
+        return cls(
+            id=stream.stream_id,
+            ws_url=stream.ws_url,
+            desired_state=stream.desired_state,
+            owner=stream.owner,
+            lease_state=lease_state,
+            lease_expires_at_ms=stream.expires_at_ms,
+            lease_remaining_ms=remaining,
+            owned_since=iso_ms(stream.acquired_at_ms)
+            if stream.owner and stream.acquired_at_ms
+            else None,
+            epoch=stream.epoch,
+            last_seq=stream.last_seq,
+            generation=stream.generation,
+            takeovers=stream.takeovers,
+            last_error=stream.last_error,
+            last_error_at=stream.last_error_at,
+            created_at=stream.created_at,
+            updated_at=stream.updated_at,
+            created_by=stream.created_by,
+            updated_by=stream.updated_by,
+        )
+
+
+class StreamList(BaseModel):
+    """``GET /streams``: one page; pass ``next_token`` back for the next (null at the end)."""
+
+    streams: list[StreamView]
+    next_token: str | None
+
+
+class WorkerView(BaseModel):
+    """A live worker process."""
+
+    id: str
+    host: str
+    pid: int
+    task_arn: str = Field(description="ECS task ARN; empty outside ECS.")
+    state: WorkerState
+    stream_count: int = Field(description="Streams the worker reported holding.")
+    capacity: int
+    heartbeat_age_ms: int = Field(description="Milliseconds since the worker's last heartbeat.")
+    version: str
+    started_at: str | None
+
+    @classmethod
+    def of(cls, worker: WorkerInfo, now_ms: int) -> WorkerView:
+        """The view of ``worker`` at wall time ``now_ms``."""
+        return cls(
+            id=worker.worker_id,
+            host=worker.host,
+            pid=worker.pid,
+            task_arn=worker.task_arn,
+            state=worker.state,
+            stream_count=worker.active_streams,
+            capacity=worker.capacity,
+            heartbeat_age_ms=max(0, now_ms - worker.heartbeat_at_ms),
+            version=worker.version,
+            started_at=iso_ms(worker.started_at_ms) if worker.started_at_ms else None,
+        )
+
+
+class WorkerList(BaseModel):
+    """``GET /workers``: the live fleet."""
+
+    workers: list[WorkerView]
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong, and which request field caused it (null when no single field did)."""
+
+    code: str
+    message: str
+    field: str | None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer."""
+
+    error: ErrorDetail

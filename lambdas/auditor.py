@@ -1,0 +1,155 @@
+"""The auditor Lambda (every minute): how many streams are wanted, owned and orphaned.
+
+Publishes ``StartedStreams``, ``OwnedStreams``, ``OrphanedStreams``, ``OldestOrphanAgeSeconds``
+and ``LiveWorkers`` as EMF metrics, zeros included, so alarms and scaling see the truth even when
+every worker is dead. Cheap by construction: ``Select=COUNT`` queries on the ``by-state-expiry``
+and ``by-kind`` indexes, no scan and no stream payloads. Only the age of orphans that have no
+expiry at all (new or released: ``lease_expires_at_ms = 0``) needs their ``updated_at``, read
+for at most :data:`ZERO_EXPIRY_SAMPLE` of them.
+
+Definitions at wall time ``now``: a STARTED stream is *owned* while ``lease_expires_at_ms >=
+now`` and *orphaned* once its lease has lapsed or it has none. An orphan's age counts from its
+lease expiry, or from ``updated_at`` (creation, start or release) when it has no expiry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from aws_lambda_powertools import Logger
+
+from lambdas import dynamo, runtime
+from streamlease.lease_store import wall_ms
+from streamlease.schema import (
+    BY_KIND,
+    BY_STATE_EXPIRY,
+    PK,
+    WORKER_KIND,
+    DesiredState,
+    StreamAttr,
+    WorkerAttr,
+)
+from streamlease.telemetry import AUDITOR_SERVICE, AuditorMetric
+
+logger = Logger(service=AUDITOR_SERVICE, level=runtime.current().settings.log_level)
+metrics = runtime.MetricEmitter(AUDITOR_SERVICE)
+
+ZERO_EXPIRY_SAMPLE: Final = 100
+"""Most never-leased/released orphans whose ``updated_at`` is read to age them."""
+
+
+@dataclass(frozen=True)
+class Audit:
+    """One audit's numbers; ages in seconds."""
+
+    started_streams: int
+    owned_streams: int
+    orphaned_streams: int
+    oldest_orphan_age_seconds: float
+    live_workers: int
+
+    def metrics(self) -> dict[str, float]:
+        """The numbers under their metric names."""
+        return {
+            AuditorMetric.STARTED_STREAMS: self.started_streams,
+            AuditorMetric.OWNED_STREAMS: self.owned_streams,
+            AuditorMetric.ORPHANED_STREAMS: self.orphaned_streams,
+            AuditorMetric.OLDEST_ORPHAN_AGE_SECONDS: self.oldest_orphan_age_seconds,
+            AuditorMetric.LIVE_WORKERS: self.live_workers,
+        }
+
+
+def handler(event: Any, context: Any = None) -> dict[str, Any]:
+    """Audit the table and publish the metrics; returns the numbers (for logs and callers)."""
+    audit = run_audit(runtime.current(), wall_ms())
+    metrics.emit(audit.metrics(), units={AuditorMetric.OLDEST_ORPHAN_AGE_SECONDS: "Seconds"})
+    logger.info("audit", **asdict(audit))
+    return asdict(audit)
+
+
+def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
+    """Count wanted, owned and orphaned streams and live workers at ``now_ms``.
+
+    Raises :class:`streamlease.errors.StoreError` when the table does not answer.
+    """
+    client, table = rt.dynamodb, rt.settings.table_name
+    owned = _count_started(client, table, "#e >= :now", now_ms)
+    orphaned = _count_started(client, table, "#e < :now", now_ms)
+    oldest = _oldest_orphan_age_ms(client, table, now_ms) if orphaned else 0
+    live = dynamo.count(
+        client,
+        "query",
+        TableName=table,
+        IndexName=BY_KIND.name,
+        KeyConditionExpression="#k = :kind AND #e > :now",
+        ExpressionAttributeNames={"#k": WorkerAttr.KIND, "#e": WorkerAttr.EXPIRES_AT_MS},
+        ExpressionAttributeValues=dynamo.serialize({":kind": WORKER_KIND, ":now": now_ms}),
+    )
+    return Audit(
+        started_streams=owned + orphaned,
+        owned_streams=owned,
+        orphaned_streams=orphaned,
+        oldest_orphan_age_seconds=round(oldest / 1000, 3),
+        live_workers=live,
+    )
+
+
+def _started_query(table: str, expiry_condition: str, values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "TableName": table,
+        "IndexName": BY_STATE_EXPIRY.name,
+        "KeyConditionExpression": f"#s = :started AND {expiry_condition}",
+        "ExpressionAttributeNames": {
+            "#s": StreamAttr.DESIRED_STATE,
+            "#e": StreamAttr.LEASE_EXPIRES_AT_MS,
+        },
+        "ExpressionAttributeValues": dynamo.serialize(
+            {":started": DesiredState.STARTED.value, **values}
+        ),
+    }
+
+
+def _count_started(client: Any, table: str, expiry_condition: str, now_ms: int) -> int:
+    return dynamo.count(
+        client, "query", **_started_query(table, expiry_condition, {":now": now_ms})
+    )
+
+
+def _oldest_orphan_age_ms(client: Any, table: str, now_ms: int) -> int:
+    """Age of the oldest orphan: the earliest lapsed lease, or the oldest lease-less stream."""
+    oldest = 0
+    lapsed = dynamo.call(
+        client,
+        "query",
+        **_started_query(table, "#e BETWEEN :one AND :before", {":one": 1, ":before": now_ms - 1}),
+        Limit=1,
+    ).get("Items", [])
+    if lapsed:
+        expires = int(dynamo.plain(lapsed[0])[StreamAttr.LEASE_EXPIRES_AT_MS])
+        oldest = now_ms - expires
+    request = _started_query(table, "#e = :zero", {":zero": 0})
+    request["ExpressionAttributeNames"]["#pk"] = PK
+    never = dynamo.call(
+        client, "query", **request, ProjectionExpression="#pk", Limit=ZERO_EXPIRY_SAMPLE
+    ).get("Items", [])
+    keys = [{PK: dynamo.plain(item)[PK]} for item in never]
+    for item in dynamo.batch_get(client, table, keys, [PK, StreamAttr.UPDATED_AT]):
+        since = _epoch_ms(item.get(StreamAttr.UPDATED_AT))
+        if since is not None:
+            oldest = max(oldest, now_ms - since)
+    return max(0, oldest)
+
+
+def _epoch_ms(iso: Any) -> int | None:
+    """Milliseconds since the epoch of an ISO-8601 timestamp; None if it does not parse."""
+    if not isinstance(iso, str):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return int(moment.timestamp() * 1000)

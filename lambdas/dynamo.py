@@ -1,0 +1,96 @@
+"""Small DynamoDB read helpers for the reaper and the auditor: errors translated, pages followed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import BotoCoreError, ClientError
+
+from streamlease.errors import StoreError
+
+_SER: Final = TypeSerializer()
+_DE: Final = TypeDeserializer()
+BATCH_GET_MAX: Final = 100
+"""Most keys one BatchGetItem may ask for."""
+_BATCH_GET_ROUNDS: Final = 5
+
+
+def serialize(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Plain Python values as DynamoDB attribute values."""
+    return {k: _SER.serialize(v) for k, v in values.items()}
+
+
+def plain(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A DynamoDB item as plain Python values (numbers are ``Decimal``)."""
+    return {k: _DE.deserialize(v) for k, v in item.items()}
+
+
+def call(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
+    """One DynamoDB call; ``ClientError``/``BotoCoreError`` become :class:`StoreError`."""
+    try:
+        result: dict[str, Any] = getattr(client, operation)(**kwargs)
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "Unknown")
+        raise StoreError(f"DynamoDB {operation} failed: {code}") from exc
+    except BotoCoreError as exc:
+        raise StoreError(f"DynamoDB {operation} failed: {type(exc).__name__}") from exc
+    return result
+
+
+def count(client: Any, operation: str, **request: Any) -> int:
+    """Items matched by a Query or Scan with ``Select=COUNT``, summed over every page."""
+    request = {**request, "Select": "COUNT"}
+    total = 0
+    while True:
+        page = call(client, operation, **request)
+        total += int(page.get("Count", 0))
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return total
+        request["ExclusiveStartKey"] = start
+
+
+def items(client: Any, operation: str, **request: Any) -> Iterator[dict[str, Any]]:
+    """Every item of a Query or Scan, as plain values, following the pages."""
+    request = dict(request)
+    while True:
+        page = call(client, operation, **request)
+        for item in page.get("Items", []):
+            yield plain(item)
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return
+        request["ExclusiveStartKey"] = start
+
+
+def batch_get(
+    client: Any, table: str, keys: list[dict[str, Any]], projection: list[str]
+) -> list[dict[str, Any]]:
+    """Items for ``keys`` (plain key dicts), only the ``projection`` attributes; missing skipped.
+
+    Unprocessed keys are asked again a few times; raises :class:`StoreError` if some remain.
+    """
+    names = {f"#a{i}": name for i, name in enumerate(projection)}
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(keys), BATCH_GET_MAX):
+        pending: dict[str, Any] = {
+            table: {
+                "Keys": [serialize(k) for k in keys[start : start + BATCH_GET_MAX]],
+                "ProjectionExpression": ", ".join(names),
+                "ExpressionAttributeNames": names,
+            }
+        }
+        for attempt in range(_BATCH_GET_ROUNDS):
+            if attempt:
+                time.sleep(0.05 * 2**attempt)  # unprocessed keys mean throttling: back off
+            response = call(client, "batch_get_item", RequestItems=pending)
+            found += [plain(i) for i in response.get("Responses", {}).get(table, [])]
+            pending = response.get("UnprocessedKeys") or {}
+            if not pending:
+                break
+        if pending:
+            raise StoreError("DynamoDB batch_get_item left keys unprocessed")
+    return found

@@ -1,0 +1,1 @@
+"""Router modules of the REST API, one per resource."""

@@ -1,0 +1,250 @@
+"""``/streams`` routes: create, start, stop, get, list, delete (DESIGN §6).
+
+Writes are conditional (see :mod:`lambdas.stream_repo`); after a write that wants the stream
+running, a START hint goes to SQS. Idempotent repeats answer 200 and change nothing: creating
+the same id with the same URL, stopping a STOPPED stream, starting a STARTED one (which re-sends
+the START hint, harmless and useful when an earlier hint was lost).
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Annotated, Any, Final
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+
+from lambdas import runtime
+from lambdas.api_models import (
+    STREAM_ID_PATTERN,
+    CreateStream,
+    ErrorBody,
+    StreamList,
+    StreamView,
+)
+from lambdas.commands import send_command, start_command
+from lambdas.http_errors import ApiError
+from lambdas.identity import caller_identity
+from lambdas.pagination import TokenInvalid, decode_token, encode_token, signing_key
+from streamlease.lease_store import wall_ms
+from streamlease.model import Stream
+from streamlease.schema import DesiredState
+from streamlease.telemetry import API_SERVICE, ApiMetric
+from streamlease.url_policy import parse_upstream_url
+
+router = Router()
+logger = Logger(service=API_SERVICE, child=True)
+metrics = runtime.MetricEmitter(API_SERVICE)
+
+StreamId = Annotated[
+    str, Path(pattern=STREAM_ID_PATTERN, description="Stream id.", examples=["btc-usd"])
+]
+
+_JSON: Final = content_types.APPLICATION_JSON
+
+
+def _errors(*statuses: HTTPStatus) -> dict[int, Any]:
+    return {
+        int(s): {"description": s.phrase, "content": {_JSON: {"model": ErrorBody}}}
+        for s in statuses
+    }
+
+
+def _stream_response(status: HTTPStatus, description: str) -> dict[int, Any]:
+    return {int(status): {"description": description, "content": {_JSON: {"model": StreamView}}}}
+
+
+def _reply(status: HTTPStatus, stream: Stream) -> Response[Any]:
+    view = StreamView.of(stream, wall_ms())
+    return Response(status_code=int(status), content_type=_JSON, body=view.model_dump_json())
+
+
+def _hint_start(stream: Stream) -> None:
+    rt = runtime.current()
+    send_command(
+        rt.sqs,
+        rt.settings.queue_url,
+        start_command(stream.stream_id, stream.generation),
+        logger=logger,
+        on_failure=lambda name: metrics.emit({name: 1}),
+    )
+
+
+@router.post(
+    "/streams",
+    summary="Create and start a stream",
+    description=(
+        "Creates the stream STARTED (201). The same id with the same ws_url again changes "
+        "nothing (200); the same id with another ws_url is a conflict (409)."
+    ),
+    operation_id="createStream",
+    tags=["streams"],
+    responses={
+        **_stream_response(HTTPStatus.CREATED, "Created and started"),
+        **_stream_response(HTTPStatus.OK, "Already exists with this ws_url; unchanged"),
+        **_errors(
+            HTTPStatus.BAD_REQUEST,
+            HTTPStatus.CONFLICT,
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            HTTPStatus.SERVICE_UNAVAILABLE,
+        ),
+    },
+)
+def create_stream(body: CreateStream) -> Response[Any]:
+    """Create ``body.id`` with ``body.ws_url`` after the URL policy accepted the URL."""
+    rt = runtime.current()
+    parse_upstream_url(body.ws_url, rt.url_policy)
+    stream, created = rt.repo.create(body.id, body.ws_url, caller_identity(router.current_event))
+    if created:
+        logger.info("stream created", stream_id=stream.stream_id)
+        metrics.emit({ApiMetric.STREAMS_CREATED: 1})
+    if stream.desired_state is DesiredState.STARTED:
+        _hint_start(stream)
+    return _reply(HTTPStatus.CREATED if created else HTTPStatus.OK, stream)
+
+
+@router.post(
+    "/streams/<id>/stop",
+    summary="Stop a stream",
+    description=(
+        "Sets desired_state STOPPED and generation + 1 (202); the owner closes the upstream at "
+        "its next renewal. Already STOPPED: unchanged (200)."
+    ),
+    operation_id="stopStream",
+    tags=["streams"],
+    responses={
+        **_stream_response(HTTPStatus.ACCEPTED, "Stop accepted"),
+        **_stream_response(HTTPStatus.OK, "Already stopped; unchanged"),
+        **_errors(HTTPStatus.BAD_REQUEST, HTTPStatus.NOT_FOUND, HTTPStatus.SERVICE_UNAVAILABLE),
+    },
+)
+def stop_stream(id: StreamId) -> Response[Any]:
+    """Stop ``id``."""
+    rt = runtime.current()
+    stream, changed = rt.repo.set_desired_state(
+        id, DesiredState.STOPPED, caller_identity(router.current_event)
+    )
+    if changed:
+        logger.info("stream stopped", stream_id=id, generation=stream.generation)
+    return _reply(HTTPStatus.ACCEPTED if changed else HTTPStatus.OK, stream)
+
+
+@router.post(
+    "/streams/<id>/start",
+    summary="Start a stopped stream again",
+    description=(
+        "Sets desired_state STARTED and generation + 1 (202) and sends a START hint. Already "
+        "STARTED: unchanged (200), the hint is sent again."
+    ),
+    operation_id="startStream",
+    tags=["streams"],
+    responses={
+        **_stream_response(HTTPStatus.ACCEPTED, "Start accepted"),
+        **_stream_response(HTTPStatus.OK, "Already started; unchanged"),
+        **_errors(HTTPStatus.BAD_REQUEST, HTTPStatus.NOT_FOUND, HTTPStatus.SERVICE_UNAVAILABLE),
+    },
+)
+def start_stream(id: StreamId) -> Response[Any]:
+    """Start ``id``."""
+    rt = runtime.current()
+    stream, changed = rt.repo.set_desired_state(
+        id, DesiredState.STARTED, caller_identity(router.current_event)
+    )
+    if changed:
+        logger.info("stream started", stream_id=id, generation=stream.generation)
+    _hint_start(stream)
+    return _reply(HTTPStatus.ACCEPTED if changed else HTTPStatus.OK, stream)
+
+
+@router.get(
+    "/streams/<id>",
+    summary="Read a stream",
+    description="Who owns it, since when, how far it got and what went wrong last.",
+    operation_id="getStream",
+    tags=["streams"],
+    responses={
+        **_stream_response(HTTPStatus.OK, "The stream"),
+        **_errors(HTTPStatus.BAD_REQUEST, HTTPStatus.NOT_FOUND, HTTPStatus.SERVICE_UNAVAILABLE),
+    },
+)
+def get_stream(id: StreamId) -> Response[Any]:
+    """Read ``id`` consistently."""
+    return _reply(HTTPStatus.OK, runtime.current().repo.get(id))
+
+
+@router.get(
+    "/streams",
+    summary="List streams",
+    description=(
+        "One page of streams, optionally only those in one desired state. Pass next_token "
+        "back for the next page; it is null after the last. A page may be shorter than limit "
+        "(even empty) while next_token is not null."
+    ),
+    operation_id="listStreams",
+    tags=["streams"],
+    responses={
+        200: {"description": "One page", "content": {_JSON: {"model": StreamList}}},
+        **_errors(HTTPStatus.BAD_REQUEST, HTTPStatus.SERVICE_UNAVAILABLE),
+    },
+)
+def list_streams(
+    state: Annotated[DesiredState | None, Query(description="Only streams in this state.")] = None,
+    limit: Annotated[
+        int | None, Query(ge=1, description="Page size; at most the page_size_max setting.")
+    ] = None,
+    next_token: Annotated[
+        str | None, Query(max_length=2048, description="From the previous page.")
+    ] = None,
+) -> Response[Any]:
+    """List streams, ``limit`` at a time."""
+    rt = runtime.current()
+    page_max = rt.settings.page_size_max
+    if limit is not None and limit > page_max:
+        raise ApiError(
+            HTTPStatus.BAD_REQUEST, "invalid_request", f"limit must be at most {page_max}", "limit"
+        )
+    key = signing_key(rt.settings)
+    query_filter = None if state is None else state.value
+    start_key = None
+    if next_token:
+        try:
+            start_key = decode_token(next_token, query_filter, key)
+        except TokenInvalid as exc:
+            raise ApiError(
+                HTTPStatus.BAD_REQUEST, "invalid_request", str(exc), "next_token"
+            ) from None
+    page = rt.repo.list(state, limit or page_max, start_key)
+    now = wall_ms()
+    body = StreamList(
+        streams=[StreamView.of(s, now) for s in page.streams],
+        next_token=None
+        if page.next_key is None
+        else encode_token(page.next_key, query_filter, key),
+    )
+    return Response(status_code=200, content_type=_JSON, body=body.model_dump_json())
+
+
+@router.delete(
+    "/streams/<id>",
+    summary="Delete a stopped stream",
+    description="Only a STOPPED stream that no worker holds can be deleted (204).",
+    operation_id="deleteStream",
+    tags=["streams"],
+    responses={
+        204: {"description": "Deleted"},
+        **_errors(
+            HTTPStatus.BAD_REQUEST,
+            HTTPStatus.NOT_FOUND,
+            HTTPStatus.CONFLICT,
+            HTTPStatus.SERVICE_UNAVAILABLE,
+        ),
+    },
+)
+def delete_stream(id: StreamId) -> Response[Any]:
+    """Delete ``id``."""
+    runtime.current().repo.delete(id)
+    logger.info("stream deleted", stream_id=id, deleted_by=caller_identity(router.current_event))
+    return Response(status_code=204)
