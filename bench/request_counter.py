@@ -1,0 +1,167 @@
+"""Count the DynamoDB requests a process actually sends, with their write and read units.
+
+:meth:`RequestCounter.install` hooks every botocore client created afterwards in this process
+(``before-parameter-build`` keeps the request's parameters, ``before-send`` counts HTTP attempts
+including retries, ``after-call`` sees the outcome). ``python -m bench.request_counter
+--counts-file F -- [worker args]`` runs the worker (``python -m worker``) with the counter
+installed and rewrites ``F`` (JSON) every half second, so even a killed worker leaves its counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+
+from bench.write_units import (
+    READ_OPERATIONS,
+    WRITE_OPERATIONS,
+    IndexMembership,
+    read_units,
+    write_cost,
+)
+
+_PARAMS_KEY = "bench_request_params"
+
+
+class RequestCounter:
+    """Thread-safe counts of DynamoDB requests by operation and outcome, with units."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._membership = IndexMembership()
+        self.requests: Counter[str] = Counter()
+        """Logical calls by ``"<Operation> ok|failed"`` (failed: an error answer)."""
+        self.attempts: Counter[str] = Counter()
+        """HTTP attempts by operation (retries included)."""
+        self.write_units: Counter[str] = Counter()
+        """Write units by ``"table"`` and index name."""
+        self.read_units = 0.0
+
+    # --- hooks -----------------------------------------------------------------------------
+
+    def attach(self, client: Any) -> None:
+        """Count the DynamoDB requests of one botocore client (others are ignored)."""
+        if client.meta.service_model.service_name != "dynamodb":
+            return
+        events = client.meta.events
+        events.register("before-parameter-build.dynamodb", self._keep_params)
+        events.register("before-send.dynamodb", self._count_attempt)
+        events.register("after-call.dynamodb", self._count_call)
+
+    def install(self) -> None:
+        """Attach to every client any botocore session creates from now on in this process."""
+        original = botocore.session.Session.create_client
+        counter = self
+
+        def create_client(self: Any, *args: Any, **kwargs: Any) -> Any:
+            client = original(self, *args, **kwargs)
+            counter.attach(client)
+            return client
+
+        botocore.session.Session.create_client = create_client  # type: ignore[method-assign]
+
+    def _keep_params(self, params: Any, context: Any, **_: Any) -> None:
+        context[_PARAMS_KEY] = dict(params)
+
+    def _count_attempt(self, request: Any, **_: Any) -> None:
+        target = request.headers.get("X-Amz-Target", b"")
+        if isinstance(target, bytes):
+            target = target.decode()
+        with self._lock:
+            self.attempts[target.rsplit(".", 1)[-1] or "unknown"] += 1
+
+    def _count_call(
+        self, http_response: Any, parsed: Any, model: Any, context: Any, **_: Any
+    ) -> None:
+        operation = model.name
+        params = context.get(_PARAMS_KEY, {})
+        ok = http_response is not None and http_response.status_code < 300
+        code = (parsed or {}).get("Error", {}).get("Code", "") if not ok else ""
+        with self._lock:
+            self.requests[f"{operation} {'ok' if ok else 'failed'}"] += 1
+            if operation in WRITE_OPERATIONS and (ok or code == "ConditionalCheckFailedException"):
+                cost = write_cost(operation, params, ok, self._membership)
+                self.write_units["table"] += cost.base
+                for name, units in cost.index.items():
+                    self.write_units[name] += units
+            elif operation in READ_OPERATIONS and ok:
+                size = len(http_response.content or b"")
+                self.read_units += read_units(operation, params, size)
+
+    # --- results ---------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counts so far as plain JSON-able data."""
+        with self._lock:
+            return {
+                "requests": dict(self.requests),
+                "attempts": dict(self.attempts),
+                "write_units": dict(self.write_units),
+                "read_units": self.read_units,
+            }
+
+    def dump(self, path: Path) -> None:
+        """Write :meth:`snapshot` to ``path`` atomically."""
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.snapshot()), encoding="utf-8")
+        tmp.replace(path)
+
+    def dump_every(self, path: Path, seconds: float) -> threading.Event:
+        """Rewrite ``path`` every ``seconds`` on a daemon thread; set the returned event to stop."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(seconds):
+                self.dump(path)
+            self.dump(path)
+
+        threading.Thread(target=loop, name="request-counter", daemon=True).start()
+        return stop
+
+
+def write_requests(snapshot: dict[str, Any]) -> int:
+    """Write requests (any outcome) in a :meth:`RequestCounter.snapshot`."""
+    return sum(
+        n for key, n in snapshot.get("requests", {}).items() if key.split()[0] in WRITE_OPERATIONS
+    )
+
+
+def diff(later: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """``later − earlier`` of two snapshots (counts taken in a steady window)."""
+    out: dict[str, Any] = {}
+    for field in ("requests", "attempts", "write_units"):
+        a, b = later.get(field, {}), earlier.get(field, {})
+        out[field] = {k: a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)}
+    out["read_units"] = later.get("read_units", 0.0) - earlier.get("read_units", 0.0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run ``python -m worker`` with a request counter dumping to ``--counts-file``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts-file", required=True, type=Path)
+    parser.add_argument("--every", type=float, default=0.5, help="seconds between dumps")
+    parser.add_argument("worker_args", nargs="*")
+    args = parser.parse_args(argv)
+    counter = RequestCounter()
+    counter.install()
+    stop = counter.dump_every(args.counts_file, args.every)
+    sys.argv = ["worker", *args.worker_args]
+    try:
+        runpy.run_module("worker", run_name="__main__", alter_sys=True)
+    finally:
+        stop.set()
+        counter.dump(args.counts_file)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The bench's write-unit model, checked on the requests the real lease store sends.
+
+A renewal must cost the table write plus the ``by-state-expiry`` delete and insert (its sort key
+moves); ownership changes add ``by-owner`` entries; a failed condition costs the table unit only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.request_counter import RequestCounter, write_requests
+from bench.write_units import changed_attributes
+from streamlease.errors import LeaseConflict
+from streamlease.lease_store import LeaseStore
+from streamlease.model import WorkerInfo
+from streamlease.schema import (
+    BY_KIND,
+    BY_OWNER,
+    BY_STATE_EXPIRY,
+    PK,
+    DesiredState,
+    StreamAttr,
+    WorkerState,
+    stream_key,
+)
+
+NOW = 1_800_000_000_000
+LEASE_MS = 20_000
+
+
+def put_stream(
+    dynamodb: Any,
+    table: str,
+    stream_id: str,
+    *,
+    owner: str = "",
+    expires_ms: int = 0,
+    epoch: int = 0,
+) -> None:
+    """A stream item as the control plane writes it, optionally leased."""
+    item = {
+        PK: {"S": stream_key(stream_id)},
+        StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
+        StreamAttr.WS_URL: {"S": f"wss://upstream.example/{stream_id}"},
+        StreamAttr.LEASE_EXPIRES_AT_MS: {"N": str(expires_ms)},
+        StreamAttr.LEASE_EPOCH: {"N": str(epoch)},
+        StreamAttr.LAST_SEQ: {"N": "0"},
+        StreamAttr.GENERATION: {"N": "1"},
+    }
+    if owner:
+        item[StreamAttr.LEASE_OWNER] = {"S": owner}
+    dynamodb.put_item(TableName=table, Item=item)
+
+
+@pytest.fixture
+def table(aws_settings: Any) -> str:
+    return str(aws_settings.table_name)
+
+
+@pytest.fixture
+def counted(store: LeaseStore, dynamodb: Any) -> RequestCounter:
+    counter = RequestCounter()
+    counter.attach(dynamodb)
+    return counter
+
+
+def units_of(counter: RequestCounter, action: Any) -> dict[str, int]:
+    before = dict(counter.write_units)
+    action()
+    return {k: v - before.get(k, 0) for k, v in counter.write_units.items() if v - before.get(k, 0)}
+
+
+def test_update_expressions_name_the_attributes_they_change() -> None:
+    """SET (commas inside functions included), REMOVE and #placeholders are all understood."""
+    set_attrs, removed = changed_attributes(
+        "SET a = :a, #b = if_not_exists(#b, :zero) + :one REMOVE c, d",
+        {"#b": "bee"},
+    )
+    assert (set_attrs, removed) == ({"a", "bee"}, {"c", "d"})
+
+
+def test_a_renewal_costs_the_table_write_plus_an_index_delete_and_insert(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """Every heartbeat moves lease_expires_at_ms, the sort key of by-state-expiry: 1 + 2."""
+    put_stream(dynamodb, table, "s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    renewal = units_of(
+        counted, lambda: store.renew("s1", "w1", lease.epoch, 5, LEASE_MS, now_ms=NOW + 5000)
+    )
+    assert renewal == {"table": 1, BY_STATE_EXPIRY.name: 2}
+
+
+def test_acquire_and_release_also_add_and_remove_the_owner_index_entry(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """A fresh acquire inserts into by-owner, a release deletes from it."""
+    put_stream(dynamodb, table, "s1")
+    acquire = units_of(counted, lambda: store.acquire("s1", "w1", LEASE_MS, now_ms=NOW))
+    assert acquire == {"table": 1, BY_STATE_EXPIRY.name: 2, BY_OWNER.name: 1}
+    release = units_of(counted, lambda: store.release("s1", "w1", 1, last_seq=3, now_ms=NOW))
+    assert release == {"table": 1, BY_STATE_EXPIRY.name: 2, BY_OWNER.name: 1}
+
+
+def test_a_takeover_moves_the_owner_index_entry(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """Taking an expired lease from another owner changes by-owner's key: delete + insert."""
+    put_stream(dynamodb, table, "s1", owner="w0", expires_ms=NOW - 60_000, epoch=4)
+    takeover = units_of(counted, lambda: store.acquire("s1", "w1", LEASE_MS, now_ms=NOW))
+    assert takeover[BY_OWNER.name] == 2
+    assert takeover[BY_STATE_EXPIRY.name] == 2
+
+
+def test_a_failed_condition_costs_the_table_unit_and_no_index_write(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """Losing an acquire race is billed too, but touches no index."""
+    put_stream(dynamodb, table, "s1", owner="w0", expires_ms=NOW + 60_000, epoch=1)
+
+    def lose() -> None:
+        with pytest.raises(LeaseConflict):
+            store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    assert units_of(counted, lose) == {"table": 1}
+    assert counted.requests["UpdateItem failed"] == 1
+
+
+def test_worker_heartbeats_move_the_fleet_index_entry(
+    store: LeaseStore, counted: RequestCounter
+) -> None:
+    """The first worker put inserts into by-kind; later ones move its expiry key."""
+
+    def put(at: int) -> None:
+        store.put_worker(WorkerInfo("w1", WorkerState.RUNNING, at, at + 20_000, 3, 100, "host", 1))
+
+    assert units_of(counted, lambda: put(NOW)) == {"table": 1, BY_KIND.name: 1}
+    assert units_of(counted, lambda: put(NOW + 5000)) == {"table": 1, BY_KIND.name: 2}
+    assert write_requests(counted.snapshot()) == 2
+
+
+def test_reads_are_counted_in_read_units(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """A consistent GetItem of a small item is one read unit."""
+    put_stream(dynamodb, table, "s1")
+    store.read("s1", consistent=True)
+    assert counted.read_units == 1.0
+    assert counted.attempts["GetItem"] == 1
