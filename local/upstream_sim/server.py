@@ -1,0 +1,292 @@
+"""The simulator's WebSocket server: handshakes, faults, statistics and the streaming loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import http
+import json
+import resource
+import threading
+import time
+import weakref
+import zlib
+from typing import Any, Final
+from urllib.parse import quote, unquote, urlencode, urlsplit
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from local.upstream_sim.knobs import (
+    ALL_STREAMS,
+    DEFAULT_RATE,
+    GARBAGE_FRAMES,
+    Fault,
+    Knobs,
+    StreamStats,
+    end_plan,
+    mix,
+    text_frame,
+)
+
+LISTEN_BACKLOG: Final = 4096
+_MAX_BURST: Final = 256  # frames per transport write when catching up or flat out
+_MIN_TICK_SECONDS: Final = 0.002  # a fast stream sends bursts instead of waking every 100 µs
+_UNSENDABLE_CODES: Final = frozenset({1005, 1006, 1015})  # reserved: never put on the wire
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft
+
+
+class UpstreamSimulator:
+    """The simulator server. Public methods are thread-safe unless they are coroutines."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        default_rate: float = DEFAULT_RATE,
+        resume_param: str = "from_seq",
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.default_rate = default_rate
+        self.resume_param = resume_param
+        self._lock = threading.Lock()
+        self._stats: dict[str, StreamStats] = {}
+        self._faults: dict[str, Fault] = {}
+        self._open: dict[str, set[ServerConnection]] = {}
+        self._plans: weakref.WeakKeyDictionary[ServerConnection, tuple[str, Knobs]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._server: Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._enders: set[asyncio.Task[None]] = set()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen; afterwards :attr:`port` is the bound port (useful with ``port=0``)."""
+        raise_open_file_limit()
+        self._loop = asyncio.get_running_loop()
+        self._server = await serve(
+            self._handle,
+            self.host,
+            self.port,
+            process_request=self._process_request,
+            compression=None,
+            ping_interval=None,  # clients ping; the simulator only answers
+            max_size=2**16,
+            backlog=LISTEN_BACKLOG,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self, close_code: int | None = 1012) -> None:
+        """Stop listening and end every connection: close with ``close_code`` or, for ``None``,
+        abort (1006). The default 1012 (service restart) tells clients to come back later."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close(close_connections=False)
+        await asyncio.gather(*(self._end(c, close_code) for c in list(server.connections)))
+        await server.wait_closed()
+
+    async def __aenter__(self) -> UpstreamSimulator:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # --- test API --------------------------------------------------------------------------
+
+    def url_for(self, stream_id: str, /, *, host: str | None = None, **query: Any) -> str:
+        """``ws://host:port/<stream id>?<query>``; the stream id is percent-encoded."""
+        base = f"ws://{host or self.host}:{self.port}/{quote(stream_id, safe='')}"
+        return f"{base}?{urlencode(query)}" if query else base
+
+    def set_fault(self, stream_id: str, *, times: int | None = None, **knobs: Any) -> None:
+        """Override knobs (``drop_after``, ``reject``, ``close_code``, ``close_after``,
+        ``garbage_every``, ``gap_every``, ``replay_back``, ``rate``, ``until_seq``) for the next
+        ``times`` connections of ``stream_id`` (``None``: until cleared; ``ALL_STREAMS``: every
+        stream). Raises ``ValueError`` for an unknown knob."""
+        unknown = set(knobs) - {f.name for f in dataclasses.fields(Knobs)}
+        if unknown:
+            raise ValueError(f"unknown knobs: {sorted(unknown)}")
+        with self._lock:
+            self._faults[stream_id] = Fault(knobs=dict(knobs), remaining=times)
+
+    def clear_faults(self, stream_id: str | None = None) -> None:
+        """Remove the fault of ``stream_id``, or every fault when ``None``."""
+        with self._lock:
+            if stream_id is None:
+                self._faults.clear()
+            else:
+                self._faults.pop(stream_id, None)
+
+    def stats(self, stream_id: str) -> StreamStats:
+        """A copy of what the simulator saw for ``stream_id`` (zeros if nothing)."""
+        with self._lock:
+            current = self._stats.get(stream_id, StreamStats())
+            return dataclasses.replace(
+                current,
+                from_seqs=list(current.from_seqs),
+                attempt_times=list(current.attempt_times),
+                close_codes_received=list(current.close_codes_received),
+            )
+
+    def attempts(self, stream_id: str) -> int:
+        """Handshake requests seen for ``stream_id`` (for "no tight reconnect loop" checks)."""
+        with self._lock:
+            current = self._stats.get(stream_id)
+            return current.attempts if current else 0
+
+    def disconnect(self, stream_id: str, close_code: int | None = None) -> None:
+        """End every open connection of ``stream_id``: abort (``None``) or close with a code."""
+        loop = self._loop
+        if loop is None:
+            return
+        with self._lock:
+            connections = list(self._open.get(stream_id, ()))
+        for connection in connections:
+            coro = self._end(connection, close_code)
+            if _on_loop(loop):
+                task = loop.create_task(coro)
+                self._enders.add(task)
+                task.add_done_callback(self._enders.discard)
+            else:
+                asyncio.run_coroutine_threadsafe(coro, loop)
+
+    # --- server side -----------------------------------------------------------------------
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        parts = urlsplit(request.path)
+        stream_id = unquote(parts.path[1:])
+        if not stream_id:
+            return connection.respond(http.HTTPStatus.NOT_FOUND, "no stream id in the path\n")
+        try:
+            knobs = Knobs.from_query(parts.query, self.resume_param, self.default_rate)
+            knobs = self._apply_fault(stream_id, knobs)
+        except (TypeError, ValueError):
+            return connection.respond(http.HTTPStatus.BAD_REQUEST, "bad simulator knob\n")
+        with self._lock:
+            stats = self._stats.setdefault(stream_id, StreamStats())
+            stats.attempts += 1
+            stats.attempt_times.append(time.monotonic())
+            stats.last_host_header = request.headers.get("Host", "")
+            if knobs.reject is not None:
+                stats.rejected += 1
+        if knobs.reject is not None:
+            return connection.respond(knobs.reject, "rejected by the simulator\n")
+        self._plans[connection] = (stream_id, knobs)
+        return None
+
+    def _apply_fault(self, stream_id: str, knobs: Knobs) -> Knobs:
+        with self._lock:
+            key = stream_id if stream_id in self._faults else ALL_STREAMS
+            fault = self._faults.get(key)
+            if fault is None:
+                return knobs
+            if fault.remaining is not None:
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    del self._faults[key]
+        merged = dataclasses.replace(knobs, **fault.knobs)
+        merged.validate()
+        return merged
+
+    async def _handle(self, connection: ServerConnection) -> None:
+        stream_id, knobs = self._plans.pop(connection)
+        with self._lock:
+            stats = self._stats[stream_id]
+            stats.accepted += 1
+            stats.open += 1
+            stats.from_seqs.append(knobs.from_seq)
+            self._open.setdefault(stream_id, set()).add(connection)
+        try:
+            await self._stream(connection, stream_id, knobs, stats)
+            await connection.wait_closed()
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away while a frame was on its way
+        finally:
+            received = connection.protocol.close_rcvd
+            with self._lock:
+                stats.open -= 1
+                stats.close_codes_received.append(received.code if received else None)
+                self._open[stream_id].discard(connection)
+
+    async def _stream(
+        self, ws: ServerConnection, stream_id: str, knobs: Knobs, stats: StreamStats
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        transport = ws.transport
+        data_prefix = json.dumps(stream_id + ":").encode()[:-1]  # '"<id>:' still open
+        stream_hash = zlib.crc32(stream_id.encode())
+        seq = max(1, knobs.from_seq - knobs.replay_back)
+        limit, action_code = end_plan(knobs)
+        gap_every, garbage_every = knobs.gap_every or 0, knobs.garbage_every or 0
+        rate, sent, started = knobs.rate, 0, loop.time()
+        while not transport.is_closing():
+            if rate > 0:
+                burst = min(int((loop.time() - started) * rate) + 1 - sent, _MAX_BURST)
+            else:
+                burst = _MAX_BURST
+            if limit is not None:
+                burst = min(burst, limit - sent)
+            if knobs.until_seq is not None:
+                burst = min(burst, knobs.until_seq - seq + 1)
+            if burst > 0:
+                ts = time.time_ns() // 1_000_000
+                frames = []
+                for _ in range(burst):
+                    body = b'{"seq":%d,"ts":%d,"data":%s%d:%08x"}' % (
+                        seq,
+                        ts,
+                        data_prefix,
+                        seq,
+                        mix(stream_hash, seq),
+                    )
+                    frames.append(text_frame(body))
+                    sent += 1
+                    seq += 2 if gap_every and sent % gap_every == 0 else 1
+                    if garbage_every and sent % garbage_every == 0:
+                        frames.append(GARBAGE_FRAMES[(sent // garbage_every) % len(GARBAGE_FRAMES)])
+                transport.write(b"".join(frames))
+                with self._lock:
+                    stats.messages_sent += burst
+            if limit is not None and sent >= limit:
+                await self._end(ws, action_code)
+                return
+            if knobs.until_seq is not None and seq > knobs.until_seq:
+                await ws.wait_closed()
+                return
+            await ws.drain()  # waits only while the client is not reading (flow control)
+            if rate > 0:
+                await asyncio.sleep(max(started + sent / rate - loop.time(), _MIN_TICK_SECONDS))
+            else:
+                await asyncio.sleep(0)
+
+    @staticmethod
+    async def _end(connection: ServerConnection, close_code: int | None) -> None:
+        if close_code is None or close_code in _UNSENDABLE_CODES:
+            connection.transport.abort()
+        else:
+            await connection.close(close_code, "simulated")
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

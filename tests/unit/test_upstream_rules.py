@@ -1,0 +1,137 @@
+"""Pure parts of the upstream connection: resume URLs and how failures are classified."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+
+import pytest
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK, InvalidStatus
+from websockets.frames import Close
+from websockets.http11 import Response
+
+from worker.upstream import describe_close, describe_connect_error, with_resume_param
+
+SECRET = "token=s3cr3t"
+
+
+def _status(code: int) -> InvalidStatus:
+    return InvalidStatus(Response(code, "x", Headers(), b"body with s3cr3t"))
+
+
+# --- resume parameter ------------------------------------------------------------------------
+
+
+def test_resume_param_is_added_to_a_resource_without_query() -> None:
+    """A bare path gains ``?from_seq=n``."""
+    assert with_resume_param("/s1", "from_seq", 42) == "/s1?from_seq=42"
+
+
+def test_resume_param_replaces_an_existing_one_and_keeps_the_rest_byte_for_byte() -> None:
+    """Other parameters keep their order and their exact encoding; the old value goes."""
+    resource = "/s?a=b%20c&from_seq=3&x&d=%2F"
+    assert with_resume_param(resource, "from_seq", 9) == "/s?a=b%20c&x&d=%2F&from_seq=9"
+
+
+def test_resume_param_spelled_with_percent_escapes_is_still_replaced() -> None:
+    """``from%5Fseq`` is the same parameter name as ``from_seq``."""
+    assert with_resume_param("/s?from%5Fseq=1", "from_seq", 5) == "/s?from_seq=5"
+
+
+def test_custom_resume_param_name() -> None:
+    """``Settings.resume_param`` names the parameter."""
+    assert with_resume_param("/s?k=v", "offset", 7) == "/s?k=v&offset=7"
+
+
+def test_empty_resume_param_leaves_the_resource_alone() -> None:
+    """An upstream without replay gets the URL as stored."""
+    assert with_resume_param("/s?k=v", "", 7) == "/s?k=v"
+
+
+# --- handshake failures ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 410, 451])
+def test_4xx_at_handshake_is_fatal(status: int) -> None:
+    """The upstream refused the stream: retrying would get the same answer."""
+    failure = describe_connect_error(_status(status))
+    assert failure.fatal
+    assert failure.status == status
+
+
+@pytest.mark.parametrize("status", [408, 425, 429, 500, 502, 503, 504])
+def test_transient_statuses_at_handshake_are_retried(status: int) -> None:
+    """5xx and the transient 4xx (timeout, too early, too many requests) are retried."""
+    failure = describe_connect_error(_status(status))
+    assert not failure.fatal
+    assert failure.status == status
+
+
+@pytest.mark.parametrize("status", [200, 301, 302, 307, 308])
+def test_redirects_and_non_upgrade_answers_are_fatal(status: int) -> None:
+    """Redirects are never followed; a 200 means the URL is not a WebSocket endpoint."""
+    assert describe_connect_error(_status(status)).fatal
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        TimeoutError(),
+        ConnectionRefusedError(111, "Connection refused"),
+        socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+        ssl.SSLCertVerificationError("certificate verify failed"),
+        OSError(113, "No route to host"),
+    ],
+)
+def test_network_errors_are_retried(exc: BaseException) -> None:
+    """Timeouts, refused connections, DNS and TLS failures may heal: retry with backoff."""
+    failure = describe_connect_error(exc)
+    assert not failure.fatal
+    assert failure.message
+
+
+def test_failure_messages_never_repeat_upstream_text_or_urls() -> None:
+    """The message is ours: no response body, no URL, no query string."""
+    exc = _status(403)
+    exc.add_note(f"wss://up.example/s?{SECRET}")
+    for failure in (
+        describe_connect_error(exc),
+        describe_connect_error(OSError(f"wss://up.example/s?{SECRET}")),
+    ):
+        assert "s3cr3t" not in failure.message
+
+
+# --- closed connections ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [1000, 1001])
+def test_normal_close_from_upstream_ends_the_stream(code: int) -> None:
+    """1000/1001 received from the upstream: the stream is over (``fatal`` means ended)."""
+    failure = describe_close(ConnectionClosedOK(Close(code, "bye s3cr3t"), Close(code, ""), True))
+    assert failure.fatal
+    assert failure.close_code == code
+    assert "s3cr3t" not in failure.message
+
+
+@pytest.mark.parametrize("code", [1002, 1008, 1011, 1012, 1013, 1014, 4000])
+def test_other_close_codes_from_upstream_are_retried(code: int) -> None:
+    """Restart, try-again-later, internal errors and application codes: reconnect."""
+    failure = describe_close(ConnectionClosedError(Close(code, "s3cr3t"), None))
+    assert not failure.fatal
+    assert failure.close_code == code
+    assert "s3cr3t" not in failure.message
+
+
+def test_connection_lost_without_close_frame_is_retried_as_1006() -> None:
+    """An abrupt TCP close is the classic flapping upstream."""
+    failure = describe_close(ConnectionClosedError(None, None))
+    assert not failure.fatal
+    assert failure.close_code == 1006
+
+
+def test_keepalive_timeout_is_retried_and_named() -> None:
+    """websockets closes with 1011 when pings go unanswered; the message says so."""
+    failure = describe_close(ConnectionClosedError(None, Close(1011, "keepalive ping timeout")))
+    assert not failure.fatal
+    assert "keepalive" in failure.message

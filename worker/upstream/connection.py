@@ -1,0 +1,185 @@
+"""Opening one upstream WebSocket connection safely, and classifying how connections fail.
+
+Pure parts (:func:`with_resume_param`, :func:`describe_connect_error`, :func:`describe_close`) are
+separate from the one function that touches the network, :func:`connect_upstream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, NamedTuple
+from urllib.parse import quote, unquote_plus
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+
+from streamlease.settings import Settings
+from streamlease.url_policy import UrlPolicy, check_address, parse_upstream_url
+
+MAX_FRAME_BYTES: Final = 1_000_000
+"""Largest upstream message accepted, in bytes: a sink record must fit a 1 MiB Kinesis record."""
+CLOSE_TIMEOUT_SECONDS: Final = 3.0
+"""How long a closing handshake may take before the socket is dropped."""
+ENDED_CLOSE_CODES: Final = frozenset({1000, 1001})
+"""Close codes with which the upstream says the stream is over (not retried)."""
+RETRYABLE_4XX: Final = frozenset({408, 425, 429})
+"""Handshake statuses below 500 that are transient (timeout, too early, too many requests)."""
+
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+"""``(host, port) -> IP addresses``; the default asks the event loop's ``getaddrinfo``."""
+
+
+class Failure(NamedTuple):
+    """How a failed connect or a closed connection is handled."""
+
+    fatal: bool
+    message: str
+    status: int | None = None
+    close_code: int | None = None
+
+
+# --- pure parts ------------------------------------------------------------------------------
+
+
+def with_resume_param(resource: str, param: str, from_seq: int) -> str:
+    """``resource`` (``/path?query``) asking for ``from_seq``: any existing ``param`` is replaced,
+    other parameters are kept byte for byte and in order. An empty ``param`` leaves it alone."""
+    if not param:
+        return resource
+    path, _, query = resource.partition("?")
+    kept = [
+        part for part in query.split("&") if part and unquote_plus(part.partition("=")[0]) != param
+    ]
+    kept.append(f"{quote(param, safe='')}={from_seq}")
+    return f"{path}?{'&'.join(kept)}"
+
+
+def describe_connect_error(exc: BaseException) -> Failure:
+    """Classify a failed connection attempt: fatal or retried, with a sanitized message."""
+    if isinstance(exc, InvalidStatus):
+        status = exc.response.status_code
+        if 300 <= status < 400:
+            return Failure(True, f"upstream redirected the handshake (HTTP {status})", status)
+        if status < 300 or (status < 500 and status not in RETRYABLE_4XX):
+            return Failure(True, f"upstream refused the handshake (HTTP {status})", status)
+        return Failure(False, f"upstream failed the handshake (HTTP {status})", status)
+    if isinstance(exc, TimeoutError):
+        return Failure(False, "connecting to the upstream timed out")
+    if isinstance(exc, socket.gaierror):
+        return Failure(False, "upstream host name did not resolve")
+    if isinstance(exc, ConnectionRefusedError):
+        return Failure(False, "upstream refused the TCP connection")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return Failure(False, "upstream TLS certificate did not verify")
+    if isinstance(exc, ssl.SSLError):
+        return Failure(False, "TLS handshake with the upstream failed")
+    if isinstance(exc, OSError):
+        return Failure(False, f"connecting to the upstream failed ({exc.strerror or 'OS error'})")
+    if isinstance(exc, InvalidURI):
+        return Failure(True, "upstream URL is not a valid WebSocket URI")
+    if isinstance(exc, InvalidHandshake):
+        return Failure(False, f"upstream handshake was invalid ({type(exc).__name__})")
+    return Failure(False, f"connecting to the upstream failed ({type(exc).__name__})")
+
+
+def describe_close(exc: ConnectionClosed) -> Failure:
+    """Classify a closed connection; ``fatal`` here means the stream ended (1000/1001)."""
+    if exc.rcvd is not None:
+        code = exc.rcvd.code
+        if code in ENDED_CLOSE_CODES:
+            return Failure(True, f"upstream ended the stream (close code {code})", close_code=code)
+        return Failure(False, f"upstream closed the connection (close code {code})", None, code)
+    if exc.sent is not None:
+        code = exc.sent.code
+        if code == 1011:
+            return Failure(False, "upstream did not answer keepalive pings", close_code=code)
+        if code == 1009:
+            return Failure(
+                False, f"upstream sent a message over {MAX_FRAME_BYTES} bytes", close_code=code
+            )
+        return Failure(False, f"upstream broke the protocol (close code {code})", close_code=code)
+    return Failure(False, "upstream connection lost without a close frame", close_code=1006)
+
+
+# --- connecting ------------------------------------------------------------------------------
+
+
+class _NoRedirectConnect(connect):
+    """``connect`` that treats a 3xx answer as an answer: a redirect is never followed."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
+async def _getaddrinfo(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def connect_upstream(
+    url: str,
+    settings: Settings,
+    *,
+    from_seq: int,
+    policy: UrlPolicy | None = None,
+    resolver: Resolver | None = None,
+) -> ClientConnection:
+    """Open one WebSocket connection to ``url`` asking for ``from_seq``; no retries.
+
+    Every address the host resolves to must pass the URL policy (default: from ``settings``);
+    addresses are tried in resolver order until one accepts TCP, all within
+    ``settings.connect_timeout_seconds``. Raises :class:`UrlRejected` (URL or an address refused),
+    ``TimeoutError``, ``OSError`` or a websockets ``InvalidHandshake`` (``InvalidStatus`` for a
+    non-101 answer). The caller owns the returned connection and must close it.
+    """
+    policy = policy or UrlPolicy.from_settings(settings)
+    upstream = parse_upstream_url(url, policy)
+    resource = with_resume_param(upstream.resource, settings.resume_param, from_seq)
+    uri = f"{upstream.scheme}://{upstream.netloc}{resource}"
+    ping_interval = settings.ping_interval_seconds if settings.ping_interval_seconds > 0 else None
+    ping_timeout = settings.ping_timeout_seconds if settings.ping_timeout_seconds > 0 else None
+    async with asyncio.timeout(settings.connect_timeout_seconds):
+        if upstream.literal_ip is not None:
+            addresses: Sequence[str] = [str(upstream.literal_ip)]
+        else:
+            addresses = await (resolver or _getaddrinfo)(upstream.host, upstream.port)
+            if not addresses:
+                raise socket.gaierror(socket.EAI_NONAME, "no address")
+            for address in addresses:
+                check_address(address, policy)
+        refused: OSError | None = None
+        for address in addresses:
+            try:
+                return await _NoRedirectConnect(
+                    uri,
+                    host=address,
+                    port=upstream.port,
+                    proxy=None,
+                    compression=None,
+                    open_timeout=None,  # the enclosing deadline covers DNS, TCP, TLS and HTTP
+                    ping_interval=ping_interval,
+                    ping_timeout=ping_timeout,
+                    close_timeout=CLOSE_TIMEOUT_SECONDS,
+                    max_size=MAX_FRAME_BYTES,
+                    max_queue=16,
+                )
+            except OSError as exc:
+                if isinstance(exc, TimeoutError | ssl.SSLError):
+                    raise
+                refused = exc
+        assert refused is not None
+        raise refused
+
+
+async def close_connection(ws: ClientConnection, code: int, reason: str) -> None:
+    """Close ``ws``; if that is interrupted (cancelled, failed), drop the socket at once."""
+    try:
+        await ws.close(code, reason)
+    except BaseException:
+        ws.transport.abort()
+        raise

@@ -1,0 +1,306 @@
+"""The reconnecting message source of one upstream stream (see :mod:`worker.upstream`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, WebSocketException
+
+from streamlease.errors import UpstreamRejected, UrlRejected
+from streamlease.rules import backoff_seconds
+from streamlease.settings import Settings
+from streamlease.url_policy import UrlPolicy
+from worker.upstream.connection import (
+    Failure,
+    Resolver,
+    close_connection,
+    connect_upstream,
+    describe_close,
+    describe_connect_error,
+)
+
+try:
+    import orjson
+
+    _loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - orjson ships in the worker image
+
+    def _loads(frame: bytes) -> Any:
+        return json.loads(frame.decode("utf-8"))
+
+
+class UpstreamMessage(NamedTuple):
+    """One upstream message, as delivered: ``payload`` is the frame's raw bytes (a UTF-8 JSON
+    object with an integer ``seq``), ``received_at_ms`` wall-clock epoch milliseconds."""
+
+    seq: int
+    received_at_ms: int
+    payload: bytes
+
+
+class UpstreamEventKind(StrEnum):
+    """What an :class:`UpstreamEvent` reports."""
+
+    CONNECTED = "connected"
+    RETRYING = "retrying"
+    """A connect failed or a connection dropped; the next attempt follows ``delay_seconds``."""
+    REJECTED = "rejected"
+    """Fatal: the iteration raises :class:`UpstreamRejected` next."""
+    ENDED = "ended"
+    """The upstream closed with 1000/1001; the iteration stops."""
+    GAP = "gap"
+    """``missing`` seqs were skipped before ``seq``."""
+    MALFORMED = "malformed"
+    """A frame was not a JSON object with an integer ``seq``; it was skipped."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamEvent:
+    """Reported to the reader's ``on_event`` hook. ``error`` is safe to store and log."""
+
+    kind: UpstreamEventKind
+    stream_id: str
+    error: str = ""
+    close_code: int | None = None
+    status: int | None = None
+    """HTTP status of a refused handshake."""
+    delay_seconds: float = 0.0
+    attempt: int = 0
+    """Consecutive failures so far (``RETRYING``); connections so far (``CONNECTED``)."""
+    seq: int = 0
+    missing: int = 0
+
+
+@dataclass(slots=True)
+class UpstreamStats:
+    """Counters of one reader since it was created."""
+
+    connects: int = 0
+    retries: int = 0
+    messages: int = 0
+    duplicates: int = 0
+    gaps: int = 0
+    missing: int = 0
+    malformed: int = 0
+
+
+# --- the reader ------------------------------------------------------------------------------
+
+
+class UpstreamReader:
+    """Messages of one upstream stream, in ``seq`` order, across reconnects.
+
+    Use as ``async with UpstreamReader(...) as reader: async for message in reader: ...``.
+    Messages with ``seq <= last_seq`` are dropped (a replay overlap), gaps and malformed frames
+    are counted and reported, and the reader reconnects by itself until the upstream ends the
+    stream (iteration stops, :attr:`upstream_ended`), refuses it for good
+    (:class:`UpstreamRejected`), or the owner calls :meth:`close` (iteration stops).
+
+    ``on_event`` is called synchronously for every :class:`UpstreamEvent`; it must not block.
+    ``rand`` (uniform in [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable
+    for tests.
+    """
+
+    def __init__(
+        self,
+        stream_id: str,
+        url: str,
+        settings: Settings,
+        *,
+        last_seq: int = 0,
+        on_event: Callable[[UpstreamEvent], None] | None = None,
+        policy: UrlPolicy | None = None,
+        resolver: Resolver | None = None,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream_id = stream_id
+        self.stats = UpstreamStats()
+        self.upstream_ended = False
+        """True once the upstream closed with 1000/1001."""
+        self.end_reason: str | None = None
+        """Why the iteration stopped (sanitized), ``None`` while it runs."""
+        self._url = url
+        self._settings = settings
+        self._policy = policy or UrlPolicy.from_settings(settings)
+        self._resolver = resolver
+        self._rand = rand
+        self._clock = clock
+        self._on_event = on_event
+        self._last_seq = last_seq
+        self._ws: ClientConnection | None = None
+        self._failures = 0  # consecutive, drives the backoff
+        self._connected_at = 0.0
+        self._close_requested = asyncio.Event()
+        self._close_code = 1000
+        self._done = False
+
+    @property
+    def last_seq(self) -> int:
+        """The last ``seq`` delivered (or the ``last_seq`` the reader started from)."""
+        return self._last_seq
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open right now."""
+        return self._ws is not None
+
+    async def __aenter__(self) -> UpstreamReader:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close(1000 if exc_type is None else 1001)
+
+    def __aiter__(self) -> UpstreamReader:
+        return self
+
+    async def __anext__(self) -> UpstreamMessage:
+        stats = self.stats
+        while True:
+            ws = self._ws
+            if ws is None:
+                ws = await self._reconnect()
+            try:
+                frame = await ws.recv(decode=False)
+            except ConnectionClosed as exc:
+                await self._after_close(exc)
+                continue
+            try:
+                seq = _loads(frame)["seq"]
+            except (ValueError, TypeError, KeyError):
+                self._malformed("frame is not a JSON object with a seq")
+                continue
+            if type(seq) is not int:
+                self._malformed("frame seq is not an integer")
+                continue
+            last = self._last_seq
+            if seq <= last:
+                stats.duplicates += 1
+                continue
+            if seq != last + 1:
+                stats.gaps += 1
+                stats.missing += seq - last - 1
+                self._emit(UpstreamEventKind.GAP, seq=seq, missing=seq - last - 1)
+            self._last_seq = seq
+            stats.messages += 1
+            return UpstreamMessage(seq, time.time_ns() // 1_000_000, frame)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """End the iteration and close the connection with ``code`` (1000: the stream stopped;
+        1001: this worker is going away). Idempotent; a concurrent ``__anext__`` stops. Waits at
+        most :data:`CLOSE_TIMEOUT_SECONDS` for the closing handshake."""
+        if not self._close_requested.is_set():
+            self._close_code = code
+            self._close_requested.set()
+        if not self._done:
+            self._finish(f"closed by the owner (close code {self._close_code})")
+        ws = self._ws
+        if ws is not None:
+            await close_connection(ws, self._close_code, reason)
+
+    # --- internals -------------------------------------------------------------------------
+
+    async def _reconnect(self) -> ClientConnection:
+        while True:
+            self._stop_if_closing()
+            try:
+                ws = await connect_upstream(
+                    self._url,
+                    self._settings,
+                    from_seq=self._last_seq + 1,
+                    policy=self._policy,
+                    resolver=self._resolver,
+                )
+            except UrlRejected as exc:
+                self._reject(Failure(True, str(exc)), exc)
+            except (OSError, WebSocketException) as exc:
+                failure = describe_connect_error(exc)
+                if failure.fatal:
+                    self._reject(failure, exc)
+                await self._back_off(failure)
+                continue
+            if self._close_requested.is_set():
+                await close_connection(ws, self._close_code, "")
+                self._stop_if_closing()
+            self._ws = ws
+            self._connected_at = self._clock()
+            self.stats.connects += 1
+            self._emit(UpstreamEventKind.CONNECTED, attempt=self.stats.connects)
+            return ws
+
+    async def _after_close(self, exc: ConnectionClosed) -> None:
+        self._ws = None
+        self._stop_if_closing()
+        failure = describe_close(exc)
+        if failure.fatal:
+            self.upstream_ended = True
+            self._finish(failure.message)
+            self._emit(
+                UpstreamEventKind.ENDED, error=failure.message, close_code=failure.close_code
+            )
+            raise StopAsyncIteration
+        if self._clock() - self._connected_at >= self._settings.stable_seconds:
+            self._failures = 0
+        await self._back_off(failure)
+
+    async def _back_off(self, failure: Failure) -> None:
+        settings = self._settings
+        delay = backoff_seconds(
+            self._failures,
+            settings.backoff_base_seconds,
+            settings.backoff_max_seconds,
+            self._rand(),
+        )
+        self._failures += 1
+        self.stats.retries += 1
+        self._emit(
+            UpstreamEventKind.RETRYING,
+            error=failure.message,
+            status=failure.status,
+            close_code=failure.close_code,
+            delay_seconds=delay,
+            attempt=self._failures,
+        )
+        try:
+            async with asyncio.timeout(delay):
+                await self._close_requested.wait()
+        except TimeoutError:
+            return
+
+    def _reject(self, failure: Failure, cause: BaseException) -> None:
+        self._finish(failure.message)
+        self._emit(UpstreamEventKind.REJECTED, error=failure.message, status=failure.status)
+        raise UpstreamRejected(failure.message) from cause
+
+    def _stop_if_closing(self) -> None:
+        if self._done:
+            raise StopAsyncIteration
+        if self._close_requested.is_set():
+            self._finish(f"closed by the owner (close code {self._close_code})")
+            raise StopAsyncIteration
+
+    def _finish(self, reason: str) -> None:
+        self._done = True
+        self.end_reason = reason
+
+    def _malformed(self, message: str) -> None:
+        self.stats.malformed += 1
+        self._emit(UpstreamEventKind.MALFORMED, error=message)
+
+    def _emit(self, kind: UpstreamEventKind, **fields: Any) -> None:
+        if self._on_event is not None:
+            self._on_event(UpstreamEvent(kind, self.stream_id, **fields))
