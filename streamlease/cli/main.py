@@ -171,11 +171,13 @@ def _run(args: argparse.Namespace, client: ApiClient, out: TextIO) -> int:
     elif command == "ls":
         streams = list(client.list_streams(state=args.state))
         rows = [stream_row(s) for s in streams]
-        emit({"streams": streams}, table(STREAM_HEADERS, rows, right="EPOCH,LAST_SEQ,TAKEOVERS"))
+        lines = table(STREAM_HEADERS, rows, right="EPOCH,LAST_SEQ,TAKEOVERS") if rows else []
+        emit({"streams": streams}, lines or ["no streams"])
     elif command == "workers":
         workers = client.list_workers()
         rows = [worker_row(w) for w in workers]
-        emit({"workers": workers}, table(WORKER_HEADERS, rows, right="STREAMS,PID"))
+        lines = table(WORKER_HEADERS, rows, right="STREAMS,PID") if rows else []
+        emit({"workers": workers}, lines or ["no live workers"])
     elif command == "watch":
         return watch(client, out, interval_seconds=args.interval, once=args.once, as_json=as_json)
     return EXIT_OK
