@@ -12,6 +12,7 @@ conditions and translates failures into :mod:`streamlease.errors`:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
@@ -90,9 +91,9 @@ class LeaseStore:
         except _ConditionFailed as failed:
             old = failed.old
         except StoreError:
-            return self._resolve_unknown_acquire(stream_id, owner)
+            return self._resolve_unknown_acquire(stream_id, owner, now, lease_ms)
 
-        mine = self._owned_by_me(stream_id, owner, old, now)
+        mine = self._owned_by_me(stream_id, owner, old, now, lease_ms)
         if mine is not None:
             return mine
         assert old is not None
@@ -101,27 +102,29 @@ class LeaseStore:
             item = self._take(stream_id, owner, lease_ms, now, cutoff, previous=old)
             return _lease_from(item, previous_owner=previous)
         except _ConditionFailed as failed:
-            mine = self._owned_by_me(stream_id, owner, failed.old, now)
+            mine = self._owned_by_me(stream_id, owner, failed.old, now, lease_ms)
             if mine is not None:
-                return mine
+                return dataclasses.replace(mine, previous_owner=previous)
             raise LeaseConflict(stream_id, "owned") from None
         except StoreError:
-            return self._resolve_unknown_acquire(stream_id, owner)
+            lease = self._resolve_unknown_acquire(stream_id, owner, now, lease_ms)
+            return dataclasses.replace(lease, previous_owner=previous)
 
     def _owned_by_me(
-        self, stream_id: str, owner: str, old: dict[str, Any] | None, now_ms: int
+        self, stream_id: str, owner: str, old: dict[str, Any] | None, now_ms: int, lease_ms: int
     ) -> Lease | None:
         """Classify a failed take from the item as it was.
 
-        Ours already (a retried write that landed) → that Lease; held by an expired holder →
-        None (the caller tries a takeover); anything else → :class:`LeaseConflict`.
+        Ours already (a retried write of this very acquire that landed) → that Lease; held by
+        an expired holder, possibly an earlier holding of ``owner`` → None (the caller tries a
+        takeover); anything else → :class:`LeaseConflict`.
         """
         if old is None:
             raise LeaseConflict(stream_id, "missing")
         if old.get(_A.DESIRED_STATE) != DesiredState.STARTED:
             raise LeaseConflict(stream_id, "stopped")
         holder = old.get(_A.LEASE_OWNER)
-        if holder == owner:
+        if _is_this_acquire(old, owner, now_ms, lease_ms):
             return _lease_from(old, previous_owner=None)
         if holder is None:
             # Released between our two reads of the world; the caller may simply retry.
@@ -169,10 +172,12 @@ class LeaseStore:
             values[":cutoff"] = cutoff_ms
         return self._update(stream_key(stream_id), update, condition, values, returns="ALL_NEW")
 
-    def _resolve_unknown_acquire(self, stream_id: str, owner: str) -> Lease:
+    def _resolve_unknown_acquire(
+        self, stream_id: str, owner: str, now_ms: int, lease_ms: int
+    ) -> Lease:
         """An acquire whose answer was lost may have succeeded: a consistent read decides."""
         item = self._get(stream_key(stream_id), consistent=True)
-        if item is not None and item.get(_A.LEASE_OWNER) == owner:
+        if item is not None and _is_this_acquire(item, owner, now_ms, lease_ms):
             return _lease_from(item, previous_owner=None)
         raise LeaseConflict(stream_id, "owned" if item is not None else "missing")
 
@@ -434,6 +439,19 @@ def _loss_reason(old: Mapping[str, Any] | None, owner: str, epoch: int) -> str:
     if holder != owner:
         return "owned by another worker"
     return "condition failed"
+
+
+def _is_this_acquire(item: Mapping[str, Any], owner: str, now_ms: int, lease_ms: int) -> bool:
+    """True when ``item`` holds exactly what an acquire by ``owner`` at ``now_ms`` wrote.
+
+    Only then is a lease "ours already". An older holding by the same owner is not: its
+    expiry may be past (anyone may take it over) while the caller would fence from now.
+    """
+    return (
+        item.get(_A.LEASE_OWNER) == owner
+        and int(item.get(_A.LEASE_ACQUIRED_AT_MS, -1)) == now_ms
+        and int(item.get(_A.LEASE_EXPIRES_AT_MS, -1)) == rules.new_expiry_ms(now_ms, lease_ms)
+    )
 
 
 def _lease_from(item: Mapping[str, Any], previous_owner: str | None) -> Lease:
