@@ -90,10 +90,17 @@ def aws_settings(moto_server: MotoProcess) -> Settings:
     return create_resources(base, prefix=f"t-{uuid.uuid4().hex[:12]}")
 
 
+@pytest.fixture(scope="session")
+def _dynamodb_client(moto_server: MotoProcess) -> Any:
+    # One client for the session: building one costs ~0.1 s and they are thread-safe.
+    settings = Settings(aws_endpoint_url=moto_server.endpoint_url, aws_region="us-east-1")
+    return aws.client("dynamodb", settings)
+
+
 @pytest.fixture
-def dynamodb(aws_settings: Settings) -> Any:
+def dynamodb(aws_settings: Settings, _dynamodb_client: Any) -> Any:
     """A boto3 DynamoDB client for ``aws_settings``."""
-    return aws.client("dynamodb", aws_settings)
+    return _dynamodb_client
 
 
 @pytest.fixture

@@ -1,0 +1,481 @@
+"""LeaseStore against the serialised moto server: every rule of DESIGN §4 as one conditional write.
+
+Times are explicit wall milliseconds (``NOW``) so expiry edges are exact, not raced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from boto3.dynamodb.types import TypeSerializer
+from botocore.exceptions import ReadTimeoutError
+
+from streamlease import rules
+from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
+from streamlease.lease_store import LeaseStore
+from streamlease.model import WorkerInfo
+from streamlease.schema import PK, DesiredState, StreamAttr, WorkerState, stream_key
+
+NOW = 1_800_000_000_000
+LEASE_MS = 20_000
+HEARTBEAT_MS = 5_000
+SKEW_MS = 1_000
+A = StreamAttr
+
+
+def put_stream(
+    dynamodb: Any,
+    table: str,
+    stream_id: str,
+    *,
+    state: DesiredState = DesiredState.STARTED,
+    owner: str | None = None,
+    expires_ms: int = 0,
+    epoch: int = 0,
+    last_seq: int = 0,
+    takeovers: int = 0,
+) -> None:
+    """Write a stream item the way the control plane creates it, optionally leased."""
+    item: dict[str, Any] = {
+        PK: stream_key(stream_id),
+        A.STREAM_ID: stream_id,
+        A.DESIRED_STATE: state.value,
+        A.WS_URL: f"wss://upstream.example/{stream_id}",
+        A.LEASE_EXPIRES_AT_MS: expires_ms,
+        A.LEASE_EPOCH: epoch,
+        A.LAST_SEQ: last_seq,
+        A.GENERATION: 1,
+        A.TAKEOVERS: takeovers,
+    }
+    if owner is not None:
+        item[A.LEASE_OWNER] = owner
+    ser = TypeSerializer()
+    dynamodb.put_item(TableName=table, Item={k: ser.serialize(v) for k, v in item.items()})
+
+
+@pytest.fixture
+def table(aws_settings: Any) -> str:
+    return str(aws_settings.table_name)
+
+
+@pytest.fixture
+def seed(dynamodb: Any, table: str) -> Any:
+    """``seed(stream_id, **fields)`` writes a stream item (see :func:`put_stream`)."""
+
+    def write(stream_id: str, **fields: Any) -> None:
+        put_stream(dynamodb, table, stream_id, **fields)
+
+    return write
+
+
+class ResponseLosingClient:
+    """A DynamoDB client whose next successful ``update_item`` lands but whose answer is lost.
+
+    ``retry=False``: the caller sees a read timeout. ``retry=True``: the caller sees what
+    botocore's automatic retry of the same request gets back (a failed condition).
+    """
+
+    def __init__(self, client: Any, *, retry: bool) -> None:
+        self._client = client
+        self._retry = retry
+        self.armed = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def update_item(self, **request: Any) -> Any:
+        response = self._client.update_item(**request)
+        if not self.armed:
+            return response
+        self.armed = False
+        if self._retry:
+            return self._client.update_item(**request)
+        raise ReadTimeoutError(endpoint_url="http://dynamodb.test")
+
+
+# --- acquire ---------------------------------------------------------------------------------
+
+
+def test_acquire_free_stream_sets_owner_expiry_and_first_epoch(store, seed):
+    """A never-owned STARTED stream is acquired with epoch 1 and a full lease."""
+    seed("s1")
+
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    assert (lease.owner, lease.epoch, lease.expires_at_ms) == ("w1", 1, NOW + LEASE_MS)
+    assert lease.last_seq == 0
+    assert not lease.is_takeover
+    stored = store.read("s1")
+    assert (stored.owner, stored.epoch, stored.expires_at_ms) == ("w1", 1, NOW + LEASE_MS)
+    assert stored.acquired_at_ms == NOW
+
+
+def test_acquire_released_stream_resumes_from_last_seq_without_takeover(store, seed):
+    """A released lease is taken with epoch + 1, resuming at its checkpoint; no takeover counted."""
+    seed("s1", epoch=3, last_seq=42, takeovers=2)
+
+    lease = store.acquire("s1", "w2", LEASE_MS, now_ms=NOW)
+
+    assert (lease.epoch, lease.last_seq, lease.previous_owner) == (4, 42, None)
+    assert store.read("s1").takeovers == 2
+
+
+def test_acquire_expired_lease_is_a_takeover(store, seed):
+    """An expired holder is replaced: epoch + 1, takeovers + 1, previous owner reported."""
+    seed("s1", owner="w-old", expires_ms=NOW - SKEW_MS - 1, epoch=5, last_seq=7, takeovers=1)
+
+    lease = store.acquire("s1", "w-new", LEASE_MS, now_ms=NOW)
+
+    assert lease.is_takeover and lease.previous_owner == "w-old"
+    assert (lease.epoch, lease.last_seq) == (6, 7)
+    stored = store.read("s1")
+    assert (stored.owner, stored.epoch, stored.takeovers) == ("w-new", 6, 2)
+
+
+def test_acquire_live_lease_conflicts_and_changes_nothing(store, seed):
+    """A lease that has not expired stays with its holder."""
+    seed("s1", owner="w1", expires_ms=NOW + 1, epoch=2)
+
+    with pytest.raises(LeaseConflict) as conflict:
+        store.acquire("s1", "w2", LEASE_MS, now_ms=NOW)
+
+    assert conflict.value.reason == "owned"
+    stored = store.read("s1")
+    assert (stored.owner, stored.epoch, stored.expires_at_ms) == ("w1", 2, NOW + 1)
+
+
+def test_acquire_stopped_stream_conflicts(store, seed):
+    """A STOPPED stream is never acquired, even when free."""
+    seed("s1", state=DesiredState.STOPPED)
+
+    with pytest.raises(LeaseConflict) as conflict:
+        store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    assert conflict.value.reason == "stopped"
+    assert store.read("s1").owner is None
+
+
+def test_acquire_missing_stream_conflicts_and_creates_nothing(store):
+    """Acquiring an id with no item fails and does not create a stub item."""
+    with pytest.raises(LeaseConflict) as conflict:
+        store.acquire("ghost", "w1", LEASE_MS, now_ms=NOW)
+
+    assert conflict.value.reason == "missing"
+    assert store.read("ghost") is None
+
+
+@pytest.mark.parametrize(
+    ("expired_for_ms", "takeable"),
+    [
+        (0, False),  # expires exactly now
+        (SKEW_MS // 2, False),  # expired, but by less than the skew allowance
+        (SKEW_MS, False),  # exactly at the cutoff: the condition is strict
+        (SKEW_MS + 1, True),
+    ],
+)
+def test_acquire_waits_out_the_clock_skew_allowance(store, seed, expired_for_ms, takeable):
+    """A lease is takeable only once it expired more than the skew allowance ago."""
+    seed("s1", owner="w-old", expires_ms=NOW - expired_for_ms, epoch=1)
+
+    if takeable:
+        assert store.acquire("s1", "w-new", LEASE_MS, now_ms=NOW).epoch == 2
+    else:
+        with pytest.raises(LeaseConflict):
+            store.acquire("s1", "w-new", LEASE_MS, now_ms=NOW)
+        assert store.read("s1").owner == "w-old"
+
+
+def test_acquire_after_own_lease_expired_takes_a_new_epoch(store, seed):
+    """A worker re-acquiring a lease it let lapse gets a fresh expiry and epoch + 1.
+
+    Handing back the stale item would let it deliver under an expiry already in the past,
+    while anyone else may take the stream over.
+    """
+    seed("s1", owner="w1", expires_ms=NOW - SKEW_MS - 1, epoch=4)
+
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    assert (lease.epoch, lease.expires_at_ms) == (5, NOW + LEASE_MS)
+    assert store.read("s1").epoch == 5
+
+
+def test_acquire_of_own_live_lease_from_an_earlier_acquire_conflicts(store, seed):
+    """Only the retry of this very request counts as "ours": an older holding is not renewed."""
+    seed("s1", owner="w1", expires_ms=NOW + 3_000, epoch=4)
+
+    with pytest.raises(LeaseConflict):
+        store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    assert store.read("s1").expires_at_ms == NOW + 3_000
+
+
+@pytest.mark.parametrize("expired_owner", [None, "w-old"], ids=["free", "takeover"])
+def test_acquire_whose_answer_was_lost_is_resolved_by_reading(dynamodb, table, seed, expired_owner):
+    """A timed-out acquire that landed is recognised by a consistent re-read."""
+    seed("s1", owner=expired_owner, expires_ms=NOW - SKEW_MS - 1 if expired_owner else 0, epoch=1)
+    store = LeaseStore(ResponseLosingClient(dynamodb, retry=False), table, clock_skew_ms=SKEW_MS)
+
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    assert (lease.owner, lease.epoch, lease.expires_at_ms) == ("w1", 2, NOW + LEASE_MS)
+    assert lease.previous_owner == expired_owner
+
+
+@pytest.mark.parametrize("expired_owner", [None, "w-old"], ids=["free", "takeover"])
+def test_retried_acquire_that_already_landed_is_ours(dynamodb, table, seed, expired_owner):
+    """The retry of a landed acquire fails its condition on our own write; it is ours."""
+    seed("s1", owner=expired_owner, expires_ms=NOW - SKEW_MS - 1 if expired_owner else 0, epoch=1)
+    store = LeaseStore(ResponseLosingClient(dynamodb, retry=True), table, clock_skew_ms=SKEW_MS)
+
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    assert (lease.owner, lease.epoch, lease.previous_owner) == ("w1", 2, expired_owner)
+    assert store.read("s1").epoch == 2
+
+
+def test_acquire_with_no_answer_at_all_raises_store_error(store, seed, moto_server):
+    """When neither the write nor the re-read is answered, the outcome is unknown."""
+    seed("s1")
+    moto_server.set_dynamodb_down(True)
+    try:
+        with pytest.raises(StoreError):
+            store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    finally:
+        moto_server.set_dynamodb_down(False)
+    assert store.read("s1").owner is None
+
+
+# --- renew -----------------------------------------------------------------------------------
+
+
+def test_renew_extends_the_lease_and_checkpoints(store, seed):
+    """One write moves the expiry and stores last_seq."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    expires = store.renew("s1", "w1", lease.epoch, 99, LEASE_MS, now_ms=NOW + HEARTBEAT_MS)
+
+    assert expires == NOW + HEARTBEAT_MS + LEASE_MS
+    stored = store.read("s1")
+    assert (stored.expires_at_ms, stored.last_seq, stored.epoch) == (expires, 99, lease.epoch)
+
+
+def test_renew_of_a_stopped_stream_raises_stream_stopped_and_keeps_the_lease(
+    store, seed, dynamodb, table
+):
+    """Stop reaches the holder through its renewal; the lease stays its own to release."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    set_state(dynamodb, table, "s1", DesiredState.STOPPED)
+
+    with pytest.raises(StreamStopped):
+        store.renew("s1", "w1", lease.epoch, 5, LEASE_MS, now_ms=NOW + 1)
+
+    assert store.read("s1").owner == "w1"
+    assert store.release("s1", "w1", lease.epoch, last_seq=5, now_ms=NOW + 2)
+    assert store.read("s1").last_seq == 5
+
+
+def test_renew_with_a_stale_epoch_is_lost(store, seed):
+    """A renewal naming an older epoch than the stored one fails."""
+    seed("s1", owner="w1", expires_ms=NOW + LEASE_MS, epoch=3)
+
+    with pytest.raises(LeaseLost) as lost:
+        store.renew("s1", "w1", 2, 10, LEASE_MS, now_ms=NOW)
+
+    assert lost.value.reason == "epoch moved on"
+    assert store.read("s1").last_seq == 0
+
+
+def test_renew_after_a_takeover_is_lost(store, seed):
+    """The old holder's renewal after someone took over writes nothing."""
+    seed("s1")
+    old = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    later = NOW + LEASE_MS + SKEW_MS + 1
+    new = store.acquire("s1", "w2", LEASE_MS, now_ms=later)
+
+    with pytest.raises(LeaseLost):
+        store.renew("s1", "w1", old.epoch, 500, LEASE_MS, now_ms=later + 1)
+
+    stored = store.read("s1")
+    assert (stored.owner, stored.epoch, stored.last_seq) == ("w2", new.epoch, 0)
+
+
+def test_renew_after_deletion_is_lost_and_recreates_nothing(store, seed, dynamodb, table):
+    """A renewal of a deleted stream fails instead of writing a stub item."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    dynamodb.delete_item(TableName=table, Key={PK: {"S": stream_key("s1")}})
+
+    with pytest.raises(LeaseLost) as lost:
+        store.renew("s1", "w1", lease.epoch, 1, LEASE_MS, now_ms=NOW + 1)
+
+    assert lost.value.reason == "stream deleted"
+    assert store.read("s1") is None
+
+
+# --- release and record_error ----------------------------------------------------------------
+
+
+def test_release_frees_the_lease_with_a_final_checkpoint_and_is_idempotent(store, seed):
+    """Release clears owner and expiry and writes last_seq; a retried release is a no-op."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    assert store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 1) is True
+    assert store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 2) is False
+
+    stored = store.read("s1")
+    assert (stored.owner, stored.expires_at_ms, stored.last_seq) == (None, 0, 12)
+    assert stored.epoch == lease.epoch
+
+
+def test_release_after_a_takeover_is_lost_and_writes_no_checkpoint(store, seed):
+    """A late release of a lease taken over since must not overwrite the new owner's state."""
+    seed("s1")
+    old = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    later = NOW + LEASE_MS + SKEW_MS + 1
+    store.acquire("s1", "w2", LEASE_MS, now_ms=later)
+    store.renew("s1", "w2", old.epoch + 1, 30, LEASE_MS, now_ms=later + 1)
+
+    with pytest.raises(LeaseLost):
+        store.release("s1", "w1", old.epoch, last_seq=999, now_ms=later + 2)
+
+    stored = store.read("s1")
+    assert (stored.owner, stored.last_seq) == ("w2", 30)
+
+
+def test_release_of_a_deleted_stream_reports_nothing_released(store, seed, dynamodb, table):
+    """Releasing a stream that was deleted meanwhile is not an error."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    dynamodb.delete_item(TableName=table, Key={PK: {"S": stream_key("s1")}})
+
+    assert store.release("s1", "w1", lease.epoch, now_ms=NOW + 1) is False
+    assert store.read("s1") is None
+
+
+def test_record_error_sets_last_error_while_holding(store, seed):
+    """The holder can record why the stream is unhappy; long messages are truncated."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+
+    store.record_error("s1", "w1", lease.epoch, "handshake 403 " + "x" * 1000, now_ms=NOW)
+
+    stored = store.read("s1")
+    assert stored.last_error.startswith("handshake 403")
+    assert len(stored.last_error) == 500
+    assert stored.last_error_at == "2027-01-15T08:00:00.000Z"
+
+
+def test_record_error_after_losing_the_lease_is_lost(store, seed):
+    """An old holder cannot write last_error over the new holder's item."""
+    seed("s1", owner="w2", expires_ms=NOW + LEASE_MS, epoch=2)
+
+    with pytest.raises(LeaseLost):
+        store.record_error("s1", "w1", 1, "boom", now_ms=NOW)
+
+    assert store.read("s1").last_error is None
+
+
+# --- queries ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def expiry_landscape(seed):
+    """Five streams: released, expired, suspect, healthy, and a stopped one."""
+    seed("released", epoch=1)
+    seed("expired", owner="w1", expires_ms=NOW - SKEW_MS - 10, epoch=1)
+    seed("suspect", owner="w2", expires_ms=NOW + LEASE_MS - 2 * HEARTBEAT_MS - 10, epoch=1)
+    seed("healthy", owner="w3", expires_ms=NOW + LEASE_MS - 10, epoch=1)
+    seed("stopped", state=DesiredState.STOPPED)
+
+
+def test_expiring_before_the_cutoff_lists_orphans_soonest_first(store, expiry_landscape):
+    """Below the acquire cutoff: released and expired STARTED streams, in expiry order."""
+    views = store.expiring_before(rules.acquire_cutoff_ms(NOW, SKEW_MS), limit=10)
+
+    assert [v.stream_id for v in views] == ["released", "expired"]
+    assert (views[1].owner, views[1].epoch) == ("w1", 1)
+
+
+def test_expiring_before_the_suspect_bound_adds_missed_heartbeats(store, expiry_landscape):
+    """Below the suspect bound: also the live lease that missed two heartbeats."""
+    bound = rules.suspect_bound_ms(NOW, LEASE_MS, HEARTBEAT_MS)
+
+    views = store.expiring_before(bound, limit=10)
+
+    assert [v.stream_id for v in views] == ["released", "expired", "suspect"]
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2])
+def test_expiring_before_respects_the_limit(store, expiry_landscape, limit):
+    """At most ``limit`` leases are returned (none for 0)."""
+    views = store.expiring_before(rules.suspect_bound_ms(NOW, LEASE_MS, HEARTBEAT_MS), limit=limit)
+
+    assert [v.stream_id for v in views] == ["released", "expired", "suspect"][:limit]
+
+
+def test_owned_by_lists_what_a_worker_holds(store, seed):
+    """The owner index lists a worker's current leases only."""
+    for stream_id in ("a", "b", "c", "d"):
+        seed(stream_id)
+    store.acquire("a", "w1", LEASE_MS, now_ms=NOW)
+    store.acquire("b", "w1", LEASE_MS, now_ms=NOW)
+    store.acquire("c", "w2", LEASE_MS, now_ms=NOW)
+    released = store.acquire("d", "w1", LEASE_MS, now_ms=NOW)
+    store.release("d", "w1", released.epoch, now_ms=NOW)
+
+    assert sorted(v.stream_id for v in store.owned_by("w1")) == ["a", "b"]
+    assert [v.stream_id for v in store.owned_by("w2")] == ["c"]
+    assert store.owned_by("w9") == []
+
+
+# --- worker items ----------------------------------------------------------------------------
+
+
+def worker(worker_id: str, expires_at_ms: int) -> WorkerInfo:
+    return WorkerInfo(
+        worker_id=worker_id,
+        state=WorkerState.RUNNING,
+        heartbeat_at_ms=expires_at_ms - 20_000,
+        expires_at_ms=expires_at_ms,
+        active_streams=3,
+        capacity=100,
+        host="host-1",
+        pid=1234,
+        task_arn="arn:aws:ecs:us-east-1:123456789012:task/c/abc",
+        version="1.2.3",
+        started_at_ms=NOW - 60_000,
+    )
+
+
+def test_worker_items_round_trip_and_only_live_ones_are_listed(store):
+    """A worker item reads back as written; one whose expiry passed is not live."""
+    live = worker("w-live", NOW + 10_000)
+    store.put_worker(live)
+    store.put_worker(worker("w-dead", NOW - 1))
+
+    assert store.list_workers(now_ms=NOW) == [live]
+
+
+def test_worker_heartbeat_overwrites_and_remove_deletes(store):
+    """put_worker replaces the item; remove_worker takes it out of the fleet."""
+    store.put_worker(worker("w1", NOW + 10_000))
+    store.put_worker(worker("w1", NOW + 20_000))
+
+    assert [w.expires_at_ms for w in store.list_workers(now_ms=NOW)] == [NOW + 20_000]
+    store.remove_worker("w1")
+    assert store.list_workers(now_ms=NOW) == []
+
+
+def set_state(dynamodb: Any, table: str, stream_id: str, state: DesiredState) -> None:
+    """Change desired_state behind the store's back, as the control plane does."""
+    dynamodb.update_item(
+        TableName=table,
+        Key={PK: {"S": stream_key(stream_id)}},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": A.DESIRED_STATE},
+        ExpressionAttributeValues={":s": {"S": state.value}},
+    )
