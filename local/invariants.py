@@ -61,6 +61,9 @@ class Segment:
     end: float
     end_reason: str
     """``released``, ``fenced``, ``lost``, ``stopped`` or :data:`EXPIRED`."""
+    acquisition: int = 0
+    """Which acquisition of this epoch by this worker (a lapsed holder may re-acquire its own
+    lease without the epoch moving)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class StreamReport:
     duplicates: int = 0
     """Repeats across epochs (after a takeover); the per-takeover split is in ``takeovers``."""
     same_epoch_duplicates: int = 0
-    """Repeats within one epoch: never expected."""
+    """Repeats within one epoch that its holder never re-acquired: never expected."""
     orphan_duplicates: int = 0
     """Repeats in an epoch with no lease event (a log was lost): never expected."""
     stale_writes: int = 0
@@ -205,32 +208,44 @@ class Report:
 
 
 def segments_of(events: Sequence[LeaseEvent]) -> list[Segment]:
-    """The delivery segments of one holder (events of one stream, epoch and worker)."""
+    """The delivery segments of one holder (events of one stream, epoch and worker).
+
+    Each ``acquired`` starts a new *acquisition* (a holder can re-acquire its own lapsed lease
+    at the same epoch); renewals extend the current one.
+    """
     out: list[Segment] = []
     start: float | None = None
     deadline = 0.0
+    acquisition = -1
     first = events[0] if events else None
     for ev in sorted(events, key=lambda e: e.mono):
         if ev.event in (ACQUIRED, RENEWED):
             ev_deadline = ev.mono if ev.deadline_mono is None else ev.deadline_mono
-            if start is not None and ev.mono > deadline:
-                out.append(_segment(first, start, deadline, EXPIRED))
+            lapsed = start is not None and ev.mono > deadline
+            if start is not None and (lapsed or ev.event == ACQUIRED):
+                out.append(_segment(first, start, deadline, EXPIRED, acquisition))
                 start = None
+            if ev.event == ACQUIRED or acquisition < 0:
+                acquisition += 1
             if start is None:
                 start, deadline = ev.mono, ev_deadline
             else:
                 deadline = max(deadline, ev_deadline)
         elif ev.event in TERMINAL_EVENTS and start is not None:
-            out.append(_segment(first, start, min(ev.mono, deadline), ev.event))
+            out.append(_segment(first, start, min(ev.mono, deadline), ev.event, acquisition))
             start = None
     if start is not None:
-        out.append(_segment(first, start, deadline, EXPIRED))
+        out.append(_segment(first, start, deadline, EXPIRED, acquisition))
     return out
 
 
-def _segment(first: LeaseEvent | None, start: float, end: float, reason: str) -> Segment:
+def _segment(
+    first: LeaseEvent | None, start: float, end: float, reason: str, acquisition: int
+) -> Segment:
     assert first is not None
-    return Segment(first.stream_id, first.epoch, first.worker_id, start, max(start, end), reason)
+    return Segment(
+        first.stream_id, first.epoch, first.worker_id, start, max(start, end), reason, acquisition
+    )
 
 
 def check(
@@ -309,20 +324,20 @@ def _find_epoch_conflicts(
 
 
 def _find_takeovers(report: StreamReport) -> None:
-    """Consecutive epochs: how the previous holder ended and how long nobody could deliver."""
-    by_epoch: dict[int, list[Segment]] = defaultdict(list)
+    """Consecutive acquisitions: how the previous one ended, how long nobody could deliver."""
+    by_acquisition: dict[tuple[int, str, int], list[Segment]] = defaultdict(list)
     for seg in report.segments:
-        by_epoch[seg.epoch].append(seg)
-    epochs = sorted(by_epoch)
-    for prev, nxt in itertools.pairwise(epochs):
-        last = max(by_epoch[prev], key=lambda s: s.end)
-        first = min(by_epoch[nxt], key=lambda s: s.start)
+        by_acquisition[(seg.epoch, seg.worker_id, seg.acquisition)].append(seg)
+    ordered = sorted(by_acquisition.values(), key=lambda segs: (segs[0].epoch, segs[0].start))
+    for prev, nxt in itertools.pairwise(ordered):
+        last = max(prev, key=lambda s: s.end)
+        first = min(nxt, key=lambda s: s.start)
         report.takeovers.append(
             Takeover(
-                from_epoch=prev,
+                from_epoch=last.epoch,
                 from_worker=last.worker_id,
                 from_end_reason=last.end_reason,
-                to_epoch=nxt,
+                to_epoch=first.epoch,
                 to_worker=first.worker_id,
                 unowned_seconds=first.start - last.end,
             )
@@ -345,20 +360,33 @@ def _check_records(
     order = sorted(range(len(records)), key=lambda i: (records[i].epoch, i))
     first_epoch_of: dict[int, int] = {}
     dup_by_epoch: dict[int, int] = defaultdict(int)
+    same_epoch: dict[int, int] = defaultdict(int)
     for i in order:
         rec = records[i]
         seen = first_epoch_of.get(rec.seq)
         if seen is None:
             first_epoch_of[rec.seq] = rec.epoch
         elif seen == rec.epoch:
-            report.same_epoch_duplicates += 1
+            same_epoch[rec.epoch] += 1
         else:
             dup_by_epoch[rec.epoch] += 1
-    takeover_epochs = {t.to_epoch for t in report.takeovers}
-    for i, t in enumerate(report.takeovers):
-        report.takeovers[i] = dataclasses.replace(t, duplicates=dup_by_epoch.get(t.to_epoch, 0))
+    # Repeats inside an epoch are a bug unless the holder re-acquired that epoch after a lapse
+    # (then the re-acquisition replayed from the checkpoint, like a takeover would).
+    reacquired = {
+        t.to_epoch: i for i, t in enumerate(report.takeovers) if t.from_epoch == t.to_epoch
+    }
+    for epoch, count in same_epoch.items():
+        if epoch in reacquired:
+            i = reacquired[epoch]
+            report.takeovers[i] = dataclasses.replace(report.takeovers[i], duplicates=count)
+            report.duplicates += count
+        else:
+            report.same_epoch_duplicates += count
+    entered = {t.to_epoch: i for i, t in enumerate(report.takeovers) if t.from_epoch != t.to_epoch}
     for epoch, count in dup_by_epoch.items():
-        if epoch in takeover_epochs:
+        if epoch in entered:
+            i = entered[epoch]
+            report.takeovers[i] = dataclasses.replace(report.takeovers[i], duplicates=count)
             report.duplicates += count
         else:
             report.orphan_duplicates += count

@@ -243,3 +243,14 @@ def test_stopped_ends_the_segment_and_the_release_after_it_changes_nothing() -> 
     events.append(LeaseEvent("released", "s", 1, "w1", 0.8))
     (segment,) = segments_of(events)
     assert (segment.end, segment.end_reason) == (0.6, "stopped")
+
+
+def test_a_holder_reacquiring_its_own_lapsed_epoch_may_replay_from_the_checkpoint() -> None:
+    """Fenced during an outage, then re-acquired at the same epoch: repeats are a takeover's."""
+    events = hold("s", 3, "w1", 0.0, end="fenced", end_at=1.5) + hold("s", 3, "w1", 4.0)
+    report = check(events, recs("s", 3, [*range(1, 11), *range(8, 15)]))
+    assert report.ok, report.format()
+    (takeover,) = report.takeovers
+    assert (takeover.from_epoch, takeover.to_epoch, takeover.from_end_reason) == (3, 3, "fenced")
+    assert takeover.duplicates == 3
+    assert [s.acquisition for s in report.streams["s"].segments] == [0, 1]
