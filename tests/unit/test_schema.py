@@ -1,0 +1,183 @@
+"""The table layout and command format (streamlease.schema): keys, commands, CreateTable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamlease.schema import (
+    BY_KIND,
+    BY_OWNER,
+    BY_STATE_EXPIRY,
+    INDEXES,
+    KEY_ATTRIBUTE_TYPES,
+    PK,
+    Command,
+    CommandType,
+    StreamAttr,
+    WorkerAttr,
+    create_table_kwargs,
+    stream_id_of,
+    stream_key,
+    worker_id_of,
+    worker_key,
+)
+
+ids = st.text(min_size=1, max_size=64)
+
+
+# --- keys ------------------------------------------------------------------------------------
+
+
+@given(stream_id=ids)
+def test_stream_keys_round_trip(stream_id):
+    """Any id survives key and back, including ids containing the prefix character."""
+    assert stream_id_of(stream_key(stream_id)) == stream_id
+
+
+@given(worker_id=ids)
+def test_worker_keys_round_trip(worker_id):
+    """Any worker id survives key and back."""
+    assert worker_id_of(worker_key(worker_id)) == worker_id
+
+
+def test_keys_carry_the_seed_prefixes():
+    """The seed's key format is kept: CONN#<id> and WORKER#<id>."""
+    assert stream_key("abc") == "CONN#abc"
+    assert worker_key("w-1") == "WORKER#w-1"
+
+
+@pytest.mark.parametrize("pk", ["WORKER#w-1", "conn#abc", "abc", ""])
+def test_a_non_stream_key_is_not_parsed_as_a_stream(pk):
+    """stream_id_of refuses keys of other item kinds."""
+    with pytest.raises(ValueError, match="not a stream key"):
+        stream_id_of(pk)
+
+
+@pytest.mark.parametrize("pk", ["CONN#abc", "worker#w", ""])
+def test_a_non_worker_key_is_not_parsed_as_a_worker(pk):
+    """worker_id_of refuses keys of other item kinds."""
+    with pytest.raises(ValueError, match="not a worker key"):
+        worker_id_of(pk)
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+@given(kind=st.sampled_from(CommandType), stream_id=ids, generation=st.integers(0, 2**53))
+def test_commands_round_trip_through_json(kind, stream_id, generation):
+    """from_json(to_json(c)) == c for every command type, id and generation."""
+    command = Command(type=kind, stream_id=stream_id, generation=generation)
+    assert Command.from_json(command.to_json()) == command
+
+
+def test_command_body_is_compact_versioned_json():
+    """The wire format: one compact JSON object with a version field."""
+    body = Command(CommandType.HANDOFF, "s1", 3).to_json()
+    assert json.loads(body) == {"v": 1, "type": "HANDOFF", "stream_id": "s1", "generation": 3}
+    assert " " not in body
+
+
+VALID = {"v": 1, "type": "START", "stream_id": "s1", "generation": 2}
+_MISSING = object()
+
+
+def body_with(**changes: object) -> str:
+    """A valid command body with fields changed, or removed when set to ``_MISSING``."""
+    data = {**VALID, **changes}
+    return json.dumps({k: v for k, v in data.items() if v is not _MISSING})
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("", "not JSON"),
+        ("{not json", "not JSON"),
+        ("\x00", "not JSON"),
+        ("[]", "not a JSON object"),
+        ('"START"', "not a JSON object"),
+        ("42", "not a JSON object"),
+        ("null", "not a JSON object"),
+        (body_with(v=_MISSING), "version"),
+        (body_with(v=2), "version"),
+        (body_with(v="1"), "version"),
+        (body_with(stream_id=_MISSING), "stream_id"),
+        (body_with(stream_id=""), "stream_id"),
+        (body_with(stream_id=7), "stream_id"),
+        (body_with(stream_id=None), "stream_id"),
+        (body_with(generation=_MISSING), "generation"),
+        (body_with(generation=-1), "generation"),
+        (body_with(generation=1.5), "generation"),
+        (body_with(generation="2"), "generation"),
+        (body_with(generation=True), "generation"),
+        (body_with(type=_MISSING), "type"),
+        (body_with(type="start"), "type"),
+        (body_with(type="STOP"), "type"),
+        (body_with(type=None), "type"),
+    ],
+)
+def test_malformed_commands_are_rejected(body, message):
+    """Every malformed body is a ValueError (a poison message for the DLQ), saying what is wrong."""
+    with pytest.raises(ValueError, match=message):
+        Command.from_json(body)
+
+
+def test_unknown_extra_fields_are_ignored():
+    """A newer sender may add fields; the command still parses."""
+    body = json.dumps({**VALID, "sent_by": "api", "trace": "x"})
+    assert Command.from_json(body) == Command(CommandType.START, "s1", 2)
+
+
+# --- table definition ------------------------------------------------------------------------
+
+
+def test_table_is_keyed_by_pk_on_demand():
+    """One partition key, no sort key, on-demand billing."""
+    kwargs = create_table_kwargs("t")
+    assert kwargs["TableName"] == "t"
+    assert kwargs["KeySchema"] == [{"AttributeName": PK, "KeyType": "HASH"}]
+    assert kwargs["BillingMode"] == "PAY_PER_REQUEST"
+
+
+def test_attribute_definitions_are_exactly_the_key_attributes():
+    """DynamoDB rejects definitions no key uses, and needs every key attribute defined."""
+    kwargs = create_table_kwargs("t")
+    used = {PK}
+    for gsi in kwargs["GlobalSecondaryIndexes"]:
+        used |= {key["AttributeName"] for key in gsi["KeySchema"]}
+    defined = {d["AttributeName"]: d["AttributeType"] for d in kwargs["AttributeDefinitions"]}
+    assert set(defined) == used
+    assert defined == KEY_ATTRIBUTE_TYPES
+
+
+def test_indexes_are_those_the_lease_protocol_queries():
+    """by-state-expiry (orphans, suspects), by-owner (what X holds), by-kind (the fleet)."""
+    gsis = {g["IndexName"]: g for g in create_table_kwargs("t")["GlobalSecondaryIndexes"]}
+    assert set(gsis) == {index.name for index in INDEXES}
+
+    state = gsis[BY_STATE_EXPIRY.name]
+    assert state["KeySchema"] == [
+        {"AttributeName": StreamAttr.DESIRED_STATE, "KeyType": "HASH"},
+        {"AttributeName": StreamAttr.LEASE_EXPIRES_AT_MS, "KeyType": "RANGE"},
+    ]
+    assert state["Projection"] == {
+        "ProjectionType": "INCLUDE",
+        "NonKeyAttributes": [StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH],
+    }
+
+    owner = gsis[BY_OWNER.name]
+    assert owner["KeySchema"] == [{"AttributeName": StreamAttr.LEASE_OWNER, "KeyType": "HASH"}]
+    assert owner["Projection"] == {
+        "ProjectionType": "INCLUDE",
+        "NonKeyAttributes": [StreamAttr.LEASE_EPOCH],
+    }
+
+    fleet = gsis[BY_KIND.name]
+    assert fleet["KeySchema"] == [
+        {"AttributeName": WorkerAttr.KIND, "KeyType": "HASH"},
+        {"AttributeName": WorkerAttr.EXPIRES_AT_MS, "KeyType": "RANGE"},
+    ]
+    assert fleet["Projection"] == {"ProjectionType": "ALL"}

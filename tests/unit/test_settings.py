@@ -1,0 +1,181 @@
+"""Settings (streamlease.settings): environment names, parsing, rules and the to_env round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from streamlease.errors import ConfigError
+from streamlease.settings import ENV_PREFIX, Settings, env_name
+
+
+def test_defaults_are_a_valid_configuration():
+    """Settings() with no input is usable, and keeps the 4:1 lease to heartbeat ratio."""
+    settings = Settings()
+    assert settings.lease_seconds == 4 * settings.heartbeat_seconds
+    assert settings.lease_ms == 20_000
+    assert settings.clock_skew_ms == 1_000
+
+
+def test_env_names_are_the_prefix_plus_the_upper_case_field():
+    """lease_seconds is set by STREAMLEASE_LEASE_SECONDS."""
+    assert env_name("lease_seconds") == "STREAMLEASE_LEASE_SECONDS"
+    assert env_name("allowed_hosts") == ENV_PREFIX + "ALLOWED_HOSTS"
+
+
+def test_env_name_of_an_unknown_setting_is_a_key_error():
+    """A misspelt setting name fails loudly instead of naming a variable nobody reads."""
+    with pytest.raises(KeyError):
+        env_name("lease_secs")
+
+
+def test_an_empty_environment_gives_the_defaults():
+    """Nothing set: every field keeps its default."""
+    assert Settings.from_env({}) == Settings()
+
+
+def test_numbers_strings_and_tuples_are_parsed_from_the_environment():
+    """Each variable is parsed to its field's type, whitespace ignored."""
+    settings = Settings.from_env(
+        {
+            "STREAMLEASE_LEASE_SECONDS": " 8 ",
+            "STREAMLEASE_HEARTBEAT_SECONDS": "2.5",
+            "STREAMLEASE_CAPACITY": "7",
+            "STREAMLEASE_TABLE_NAME": "leases-prod",
+            "STREAMLEASE_ALLOWED_HOSTS": " feed.example.com , *.example.org ,,",
+        }
+    )
+    assert settings.lease_seconds == 8.0
+    assert settings.heartbeat_seconds == 2.5
+    assert settings.capacity == 7
+    assert settings.table_name == "leases-prod"
+    assert settings.allowed_hosts == ("feed.example.com", "*.example.org")
+
+
+def test_an_empty_tuple_variable_is_an_empty_tuple():
+    """An allow-list set to "" allows nothing in particular: ()."""
+    assert Settings.from_env({"STREAMLEASE_ALLOWED_HOSTS": ""}).allowed_hosts == ()
+
+
+@pytest.mark.parametrize("text", ["1", "true", "TRUE", "Yes", "on", " true "])
+def test_true_spellings(text):
+    """Booleans accept the usual spellings of true, case-insensitively."""
+    assert Settings.from_env({"STREAMLEASE_ALLOW_INSECURE_WS": text}).allow_insecure_ws is True
+
+
+@pytest.mark.parametrize("text", ["0", "false", "False", "no", "OFF", ""])
+def test_false_spellings(text):
+    """Booleans accept the usual spellings of false, and empty."""
+    settings = Settings.from_env({"STREAMLEASE_HANDOFF_ON_RELEASE": text})
+    assert settings.handoff_on_release is False
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("STREAMLEASE_LEASE_SECONDS", "twenty"),
+        ("STREAMLEASE_LEASE_SECONDS", "nan"),
+        ("STREAMLEASE_LEASE_SECONDS", "inf"),
+        ("STREAMLEASE_LEASE_SECONDS", ""),
+        ("STREAMLEASE_CAPACITY", "1.5"),
+        ("STREAMLEASE_CAPACITY", "ten"),
+        ("STREAMLEASE_ALLOW_INSECURE_WS", "maybe"),
+        ("STREAMLEASE_ALLOW_INSECURE_WS", "2"),
+    ],
+)
+def test_a_value_that_does_not_parse_names_its_variable(variable, value):
+    """ConfigError says which variable is wrong and what it held."""
+    with pytest.raises(ConfigError) as error:
+        Settings.from_env({variable: value})
+    assert variable in str(error.value)
+    assert repr(value) in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "field"),
+    [
+        ({"STREAMLEASE_LEASE_SECONDS": "0"}, "lease_seconds"),
+        ({"STREAMLEASE_HEARTBEAT_SECONDS": "-1"}, "heartbeat_seconds"),
+        ({"STREAMLEASE_HEARTBEAT_SECONDS": "20"}, "heartbeat_seconds"),
+        ({"STREAMLEASE_FENCE_MARGIN_SECONDS": "20"}, "fence_margin_seconds"),
+        ({"STREAMLEASE_CLOCK_SKEW_SECONDS": "-0.5"}, "clock_skew_seconds"),
+        ({"STREAMLEASE_CAPACITY": "0"}, "capacity"),
+        ({"STREAMLEASE_SHED_BATCH": "0"}, "shed_batch"),
+        ({"STREAMLEASE_RECEIVE_QUEUE_SIZE": "0"}, "receive_queue_size"),
+    ],
+)
+def test_a_value_that_breaks_a_rule_names_the_setting(environ, field):
+    """Values that parse but make no sense are refused, naming the setting."""
+    with pytest.raises(ConfigError, match=field):
+        Settings.from_env(environ)
+
+
+def test_every_broken_rule_is_reported_at_once():
+    """An operator fixes all problems in one go, not one per restart."""
+    with pytest.raises(ConfigError) as error:
+        Settings(capacity=0, shed_batch=0)
+    assert "capacity" in str(error.value)
+    assert "shed_batch" in str(error.value)
+
+
+def test_overrides_win_over_the_environment():
+    """from_env(**overrides): explicit values beat variables."""
+    settings = Settings.from_env({"STREAMLEASE_CAPACITY": "7"}, capacity=9)
+    assert settings.capacity == 9
+
+
+def test_the_process_environment_is_read_when_none_is_given(monkeypatch):
+    """from_env() with no mapping reads os.environ."""
+    monkeypatch.setenv("STREAMLEASE_LOCAL_WORKERS", "5")
+    assert Settings.from_env().local_workers == 5
+
+
+def test_ecs_metadata_is_read_from_the_variable_ecs_sets():
+    """Some settings come from variables AWS sets, under AWS's name."""
+    settings = Settings.from_env({"ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/x"})
+    assert settings.ecs_container_metadata_uri_v4 == "http://169.254.170.2/v4/x"
+    assert "ECS_CONTAINER_METADATA_URI_V4" in settings.to_env()
+
+
+def test_unrelated_variables_are_ignored():
+    """Only variables with the project prefix (and the named exceptions) are read."""
+    assert Settings.from_env({"LEASE_SECONDS": "1", "STREAMLEASE_UNKNOWN": "x"}) == Settings()
+
+
+def test_default_settings_survive_to_env_and_back():
+    """A child process given to_env() reads back the same settings."""
+    settings = Settings()
+    assert Settings.from_env(settings.to_env()) == settings
+
+
+def test_customised_settings_survive_to_env_and_back():
+    """Floats, ints, bools, tuples and strings all round-trip exactly."""
+    settings = Settings(
+        lease_seconds=0.4,
+        heartbeat_seconds=0.1,
+        fence_margin_seconds=0.05,
+        clock_skew_seconds=0.0,
+        capacity=3,
+        allow_insecure_ws=True,
+        handoff_on_release=False,
+        allowed_hosts=("127.0.0.1", "*.example.com"),
+        aws_endpoint_url="http://127.0.0.1:5000",
+        worker_id="w-1",
+    )
+    assert Settings.from_env(settings.to_env()) == settings
+
+
+def test_to_env_applies_overrides_and_names_every_field():
+    """to_env(**overrides) writes one variable per field, overrides included."""
+    env = Settings().to_env(worker_id="w-9", local_workers=1)
+    assert env["STREAMLEASE_WORKER_ID"] == "w-9"
+    assert env["STREAMLEASE_LOCAL_WORKERS"] == "1"
+    assert len(env) == len(dataclasses.fields(Settings))
+    assert all(isinstance(value, str) for value in env.values())
+
+
+def test_to_env_validates_its_overrides():
+    """A child is never handed settings that would fail at its start-up."""
+    with pytest.raises(ConfigError):
+        Settings().to_env(heartbeat_seconds=30.0)
