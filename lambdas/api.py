@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import string
+import threading
 from typing import Any
 
 from aws_lambda_powertools import Logger, Tracer
@@ -58,7 +59,14 @@ def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return app.resolve(with_plain_path(event), context)
 
 
+# The resolver keeps the request being answered in shared state (current event, route
+# arguments), as Lambda runs one request per process at a time. Callers that use threads (the
+# local stack's HTTP server) are served one request at a time too; on Lambda the lock is free.
+_one_request_at_a_time = threading.Lock()
+
+
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    """Answer one API Gateway REST proxy event with a proxy response."""
-    response: dict[str, Any] = _handle(event, context or runtime.LocalContext())
+    """Answer one API Gateway REST proxy event with a proxy response. Thread-safe."""
+    with _one_request_at_a_time:
+        response: dict[str, Any] = _handle(event, context or runtime.LocalContext())
     return response
