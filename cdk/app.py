@@ -1,0 +1,169 @@
+"""Entry point of the CDK app: ``cdk synth`` / ``cdk deploy`` run ``python -m cdk.app``.
+
+This is the only module that reads CDK context. Every choice is a context key
+``streamlease:<fieldInCamelCase>`` of :class:`cdk.config.DeploymentConfig`, set in ``cdk.json`` or
+on the command line (``cdk deploy -c streamlease:maxTasks=20``). Unknown ``streamlease:`` keys are
+refused, so a misspelt choice cannot be silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Final, get_type_hints
+
+from aws_cdk import App, Tags, Validations
+from aws_cdk import aws_logs as logs
+from cdk_nag import AwsSolutionsChecks
+
+from cdk.config import CapacityRange, DeploymentConfig
+from cdk.stacks.stateful import StatefulStack
+from cdk.stacks.stateless import StatelessStack
+
+REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+LAMBDA_ASSET: Final = REPO_ROOT / "build" / "lambda.zip"
+"""Built by ``make lambda`` (a dependency of ``make synth``, ``deploy`` and ``test``)."""
+WORKER_DOCKERFILE: Final = "worker/Dockerfile"
+"""Relative to the image build context, the repository root (filtered by ``.dockerignore``)."""
+CONTEXT_PREFIX: Final = "streamlease:"
+
+_RETENTION_DAYS: Final = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    731: logs.RetentionDays.TWO_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The app and its two stacks."""
+
+    app: App
+    stateful: StatefulStack
+    stateless: StatelessStack
+
+
+def context_key(field_name: str) -> str:
+    """The context key of a config field: ``max_tasks`` → ``streamlease:maxTasks``."""
+    head, *rest = field_name.split("_")
+    return CONTEXT_PREFIX + head + "".join(part.capitalize() for part in rest)
+
+
+def config_from_context(context: Mapping[str, Any]) -> DeploymentConfig:
+    """Build the deployment configuration from CDK context values.
+
+    Values may be JSON-typed (from ``cdk.json``) or strings (from ``-c key=value``). Raises
+    ``ValueError`` naming the key for an unknown key or a value that does not parse or breaks a
+    rule of :class:`DeploymentConfig`.
+    """
+    hints = get_type_hints(DeploymentConfig)
+    fields = {context_key(f.name): f.name for f in dataclasses.fields(DeploymentConfig)}
+    unknown = sorted(k for k in context if k.startswith(CONTEXT_PREFIX) and k not in fields)
+    if unknown:
+        raise ValueError(f"unknown context keys: {', '.join(unknown)}; known: {', '.join(fields)}")
+    values: dict[str, Any] = {}
+    for key, name in fields.items():
+        if key in context:
+            try:
+                values[name] = _parse(context[key], hints[name])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"context {key}={context[key]!r}: {exc}") from None
+    return DeploymentConfig(**values)
+
+
+def _parse(raw: Any, kind: Any) -> Any:
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind(str(raw).strip().lower())
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        lowered = str(raw).strip().lower()
+        if lowered not in ("true", "false"):
+            raise ValueError("expected true or false")
+        return lowered == "true"
+    if kind is int:
+        if isinstance(raw, float) and not raw.is_integer():
+            raise ValueError("expected a whole number")
+        return int(raw)
+    if kind is float:
+        return float(raw)
+    if kind is str:
+        return str(raw)
+    if kind is CapacityRange:
+        low, high = raw if isinstance(raw, list) else str(raw).split("-", 1)
+        return CapacityRange(int(low), int(high))
+    if isinstance(kind, types.GenericAlias) and kind.__origin__ is tuple:
+        items = raw if isinstance(raw, list) else str(raw).split(",")
+        return tuple(str(item).strip() for item in items if str(item).strip())
+    raise TypeError(f"no context parser for {kind!r}")
+
+
+def retention(days: int) -> logs.RetentionDays:
+    """The CloudWatch Logs retention of ``days``. Raises ``ValueError`` for a value Logs lacks."""
+    try:
+        return _RETENTION_DAYS[days]
+    except KeyError:
+        raise ValueError(
+            f"log retention of {days} days is not offered; use one of {sorted(_RETENTION_DAYS)}"
+        ) from None
+
+
+def build(app: App) -> Deployment:
+    """Add both stacks and the cdk-nag AwsSolutions checks to ``app``, configured from its context.
+
+    Raises ``ValueError`` for invalid configuration and ``FileNotFoundError`` when the Lambda code
+    asset has not been built (``make lambda``).
+    """
+    config = config_from_context(app.node.get_all_context())
+    log_retention = retention(config.log_retention_days)
+    if not LAMBDA_ASSET.is_file():
+        raise FileNotFoundError(
+            f"{LAMBDA_ASSET} is missing: run `make lambda` (make synth/deploy/test do it for you)"
+        )
+    stateful = StatefulStack(
+        app,
+        f"{config.stack_prefix}Stateful",
+        config=config,
+        description="streamlease state: lease table, command queues, sink stream (retained)",
+    )
+    stateless = StatelessStack(
+        app,
+        f"{config.stack_prefix}Stateless",
+        config=config,
+        table=stateful.table,
+        queue=stateful.queue,
+        dead_letter_queue=stateful.dead_letter_queue,
+        sink_stream=stateful.sink_stream,
+        lambda_asset=str(LAMBDA_ASSET),
+        image_directory=str(REPO_ROOT),
+        dockerfile=WORKER_DOCKERFILE,
+        log_retention=log_retention,
+        description="streamlease service: API, Lambdas, worker fleet, scaling, dashboard, alarms",
+    )
+    Tags.of(app).add("project", "streamlease")
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return Deployment(app=app, stateful=stateful, stateless=stateless)
+
+
+def main() -> None:
+    """Synthesize the app into the directory the CDK CLI asked for."""
+    deployment = build(App())
+    deployment.app.synth()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""One construct per logical unit of the deployment; the stacks only compose them."""

@@ -1,0 +1,66 @@
+"""The fleet's CloudWatch metrics, with the namespace and dimensions their emitters use."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ecs as ecs
+
+from streamlease import telemetry
+
+ONE_MINUTE = Duration.minutes(1)
+CONTAINER_INSIGHTS_NAMESPACE = "ECS/ContainerInsights"
+
+
+class FleetMetrics:
+    """Factory of the metrics the worker and the auditor publish (Powertools EMF).
+
+    Powertools adds a ``service`` dimension to every metric, so each metric here carries the
+    emitter's service name from :mod:`streamlease.telemetry`; without it an alarm or scaling
+    policy would watch a metric that never gets data.
+    """
+
+    def __init__(self, *, namespace: str, cluster: ecs.ICluster, service: ecs.IBaseService):
+        self._namespace = namespace
+        self._cluster = cluster
+        self._service = service
+
+    def worker(
+        self, name: str, *, statistic: str = "Sum", period: Duration = ONE_MINUTE
+    ) -> cloudwatch.Metric:
+        """A worker metric (``telemetry.WorkerMetric``), aggregated over every task."""
+        return self._custom(name, telemetry.WORKER_SERVICE, statistic, period)
+
+    def auditor(
+        self, name: str, *, statistic: str = "Maximum", period: Duration = ONE_MINUTE
+    ) -> cloudwatch.Metric:
+        """An auditor metric (``telemetry.AuditorMetric``), published once a minute."""
+        return self._custom(name, telemetry.AUDITOR_SERVICE, statistic, period)
+
+    def running_tasks(
+        self, *, statistic: str = "Average", period: Duration = ONE_MINUTE
+    ) -> cloudwatch.Metric:
+        """Running tasks of the worker service, from Container Insights (no L2 helper has it)."""
+        return cloudwatch.Metric(
+            namespace=CONTAINER_INSIGHTS_NAMESPACE,
+            metric_name="RunningTaskCount",
+            dimensions_map={
+                "ClusterName": self._cluster.cluster_name,
+                "ServiceName": self._service.service_name,
+            },
+            statistic=statistic,
+            period=period,
+            label="running tasks",
+        )
+
+    def _custom(
+        self, name: str, service: str, statistic: str, period: Duration
+    ) -> cloudwatch.Metric:
+        return cloudwatch.Metric(
+            namespace=self._namespace,
+            metric_name=name,
+            dimensions_map={telemetry.SERVICE_DIMENSION: service},
+            statistic=statistic,
+            period=period,
+            label=name,
+        )

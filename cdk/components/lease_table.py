@@ -1,0 +1,76 @@
+"""The lease table: stream and worker items, keyed and indexed as ``streamlease.schema`` says."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+from cdk.config import BillingMode, CapacityRange
+from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, PK
+
+_ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
+_TARGET_UTILIZATION_PERCENT = 70
+
+
+def _attribute(name: str) -> dynamodb.Attribute:
+    return dynamodb.Attribute(name=name, type=_ATTRIBUTE_TYPES[KEY_ATTRIBUTE_TYPES[name]])
+
+
+def _autoscaled(capacity: CapacityRange) -> dynamodb.Capacity:
+    return dynamodb.Capacity.autoscaled(
+        min_capacity=capacity.minimum,
+        max_capacity=capacity.maximum,
+        target_utilization_percent=_TARGET_UTILIZATION_PERCENT,
+    )
+
+
+class LeaseTable(Construct):
+    """The DynamoDB table holding stream and worker items and the three schema indexes.
+
+    Point-in-time recovery and deletion protection are on and the table is retained when its
+    stack is deleted: it is the only record of which streams are wanted and how far they got.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        billing: BillingMode,
+        provisioned_read: CapacityRange,
+        provisioned_write: CapacityRange,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if billing is BillingMode.ON_DEMAND:
+            table_billing = dynamodb.Billing.on_demand()
+        else:
+            table_billing = dynamodb.Billing.provisioned(
+                read_capacity=_autoscaled(provisioned_read),
+                write_capacity=_autoscaled(provisioned_write),
+            )
+        self.table = dynamodb.TableV2(
+            self,
+            "Table",
+            partition_key=_attribute(PK),
+            billing=table_billing,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            deletion_protection=True,
+            removal_policy=RemovalPolicy.RETAIN,
+            global_secondary_indexes=[
+                dynamodb.GlobalSecondaryIndexPropsV2(
+                    index_name=index.name,
+                    partition_key=_attribute(index.partition_key),
+                    sort_key=_attribute(index.sort_key) if index.sort_key else None,
+                    projection_type=(
+                        dynamodb.ProjectionType.INCLUDE
+                        if index.projected
+                        else dynamodb.ProjectionType.KEYS_ONLY
+                    ),
+                    non_key_attributes=list(index.projected) if index.projected else None,
+                )
+                for index in INDEXES
+            ],
+        )

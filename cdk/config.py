@@ -1,0 +1,120 @@
+"""What an operator may choose about a deployment, as plain values.
+
+:mod:`cdk.app` fills :class:`DeploymentConfig` from CDK context; every stack and construct gets the
+parts it needs as constructor arguments and reads nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from streamlease import telemetry
+
+
+class NetworkingMode(StrEnum):
+    """Where the worker tasks run."""
+
+    PUBLIC = "public"
+    """Public subnets, a public IP per task, no NAT gateway (cheapest; no inbound rule is open)."""
+    PRIVATE = "private"
+    """Private subnets behind one NAT gateway per availability zone."""
+
+
+class BillingMode(StrEnum):
+    """How the lease table is billed."""
+
+    ON_DEMAND = "on-demand"
+    PROVISIONED = "provisioned"
+    """Provisioned capacity with target-tracking autoscaling between the configured bounds."""
+
+
+class CpuArchitecture(StrEnum):
+    """CPU architecture of the worker image and tasks."""
+
+    X86_64 = "x86_64"
+    ARM64 = "arm64"
+
+
+@dataclass(frozen=True)
+class CapacityRange:
+    """Autoscaling bounds of provisioned DynamoDB capacity, in capacity units per second."""
+
+    minimum: int
+    maximum: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.minimum <= self.maximum:
+            raise ValueError(f"capacity range needs 1 <= minimum <= maximum, got {self}")
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    """Every choice the app exposes. Durations are in the unit their name says."""
+
+    stack_prefix: str = "Streamlease"
+    """Prefix of both stack names; a second deployment in one account uses another prefix."""
+
+    # --- lease protocol and fleet (passed to the worker and Lambdas as settings) ---
+    capacity_per_worker: int = 100
+    lease_seconds: float = 20.0
+    heartbeat_seconds: float = 5.0
+    reconcile_seconds: float = 5.0
+    allowed_upstream_hosts: tuple[str, ...] = ()
+    """Upstream host allow-list; empty allows any public host."""
+    metrics_namespace: str = telemetry.NAMESPACE_DEFAULT
+
+    # --- worker service ---
+    min_tasks: int = 2
+    max_tasks: int = 10
+    target_load_fraction: float = 0.7
+    """Scaling keeps wanted streams per task at this fraction of ``capacity_per_worker``."""
+    worker_cpu: int = 512
+    """Fargate CPU units per task (1024 = one vCPU)."""
+    worker_memory_mib: int = 1024
+    worker_architecture: CpuArchitecture = CpuArchitecture.X86_64
+    networking: NetworkingMode = NetworkingMode.PUBLIC
+
+    # --- state ---
+    billing: BillingMode = BillingMode.ON_DEMAND
+    provisioned_read: CapacityRange = CapacityRange(5, 100)
+    provisioned_write: CapacityRange = CapacityRange(5, 500)
+    command_visibility_timeout_seconds: int = 30
+    command_max_receives: int = 5
+    """A command received this often without being deleted moves to the dead-letter queue."""
+
+    # --- control plane and operations ---
+    api_rate_limit_per_second: float = 50.0
+    api_burst_limit: int = 100
+    log_retention_days: int = 30
+    alarm_email: str = ""
+    """If set, this address is subscribed to the alarm topic (it must confirm once)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.capacity_per_worker < 1:
+            problems.append("capacity_per_worker must be at least 1")
+        for name in ("lease_seconds", "heartbeat_seconds", "reconcile_seconds"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                problems.append(f"{name} must be a positive number of seconds")
+        if self.heartbeat_seconds >= self.lease_seconds:
+            problems.append("heartbeat_seconds must be shorter than lease_seconds")
+        if not 1 <= self.min_tasks <= self.max_tasks:
+            problems.append("tasks need 1 <= min_tasks <= max_tasks")
+        if not 0 < self.target_load_fraction < 1:
+            problems.append("target_load_fraction must be between 0 and 1 (exclusive)")
+        if self.command_max_receives < 1:
+            problems.append("command_max_receives must be at least 1")
+        if self.command_visibility_timeout_seconds < 1:
+            problems.append("command_visibility_timeout_seconds must be at least 1")
+        if self.api_rate_limit_per_second <= 0 or self.api_burst_limit < 1:
+            problems.append("API throttling limits must be positive")
+        if problems:
+            raise ValueError("invalid deployment configuration: " + "; ".join(problems))
+
+    @property
+    def target_streams_per_task(self) -> float:
+        """The scaling target: wanted streams per running task, below the per-task capacity."""
+        return round(self.capacity_per_worker * self.target_load_fraction, 2)

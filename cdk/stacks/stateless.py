@@ -1,0 +1,197 @@
+"""The stateless stack: control plane, worker fleet, scaling and monitoring.
+
+Everything here can be destroyed and recreated without losing data; the state it works on is
+passed in from the stateful stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Aws, CfnOutput, Duration, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kinesis as kinesis
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from cdk.components.control_api import ControlApi
+from cdk.components.fleet_alarms import FleetAlarms
+from cdk.components.fleet_dashboard import FleetDashboard
+from cdk.components.fleet_events import FleetEvents
+from cdk.components.fleet_metrics import FleetMetrics
+from cdk.components.fleet_scaling import FleetScaling
+from cdk.components.network import Network
+from cdk.components.service_function import ServiceFunction
+from cdk.components.settings_env import SettingValue, settings_environment
+from cdk.components.table_grants import grant_table_data
+from cdk.components.worker_fleet import WorkerFleet
+from cdk.config import DeploymentConfig
+from streamlease import telemetry
+from streamlease.settings import Settings
+from streamlease.telemetry import AuditorMetric
+
+
+class StatelessStack(Stack):
+    """Lambdas (API, reaper, auditor), the REST API, the VPC, the Fargate worker service, its
+    scaling, the EventBridge rules, the dashboard and the alarms."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: DeploymentConfig,
+        table: dynamodb.ITableV2,
+        queue: sqs.IQueue,
+        dead_letter_queue: sqs.IQueue,
+        sink_stream: kinesis.IStream,
+        lambda_asset: str,
+        image_directory: str,
+        dockerfile: str,
+        log_retention: logs.RetentionDays,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        shared_settings: dict[str, SettingValue] = {
+            "lease_seconds": config.lease_seconds,
+            "heartbeat_seconds": config.heartbeat_seconds,
+            "reconcile_seconds": config.reconcile_seconds,
+            "capacity": config.capacity_per_worker,
+            "allowed_hosts": config.allowed_upstream_hosts,
+        }
+
+        # --- control plane -------------------------------------------------------------------
+        code = lambda_.Code.from_asset(lambda_asset)
+        function_env = settings_environment(
+            {
+                "table_name": table.table_name,
+                "queue_url": queue.queue_url,
+                "aws_region": Aws.REGION,
+                "metrics_namespace": config.metrics_namespace,
+                **shared_settings,
+            }
+        )
+
+        def function(
+            construct_id: str, handler: str, service: str, description: str, **kw: Any
+        ) -> ServiceFunction:
+            return ServiceFunction(
+                self,
+                construct_id,
+                code=code,
+                handler=handler,
+                service_name=service,
+                metrics_namespace=config.metrics_namespace,
+                environment=function_env,
+                description=description,
+                log_retention=log_retention,
+                **kw,
+            )
+
+        api = function(
+            "ApiFunction",
+            "lambdas.api.handler",
+            telemetry.API_SERVICE,
+            "streamlease API: start, stop, get and list streams; list workers",
+            timeout=Duration.seconds(10),
+            memory_size_mib=512,
+        )
+        reaper = function(
+            "ReaperFunction",
+            "lambdas.reaper.handler",
+            telemetry.REAPER_SERVICE,
+            "streamlease reaper: releases the leases of a stopped worker task",
+            timeout=Duration.seconds(60),
+        )
+        auditor = function(
+            "AuditorFunction",
+            "lambdas.auditor.handler",
+            telemetry.AUDITOR_SERVICE,
+            "streamlease auditor: publishes wanted, owned and orphaned stream counts",
+            timeout=Duration.seconds(50),
+        )
+        grant_table_data(table, api.role, write=True)
+        queue.grant_send_messages(api.role)
+        grant_table_data(table, reaper.role, write=True)
+        queue.grant_send_messages(reaper.role)
+        grant_table_data(table, auditor.role, write=False)
+        api_fn, reaper_fn, auditor_fn = api.function, reaper.function, auditor.function
+
+        control_api = ControlApi(
+            self,
+            "ControlApi",
+            handler=api_fn,
+            rate_limit_per_second=config.api_rate_limit_per_second,
+            burst_limit=config.api_burst_limit,
+            max_url_length=Settings.max_url_length,
+            log_retention=log_retention,
+        )
+
+        # --- data plane ----------------------------------------------------------------------
+        network = Network(self, "Network", mode=config.networking, log_retention=log_retention)
+        fleet = WorkerFleet(
+            self,
+            "Workers",
+            vpc=network.vpc,
+            subnets=network.worker_subnets,
+            assign_public_ip=network.assign_public_ip,
+            image_directory=image_directory,
+            dockerfile=dockerfile,
+            architecture=config.worker_architecture,
+            cpu=config.worker_cpu,
+            memory_mib=config.worker_memory_mib,
+            table=table,
+            queue=queue,
+            sink_stream=sink_stream,
+            metrics_namespace=config.metrics_namespace,
+            settings={
+                **shared_settings,
+                "visibility_timeout_seconds": config.command_visibility_timeout_seconds,
+            },
+            log_retention=log_retention,
+        )
+        metrics = FleetMetrics(
+            namespace=config.metrics_namespace, cluster=fleet.cluster, service=fleet.service
+        )
+        FleetScaling(
+            self,
+            "Scaling",
+            service=fleet.service,
+            min_tasks=config.min_tasks,
+            max_tasks=config.max_tasks,
+            wanted_streams=metrics.auditor(AuditorMetric.STARTED_STREAMS, statistic="Average"),
+            running_tasks=metrics.running_tasks(),
+            target_streams_per_task=config.target_streams_per_task,
+        )
+        FleetEvents(self, "Events", cluster=fleet.cluster, reaper=reaper_fn, auditor=auditor_fn)
+
+        # --- operations ----------------------------------------------------------------------
+        functions = {"api": api_fn, "reaper": reaper_fn, "auditor": auditor_fn}
+        alarms = FleetAlarms(
+            self,
+            "Alarms",
+            metrics=metrics,
+            api=control_api.api,
+            table=table,
+            dead_letter_queue=dead_letter_queue,
+            functions=functions,
+            email=config.alarm_email,
+        )
+        dashboard = FleetDashboard(
+            self,
+            "Dashboard",
+            metrics=metrics,
+            api=control_api.api,
+            functions=functions,
+            queue=queue,
+            dead_letter_queue=dead_letter_queue,
+            table=table,
+            alarms=alarms.alarms,
+        )
+
+        CfnOutput(self, "ApiUrl", value=control_api.api.url, description="streamlease --api URL")
+        CfnOutput(self, "DashboardUrl", value=dashboard.url)
+        CfnOutput(self, "AlarmTopicArn", value=alarms.topic.topic_arn)
+        CfnOutput(self, "ClusterName", value=fleet.cluster.cluster_name)
