@@ -33,6 +33,7 @@ from local.upstream_sim.knobs import (
 LISTEN_BACKLOG: Final = 4096
 _MAX_BURST: Final = 256  # frames per transport write when catching up or flat out
 _MIN_TICK_SECONDS: Final = 0.002  # a fast stream sends bursts instead of waking every 100 µs
+_WATCH_CLOSE_AFTER_SECONDS: Final = 0.05
 _UNSENDABLE_CODES: Final = frozenset({1005, 1006, 1015})  # reserved: never put on the wire
 
 
@@ -272,10 +273,14 @@ class UpstreamSimulator:
                 await ws.wait_closed()
                 return
             await ws.drain()  # waits only while the client is not reading (flow control)
-            if rate > 0:
-                await asyncio.sleep(max(started + sent / rate - loop.time(), _MIN_TICK_SECONDS))
-            else:
+            if rate <= 0:
                 await asyncio.sleep(0)
+                continue
+            delay = max(started + sent / rate - loop.time(), _MIN_TICK_SECONDS)
+            if delay < _WATCH_CLOSE_AFTER_SECONDS:
+                await asyncio.sleep(delay)
+            else:  # a slow stream notices a closed connection at once, not at its next message
+                await asyncio.wait([ws.connection_lost_waiter], timeout=delay)
 
     @staticmethod
     async def _end(connection: ServerConnection, close_code: int | None) -> None:

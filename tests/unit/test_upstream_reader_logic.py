@@ -58,6 +58,12 @@ class FakeConnection:
     def abort(self) -> None:
         self._closed.set()
 
+    def is_closing(self) -> bool:
+        return self._closed.is_set()
+
+    def resume_reading(self) -> None:
+        pass
+
 
 @dataclass
 class FakeUpstream:

@@ -178,6 +178,10 @@ async def connect_upstream(
 
 async def close_connection(ws: ClientConnection, code: int, reason: str) -> None:
     """Close ``ws``; if that is interrupted (cancelled, failed), drop the socket at once."""
+    # With a full receive queue websockets has paused reading, so the upstream's close frame
+    # would sit unread until the close timeout. Messages still unread are discarded anyway.
+    if not ws.transport.is_closing():
+        ws.transport.resume_reading()
     try:
         await ws.close(code, reason)
     except BaseException:

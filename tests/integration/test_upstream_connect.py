@@ -1,0 +1,163 @@
+"""Connect-time URL safety over real sockets: every resolved address is checked, the socket goes
+to the checked address with the URL's name kept for Host/SNI, and proxy variables are ignored."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+from websockets.asyncio.client import connect
+
+from local.upstream_sim import UpstreamSimulator
+from streamlease.errors import UpstreamRejected
+from streamlease.settings import Settings
+from worker.upstream import Resolver, UpstreamEvent, UpstreamEventKind, UpstreamReader
+
+LOCAL_ONLY_INSECURE = Settings(allow_insecure_ws=True, connect_timeout_seconds=2.0)
+"""ws:// allowed (the simulator has no TLS) but loopback refused, as in production."""
+LOOPBACK_ALLOWED = Settings(
+    allow_insecure_ws=True, allow_loopback_upstreams=True, connect_timeout_seconds=2.0
+)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[UpstreamSimulator]:
+    async with UpstreamSimulator() as simulator:
+        yield simulator
+
+
+def resolving_to(*addresses: str) -> Resolver:
+    """A resolver that answers every name with ``addresses`` (a DNS we control)."""
+
+    async def resolve(host: str, port: int) -> Sequence[str]:
+        return addresses
+
+    return resolve
+
+
+async def test_localhost_is_refused_when_loopback_is_not_allowed(sim: UpstreamSimulator) -> None:
+    """``localhost`` never reaches the socket layer under the production policy."""
+    events: list[UpstreamEvent] = []
+    url = sim.url_for("s", host="localhost")
+    reader = UpstreamReader("s", url, LOCAL_ONLY_INSECURE, on_event=events.append)
+    with pytest.raises(UpstreamRejected, match="loopback"):
+        await anext(reader)
+    assert [e.kind for e in events] == [UpstreamEventKind.REJECTED]
+    assert sim.attempts("s") == 0
+
+
+async def test_a_name_that_resolves_to_loopback_is_refused_at_connect_time(
+    sim: UpstreamSimulator,
+) -> None:
+    """A harmless-looking name pointing at 127.0.0.1 (DNS rebinding) is caught after DNS."""
+    url = sim.url_for("s", host="upstream.example")
+    resolver = resolving_to("127.0.0.1")
+    reader = UpstreamReader("s", url, LOCAL_ONLY_INSECURE, resolver=resolver)
+    with pytest.raises(UpstreamRejected, match=r"127\.0\.0\.1 is loopback"):
+        await anext(reader)
+    assert sim.attempts("s") == 0
+
+
+async def test_one_blocked_address_among_several_refuses_the_host() -> None:
+    """Every resolved address must pass, not just the first one."""
+    resolver = resolving_to("93.184.215.14", "10.1.2.3")
+    url = "ws://upstream.example:8765/s"
+    reader = UpstreamReader("s", url, LOCAL_ONLY_INSECURE, resolver=resolver)
+    with pytest.raises(UpstreamRejected, match=r"10\.1\.2\.3 is private"):
+        await anext(reader)
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "169.254.170.2", "::ffff:169.254.169.254"])
+async def test_metadata_addresses_are_refused_even_when_everything_is_allowed(
+    address: str,
+) -> None:
+    """Instance and task metadata stay out of reach whatever the local policy allows."""
+    permissive = Settings(
+        allow_insecure_ws=True, allow_loopback_upstreams=True, allow_private_upstreams=True
+    )
+    resolver = resolving_to(address)
+    reader = UpstreamReader("s", "ws://upstream.example/s", permissive, resolver=resolver)
+    with pytest.raises(UpstreamRejected):
+        await anext(reader)
+
+
+async def test_localhost_connects_when_loopback_is_allowed(sim: UpstreamSimulator) -> None:
+    """The local stack's policy: the real resolver, loopback allowed, Host header kept."""
+    url = sim.url_for("s", host="localhost")
+    async with UpstreamReader("s", url, LOOPBACK_ALLOWED) as reader:
+        assert (await anext(reader)).seq == 1
+    assert sim.stats("s").last_host_header == f"localhost:{sim.port}"
+
+
+async def test_the_socket_goes_to_the_checked_address_and_host_keeps_the_name(
+    sim: UpstreamSimulator,
+) -> None:
+    """The name is resolved once, by us; the connection is pinned to the checked address."""
+    url = sim.url_for("s", host="upstream.example")
+    resolver = resolving_to("127.0.0.1")
+    async with UpstreamReader("s", url, LOOPBACK_ALLOWED, resolver=resolver) as reader:
+        assert (await anext(reader)).seq == 1
+    assert sim.stats("s").last_host_header == f"upstream.example:{sim.port}"
+
+
+async def test_addresses_are_tried_in_order_until_one_accepts(sim: UpstreamSimulator) -> None:
+    """A refused first address (e.g. ::1 when the upstream listens on IPv4 only) is skipped."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.2", 0))
+        dead = unused.getsockname()[0]
+    resolver = resolving_to(dead, "127.0.0.1")
+    url = sim.url_for("s", host="upstream.example")
+    async with UpstreamReader("s", url, LOOPBACK_ALLOWED, resolver=resolver) as reader:
+        assert (await anext(reader)).seq == 1
+
+
+async def test_proxy_environment_variables_are_ignored(
+    sim: UpstreamSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every proxy variable pointing at a dead port the reader still connects directly,
+    while a plain websockets client (which honours them) cannot."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead_port = unused.getsockname()[1]
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{dead_port}")
+    url = sim.url_for("s")
+    with pytest.raises(OSError):
+        async with asyncio.timeout(5), connect(url):
+            pass
+    async with UpstreamReader("s", url, LOOPBACK_ALLOWED) as reader:
+        assert (await anext(reader)).seq == 1
+
+
+async def test_a_redirect_is_not_followed(sim: UpstreamSimulator) -> None:
+    """A 3xx answer is final: redirects could lead anywhere the policy never checked."""
+    reader = UpstreamReader("s", sim.url_for("s", reject=302), LOOPBACK_ALLOWED)
+    with pytest.raises(UpstreamRejected, match="redirected"):
+        await anext(reader)
+
+
+async def test_a_refused_tcp_connection_is_retried_until_closed() -> None:
+    """Nothing listening: retry with backoff, report each failure, stop when told."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    settings = Settings(
+        allow_insecure_ws=True,
+        allow_loopback_upstreams=True,
+        backoff_base_seconds=0.01,
+        backoff_max_seconds=0.05,
+    )
+    events: list[UpstreamEvent] = []
+    reader = UpstreamReader("s", f"ws://127.0.0.1:{port}/s", settings, on_event=events.append)
+    consumer = asyncio.create_task(anext(reader))
+    await asyncio.sleep(0.3)
+    await reader.close()
+    with pytest.raises(StopAsyncIteration):
+        await consumer
+    retries = [e for e in events if e.kind is UpstreamEventKind.RETRYING]
+    assert len(retries) >= 3
+    assert all("refused" in e.error for e in retries)

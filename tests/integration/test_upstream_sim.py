@@ -1,0 +1,108 @@
+"""The upstream simulator itself: what it sends, its knobs, and its three ways of running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
+from websockets.sync.client import connect as sync_connect
+
+from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[UpstreamSimulator]:
+    async with UpstreamSimulator() as simulator:
+        yield simulator
+
+
+async def test_messages_are_numbered_timestamped_and_replayable(sim: UpstreamSimulator) -> None:
+    """seq counts up from from_seq; data is payload_for(stream id, seq); ts is epoch ms."""
+    async with connect(sim.url_for("a:b.c", rate=0, from_seq=7, until_seq=9)) as ws:
+        bodies = [json.loads(await ws.recv()) for _ in range(3)]
+    assert [b["seq"] for b in bodies] == [7, 8, 9]
+    assert [b["data"] for b in bodies] == [payload_for("a:b.c", n) for n in (7, 8, 9)]
+    assert all(b["ts"] > 1_600_000_000_000 for b in bodies)
+
+
+async def test_until_seq_stops_sending_but_keeps_the_connection_open(
+    sim: UpstreamSimulator,
+) -> None:
+    """After until_seq nothing more arrives and the connection stays up."""
+    async with connect(sim.url_for("s", rate=0, until_seq=2)) as ws:
+        assert [json.loads(await ws.recv())["seq"] for _ in range(2)] == [1, 2]
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await ws.recv()
+        assert sim.stats("s").open == 1
+
+
+async def test_drop_after_aborts_without_a_close_frame(sim: UpstreamSimulator) -> None:
+    """drop_after=N: N messages, then the TCP connection is cut (the client sees 1006)."""
+    async with connect(sim.url_for("s", rate=0, drop_after=2)) as ws:
+        await ws.recv()
+        await ws.recv()
+        with pytest.raises(ConnectionClosedError) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is None
+
+
+async def test_a_bad_knob_is_answered_with_400(sim: UpstreamSimulator) -> None:
+    """A knob that does not parse refuses the handshake instead of guessing."""
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(sim.url_for("s", rate="fast")):
+            pass
+    assert refused.value.response.status_code == 400
+
+
+async def test_disconnect_ends_open_connections_of_one_stream(sim: UpstreamSimulator) -> None:
+    """disconnect(stream, code) closes that stream's connections with the code."""
+    async with connect(sim.url_for("s", rate=1)) as ws:
+        await ws.recv()
+        sim.disconnect("s", 1012)
+        with pytest.raises(ConnectionClosedError) as closed:
+            while True:
+                await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+
+
+def test_runs_in_a_thread_for_synchronous_tests() -> None:
+    """run_in_thread: a started simulator whose faults and stats work from another thread."""
+    with run_in_thread() as sim:
+        sim.set_fault("s", reject=503, times=1)
+        with pytest.raises(InvalidStatus):
+            sync_connect(sim.url_for("s"))
+        with sync_connect(sim.url_for("s", rate=0, until_seq=3)) as ws:
+            assert json.loads(ws.recv())["seq"] == 1
+        stats = sim.stats("s")
+        assert (stats.attempts, stats.rejected, stats.accepted) == (2, 1, 1)
+
+
+def test_runs_in_the_foreground_until_sigterm() -> None:
+    """python -m local.upstream_sim prints one ready line, serves, and exits on SIGTERM."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "local.upstream_sim", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        ready = process.stdout.readline()
+        assert "ready on ws://127.0.0.1:" in ready
+        port = int(ready.split("ws://127.0.0.1:")[1].split("/")[0])
+        with sync_connect(f"ws://127.0.0.1:{port}/s?rate=0&until_seq=3") as ws:
+            assert json.loads(ws.recv())["seq"] == 1
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        process.kill()
+        process.wait()
