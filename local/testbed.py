@@ -1,0 +1,314 @@
+"""A whole scaled-down system under test control: the chaos tests' and benchmarks' stage.
+
+One :class:`Testbed` holds, for one run: fresh resources on a (serialised) moto server, an
+upstream simulator, the real API handler served over HTTP in this process, the reaper handler,
+and any number of ``python -m worker`` subprocesses that write lease events and sink records to
+the run directory. It watches ownership from the workers' lease events (no DynamoDB polling, so
+watching costs the store nothing) and hands the evidence to :mod:`local.invariants`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+from urllib.parse import quote
+
+from local.invariant_inputs import LeaseEvent
+from local.invariants import EXPIRED, Report, Window, check, load_records, segments_of
+from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
+from local.worker_process import WorkerProcess
+from streamlease.cli.client import ApiClient
+from streamlease.settings import Settings
+
+ACCOUNT: Final = "000000000000"
+
+
+class EventTail:
+    """Reads lease events appended to a set of JSONL files, incrementally."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[Path, int] = {}
+        self.events: list[LeaseEvent] = []
+        self.malformed = 0
+
+    def add(self, path: Path) -> None:
+        """Follow ``path`` too (it may not exist yet)."""
+        self._offsets.setdefault(path, 0)
+
+    def refresh(self) -> list[LeaseEvent]:
+        """Read what was appended since the last call (complete lines only); returns it."""
+        new: list[LeaseEvent] = []
+        for path, offset in self._offsets.items():
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            end = chunk.rfind(b"\n") + 1
+            self._offsets[path] = offset + end
+            for line in chunk[:end].splitlines():
+                try:
+                    new.append(LeaseEvent.from_dict(json.loads(line)))
+                except (ValueError, KeyError, TypeError):
+                    self.malformed += 1
+        self.events.extend(new)
+        return new
+
+
+class Testbed:
+    """Upstream simulator + API + reaper + worker processes around one set of resources.
+
+    ``settings`` name the resources (see :func:`local.resources.create_resources`) and carry the
+    scaled timers every worker gets. Use as a context manager: on exit every worker is stopped
+    (SIGTERM, then SIGKILL) and the servers are shut down.
+    """
+
+    def __init__(self, settings: Settings, run_dir: Path, *, rate: float = 5.0) -> None:
+        self.run_dir = run_dir
+        self.sink_dir = run_dir / "sink"
+        self.rate = rate
+        self.settings = dataclasses.replace(settings, sink="file", sink_dir=str(self.sink_dir))
+        self.workers: list[WorkerProcess] = []
+        self.tail = EventTail()
+        self.wanted: dict[str, list[Window]] = {}
+        self.stream_ids: list[str] = []
+        self._cleanups: list[Callable[[], None]] = []
+        self.upstream: UpstreamSimulator
+        self.api: ApiClient
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Testbed:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.sink_dir.mkdir(parents=True, exist_ok=True)
+        sim_context = run_in_thread(default_rate=self.rate)
+        self.upstream = sim_context.__enter__()
+
+        def stop_upstream() -> None:
+            sim_context.__exit__(None, None, None)
+
+        self._cleanups.append(stop_upstream)
+        self._start_api()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop_all_workers()
+        for cleanup in reversed(self._cleanups):
+            cleanup()
+
+    def _start_api(self) -> None:
+        from lambdas import api, runtime
+        from local.api_adapter import ApiAdapter, load_resources, make_server
+
+        runtime.configure(self.settings)
+        api.logger.setLevel("WARNING")  # the API's request logs would drown the output
+        server = make_server(ApiAdapter(api.handler, load_resources()), "127.0.0.1", 0)
+        thread = threading.Thread(target=server.serve_forever, name="local-api", daemon=True)
+        thread.start()
+        self.api = ApiClient(f"http://127.0.0.1:{server.server_port}")
+
+        def shutdown() -> None:
+            server.shutdown()
+            server.server_close()
+
+        self._cleanups.append(shutdown)
+
+    # --- workers ---------------------------------------------------------------------------
+
+    def add_worker(
+        self, name: str | None = None, *, command: Sequence[str] = (), **overrides: Any
+    ) -> WorkerProcess:
+        """Start one worker (settings overridden by ``overrides``); returns it at once.
+
+        ``command``: Python arguments that run the worker some other way (default
+        ``-m worker``), e.g. under the bench's request counter.
+        """
+        name = name or f"w{len(self.workers) + 1}"
+        worker_id = f"{name}-{uuid.uuid4().hex[:8]}"
+        events = self.run_dir / "events" / f"{worker_id}.jsonl"
+        settings = dataclasses.replace(
+            self.settings,
+            worker_id=worker_id,
+            task_arn=f"arn:aws:ecs:{self.settings.aws_region}:{ACCOUNT}:task/local/{worker_id}",
+            lease_event_log=str(events),
+            health_file=str(self.run_dir / "health" / worker_id),
+            **overrides,
+        )
+        self.tail.add(events)
+        log = self.run_dir / "logs" / f"{worker_id}.log"
+        if command:
+            worker = WorkerProcess.start(settings, name, log, command=command)
+        else:
+            worker = WorkerProcess.start(settings, name, log)
+        self.workers.append(worker)
+        return worker
+
+    def live_workers(self) -> list[WorkerProcess]:
+        """Workers whose process still runs (paused ones included)."""
+        return [w for w in self.workers if w.alive]
+
+    def stop_all_workers(self) -> None:
+        """SIGTERM every live worker at once, then wait (SIGKILL after the shutdown budget)."""
+        live = self.live_workers()
+        for worker in live:
+            worker.terminate(0)
+        for worker in live:
+            worker.stop(self.settings.shutdown_budget_seconds + 5)
+
+    def reap(self, worker: WorkerProcess) -> dict[str, Any]:
+        """Run the reaper handler for ``worker``'s task, as ECS would after the task stopped."""
+        from lambdas import reaper, runtime
+
+        result: dict[str, Any] = reaper.handler(
+            reaper.stopped_task_event(worker.settings.task_arn), runtime.LocalContext()
+        )
+        return result
+
+    # --- streams ---------------------------------------------------------------------------
+
+    def url_for(self, stream_id: str, **query: Any) -> str:
+        """The upstream URL of ``stream_id`` on this run's simulator."""
+        return self.upstream.url_for(stream_id, **({"rate": self.rate} | query))
+
+    def create_streams(self, count: int, prefix: str = "s", **query: Any) -> list[str]:
+        """Create and start ``count`` streams through the API; returns their ids."""
+        ids = [f"{prefix}{i:03d}-{uuid.uuid4().hex[:4]}" for i in range(count)]
+        for stream_id in ids:
+            self.start_new_stream(stream_id, **query)
+        return ids
+
+    def start_new_stream(self, stream_id: str, **query: Any) -> float:
+        """``POST /streams`` for one new stream; returns the monotonic time of the call."""
+        at = time.monotonic()
+        self.api.create_stream(stream_id, self.url_for(stream_id, **query))
+        self.stream_ids.append(stream_id)
+        self.wanted.setdefault(stream_id, []).append((at, None))
+        return at
+
+    def stop_stream(self, stream_id: str) -> float:
+        """``POST /streams/{id}/stop``; closes its wanted window. Returns the call's time."""
+        at = time.monotonic()
+        self.api.stop_stream(stream_id)
+        windows = self.wanted[stream_id]
+        windows[-1] = (windows[-1][0], at)
+        return at
+
+    def start_stream(self, stream_id: str) -> float:
+        """``POST /streams/{id}/start`` again; opens a wanted window. Returns the call's time."""
+        at = time.monotonic()
+        self.api.start_stream(stream_id)
+        self.wanted[stream_id].append((at, None))
+        return at
+
+    # --- observation -----------------------------------------------------------------------
+
+    def owners(self, at: float | None = None) -> dict[str, str]:
+        """Stream → worker id of every holder that may deliver at ``at`` (default: now)."""
+        self.tail.refresh()
+        now = time.monotonic() if at is None else at
+        holders: dict[tuple[str, int, str], list[LeaseEvent]] = {}
+        for ev in self.tail.events:
+            holders.setdefault((ev.stream_id, ev.epoch, ev.worker_id), []).append(ev)
+        out: dict[str, str] = {}
+        for (stream_id, _, worker_id), events in holders.items():
+            for seg in segments_of(events):
+                if seg.start <= now < seg.end and seg.end_reason == EXPIRED:
+                    out[stream_id] = worker_id
+        return out
+
+    def wait_for(
+        self, condition: Callable[[], bool], timeout_seconds: float, what: str, every: float = 0.1
+    ) -> float:
+        """Poll ``condition`` until true; seconds waited. Raises ``TimeoutError`` naming ``what``
+        with the tails of the workers' logs."""
+        start = time.monotonic()
+        while not condition():
+            if time.monotonic() - start > timeout_seconds:
+                raise TimeoutError(
+                    f"{what}: not within {timeout_seconds:.0f} s\n{self.diagnosis()}"
+                )
+            time.sleep(every)
+        return time.monotonic() - start
+
+    def wait_all_owned(self, stream_ids: Iterable[str], timeout_seconds: float) -> float:
+        """Wait until each of ``stream_ids`` has a live holder; returns the seconds waited."""
+        wanted = set(stream_ids)
+
+        def all_owned() -> bool:
+            return wanted <= set(self.owners())
+
+        return self.wait_for(all_owned, timeout_seconds, f"all {len(wanted)} streams owned")
+
+    def wait_none_owned(self, stream_ids: Iterable[str], timeout_seconds: float) -> float:
+        """Wait until none of ``stream_ids`` has a live holder."""
+        ids = set(stream_ids)
+        return self.wait_for(
+            lambda: not ids & set(self.owners()), timeout_seconds, f"{len(ids)} streams released"
+        )
+
+    def sink_file(self, stream_id: str) -> Path:
+        """Where the file sink appends ``stream_id``'s records."""
+        return self.sink_dir / (quote(stream_id, safe="") + ".jsonl")
+
+    def first_record_after(self, stream_id: str, size_before: int = 0) -> bool:
+        """True once the sink file of ``stream_id`` has grown past ``size_before`` bytes."""
+        try:
+            return self.sink_file(stream_id).stat().st_size > size_before
+        except FileNotFoundError:
+            return False
+
+    def report(self, **kwargs: Any) -> Report:
+        """Check the invariants on everything recorded so far (see :func:`local.invariants.check`).
+
+        Defaults: the wanted windows of the API calls made here, seqs start at 1, payloads
+        must be the simulator's.
+        """
+        self.tail.refresh()
+        records, malformed = load_records(self.sink_dir)
+        options: dict[str, Any] = {
+            "wanted": self.wanted,
+            "expected_first_seq": 1,
+            "verify_payload": _simulator_payload,
+            "malformed_lines": malformed + self.tail.malformed,
+        }
+        options.update(kwargs)
+        return check(self.tail.events, records, **options)
+
+    def diagnosis(self, lines: int = 15) -> str:
+        """The tail of every worker's log (what a failing test prints)."""
+        parts = []
+        for w in self.workers:
+            state = "running" if w.alive else f"exited {w.process.returncode}"
+            parts.append(f"--- {w.worker_id} ({state}) ---\n{w.log_tail(lines)}")
+        return "\n".join(parts)
+
+
+def _simulator_payload(record: Any) -> bool:
+    """The sink keeps the upstream frame: its seq and data must be the simulator's for that seq."""
+    payload = record.payload
+    return (
+        isinstance(payload, dict)
+        and payload.get("seq") == record.seq
+        and payload.get("data") == payload_for(record.stream_id, record.seq)
+    )
+
+
+def settings_for_run(base: Settings, **overrides: Any) -> Settings:
+    """``base`` with ``overrides`` (a convenience for sections that vary one field)."""
+    return dataclasses.replace(base, **overrides)
+
+
+__all__: Sequence[str] = ["EventTail", "Testbed", "settings_for_run"]

@@ -1,0 +1,202 @@
+"""One ``python -m worker`` subprocess under test control, and settings scaled for tests.
+
+Used by the chaos tests and the benchmarks (through :mod:`local.testbed`): start a worker with
+given settings, send it signals (``kill -9``, ``SIGTERM``, ``SIGSTOP``/``SIGCONT``), wait for it.
+Its stdout and stderr go to a log file whose tail is shown when something fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from streamlease.settings import Settings
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+PRODUCTION_LEASE_SECONDS: Final = Settings().lease_seconds
+
+_SCALED: Final = (
+    "lease_seconds",
+    "heartbeat_seconds",
+    "reconcile_seconds",
+    "clock_skew_seconds",
+    "fence_margin_seconds",
+    "rebalance_seconds",
+    "min_tenure_seconds",
+    "worker_heartbeat_seconds",
+    "worker_ttl_seconds",
+    "backoff_base_seconds",
+    "backoff_max_seconds",
+    "stable_seconds",
+    "ping_interval_seconds",
+    "ping_timeout_seconds",
+    "shutdown_budget_seconds",
+    "health_max_age_seconds",
+)
+"""Timers that scale with the lease (every one of them is a fraction of production's)."""
+_SCALED_WHOLE: Final = ("poll_wait_seconds", "visibility_timeout_seconds")
+"""SQS takes whole seconds: scaled, rounded up, at least 1."""
+
+DUMMY_AWS_ENV: Final[Mapping[str, str]] = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
+}
+"""Credentials for moto: a process talking only to the local endpoint never needs real ones."""
+
+
+def use_dummy_aws_credentials() -> None:
+    """Point this process (and its children) at dummy credentials, never a developer's ~/.aws."""
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+        os.environ.pop(name, None)
+    os.environ.update(DUMMY_AWS_ENV)
+
+
+def scaled_settings(base: Settings, lease_seconds: float = 2.0, **overrides: Any) -> Settings:
+    """``base`` with every protocol and fleet timer scaled by ``lease_seconds`` / 20 s.
+
+    The ratios of production (lease 20 s, heartbeat 5 s, reconcile 5 s, margin 2 s, ...) are
+    kept, so a test at lease 2 s behaves like production at ten times the speed. Timers already
+    changed in ``base`` are scaled from their value there. ``overrides`` win. Local upstreams
+    (``ws://127.0.0.1``) are allowed.
+    """
+    factor = lease_seconds / PRODUCTION_LEASE_SECONDS
+    values: dict[str, Any] = {name: getattr(base, name) * factor for name in _SCALED}
+    for name in _SCALED_WHOLE:
+        values[name] = float(max(1, math.ceil(getattr(base, name) * factor)))
+    values["dynamodb_timeout_seconds"] = max(0.5, base.dynamodb_timeout_seconds * factor)
+    values["connect_timeout_seconds"] = max(1.0, base.connect_timeout_seconds * factor)
+    values.update(allow_insecure_ws=True, allow_loopback_upstreams=True)
+    values.update(overrides)
+    return dataclasses.replace(base, **values)
+
+
+def reference_settings(ours: Settings) -> Settings:
+    """The seed design at the same scale: reconcile every 60 s-equivalent (3 leases), release
+    without a handoff command, no acquire scheduled for leases that missed heartbeats."""
+    return dataclasses.replace(
+        ours,
+        reconcile_seconds=ours.lease_seconds * 3,
+        handoff_on_release=False,
+        schedule_suspects=False,
+    )
+
+
+class WorkerProcess:
+    """A worker subprocess. ``worker_id`` is fixed by the caller, so events can be matched."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        name: str,
+        settings: Settings,
+        log_path: Path,
+    ) -> None:
+        self.process = process
+        self.name = name
+        self.settings = settings
+        self.log_path = log_path
+        self.started_mono = time.monotonic()
+        self.paused = False
+
+    @classmethod
+    def start(
+        cls,
+        settings: Settings,
+        name: str,
+        log_path: Path,
+        *,
+        command: Sequence[str] = ("-m", "worker"),
+    ) -> WorkerProcess:
+        """Start ``python <command>`` with ``settings`` in its environment (plus this process's
+        AWS variables). ``settings.worker_id`` should be set so events can be attributed."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEASE_")}
+        env.update(settings.to_env())
+        env["PYTHONUNBUFFERED"] = "1"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+                [sys.executable, *command],
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return cls(process, name, settings, log_path)
+
+    @property
+    def worker_id(self) -> str:
+        """The worker id it runs under."""
+        return self.settings.worker_id
+
+    @property
+    def pid(self) -> int:
+        """Its process id."""
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        """True until the process has exited."""
+        return self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` if it still runs (SIGSTOP/SIGCONT are tracked in :attr:`paused`)."""
+        if not self.alive:
+            return
+        self.process.send_signal(signum)
+        if signum == signal.SIGSTOP:
+            self.paused = True
+        elif signum == signal.SIGCONT:
+            self.paused = False
+
+    def kill(self) -> None:
+        """``kill -9`` and reap it."""
+        self.signal(signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self, timeout_seconds: float | None = None) -> int | None:
+        """SIGTERM (graceful drain) and wait up to ``timeout_seconds``; returns the exit status,
+        or ``None`` if it is still running (``timeout_seconds=0`` does not wait)."""
+        if self.paused:
+            self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout_seconds)
+
+    def wait(self, timeout_seconds: float | None = None) -> int | None:
+        """Wait for exit; the exit status, or ``None`` if still running after the timeout."""
+        try:
+            return self.process.wait(timeout_seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, grace_seconds: float) -> int:
+        """SIGTERM, then SIGKILL after ``grace_seconds``. Returns the exit status."""
+        code = self.terminate(grace_seconds)
+        if code is None:
+            self.kill()
+            code = self.process.returncode
+        return int(code)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of its output."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
