@@ -1,0 +1,358 @@
+"""What the worker integration tests share: scaled settings, stream seeding, a small fleet of
+``python -m worker`` processes, and evidence readers (lease events, sink records).
+
+Timers are scaled to a lease of 1 s (heartbeat 0.25 s, reconcile 0.5 s, fence margin 0.3 s,
+SQS poll 1 s, clock-skew allowance 0.1 s). Every wait polls a condition with a bound; nothing
+sleeps for a fixed time to "let things happen" except where a test must prove that something
+does *not* happen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from local.invariant_inputs import load_records
+from local.invariants import Report, check
+from local.testbed import EventTail
+from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
+from local.worker_process import WorkerProcess, scaled_settings
+from streamlease import aws
+from streamlease.model import Stream
+from streamlease.schema import (
+    PK,
+    Command,
+    CommandType,
+    DesiredState,
+    StreamAttr,
+    stream_key,
+)
+from streamlease.settings import Settings
+from worker.sinks import sink_file_name
+
+LEASE_SECONDS: Final = 1.0
+HEARTBEAT_SECONDS: Final = 0.25
+RATE: Final = 20.0
+"""Messages per second per simulated stream."""
+START_TIMEOUT: Final = 20.0
+"""Bound on "a worker came up and took its streams" on a loaded two-core machine."""
+
+
+def worker_settings(aws_settings: Settings, run_dir: Path, **overrides: Any) -> Settings:
+    """Settings for test workers: production ratios at a 1 s lease, file sink under ``run_dir``."""
+    values: dict[str, Any] = {
+        "reconcile_seconds": 0.5,
+        "fence_margin_seconds": 0.3,
+        "clock_skew_seconds": 0.1,
+        "poll_wait_seconds": 1.0,
+        "worker_heartbeat_seconds": 0.5,
+        "worker_ttl_seconds": 2.0,
+        "rebalance_seconds": 0.5,
+        "min_tenure_seconds": 1.0,
+        "shutdown_budget_seconds": 15.0,
+        "metrics_flush_seconds": 1.0,
+        "health_max_age_seconds": 5.0,
+        "backoff_base_seconds": 0.05,
+        "backoff_max_seconds": 0.5,
+        "sink": "file",
+        "sink_dir": str(run_dir / "sink"),
+    }
+    values.update(overrides)
+    return scaled_settings(aws_settings, lease_seconds=LEASE_SECONDS, **values)
+
+
+def wait_until(
+    condition: Callable[[], Any], timeout_seconds: float, what: str, every: float = 0.05
+) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned); ``TimeoutError`` naming
+    ``what`` after ``timeout_seconds``."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_seconds:.1f} s")
+        time.sleep(every)
+
+
+# --- streams and commands ----------------------------------------------------------------------
+
+
+class Streams:
+    """Seeds and inspects stream items directly (the control plane is not under test here)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.dynamodb = aws.client("dynamodb", settings)
+        self.sqs = aws.client("sqs", settings)
+
+    def put(self, stream_id: str, ws_url: str, *, command: bool = True) -> None:
+        """A new STARTED stream item (never owned), then a START command unless told not to."""
+        self.dynamodb.put_item(
+            TableName=self.settings.table_name,
+            Item={
+                PK: {"S": stream_key(stream_id)},
+                StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
+                StreamAttr.WS_URL: {"S": ws_url},
+                StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},
+                StreamAttr.LEASE_EPOCH: {"N": "0"},
+                StreamAttr.LAST_SEQ: {"N": "0"},
+                StreamAttr.GENERATION: {"N": "1"},
+            },
+        )
+        if command:
+            self.send(Command(CommandType.START, stream_id, 1).to_json())
+
+    def send(self, body: str) -> None:
+        """Put a raw message body on the command queue."""
+        self.sqs.send_message(QueueUrl=self.settings.queue_url, MessageBody=body)
+
+    def stop(self, stream_id: str) -> None:
+        """desired_state STOPPED, generation + 1 (what ``POST /streams/{id}/stop`` writes)."""
+        self.dynamodb.update_item(
+            TableName=self.settings.table_name,
+            Key={PK: {"S": stream_key(stream_id)}},
+            UpdateExpression="SET #s = :stopped, #g = #g + :one",
+            ExpressionAttributeNames={
+                "#s": StreamAttr.DESIRED_STATE,
+                "#g": StreamAttr.GENERATION,
+            },
+            ExpressionAttributeValues={":stopped": {"S": "STOPPED"}, ":one": {"N": "1"}},
+        )
+
+    def read(self, stream_id: str) -> Stream:
+        """The item as it is now (consistent read)."""
+        from boto3.dynamodb.types import TypeDeserializer
+
+        response = self.dynamodb.get_item(
+            TableName=self.settings.table_name,
+            Key={PK: {"S": stream_key(stream_id)}},
+            ConsistentRead=True,
+        )
+        de = TypeDeserializer()
+        return Stream.from_item({k: de.deserialize(v) for k, v in response["Item"].items()})
+
+    def queue_depth(self, *, dead_letter: bool = False) -> int:
+        """Messages visible or in flight on the command queue (or its DLQ)."""
+        url = self.settings.queue_url + ("-dlq" if dead_letter else "")
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+            ],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesNotVisible"]
+        )
+
+
+def new_ids(count: int, prefix: str = "s") -> list[str]:
+    """``count`` fresh stream ids."""
+    tag = uuid.uuid4().hex[:6]
+    return [f"{prefix}{i:02d}-{tag}" for i in range(count)]
+
+
+# --- the fleet ---------------------------------------------------------------------------------
+
+
+class Fleet:
+    """Worker processes of one test, their lease events and their sink records."""
+
+    def __init__(self, settings: Settings, run_dir: Path) -> None:
+        self.settings = settings
+        self.run_dir = run_dir
+        self.sink_dir = Path(settings.sink_dir)
+        self.workers: list[WorkerProcess] = []
+        self.tail = EventTail()
+
+    def start(self, name: str | None = None, **overrides: Any) -> WorkerProcess:
+        """Start one worker; its id is ``<name>-<hex>/<pid>-like`` and fixed up front."""
+        name = name or f"w{len(self.workers) + 1}"
+        worker_id = f"{name}-{uuid.uuid4().hex[:6]}/1-0000"
+        slug = worker_id.replace("/", "_")
+        events = self.run_dir / "events" / f"{slug}.jsonl"
+        settings = dataclasses.replace(
+            self.settings,
+            worker_id=worker_id,
+            lease_event_log=str(events),
+            health_file=str(self.run_dir / "health" / slug),
+            **overrides,
+        )
+        (self.run_dir / "health").mkdir(parents=True, exist_ok=True)
+        self.tail.add(events)
+        worker = WorkerProcess.start(settings, name, self.run_dir / "logs" / f"{slug}.log")
+        self.workers.append(worker)
+        return worker
+
+    def owners(self) -> dict[str, str]:
+        """Stream → worker id of every holder that may deliver now (from the lease events)."""
+        from local.invariants import EXPIRED, segments_of
+
+        self.tail.refresh()
+        now = time.monotonic()
+        holders: dict[tuple[str, int, str], list[Any]] = {}
+        for ev in self.tail.events:
+            holders.setdefault((ev.stream_id, ev.epoch, ev.worker_id), []).append(ev)
+        out: dict[str, str] = {}
+        for (stream_id, _, worker_id), events in holders.items():
+            for seg in segments_of(events):
+                if seg.start <= now < seg.end and seg.end_reason == EXPIRED:
+                    out[stream_id] = worker_id
+        return out
+
+    def held_by(self, worker: WorkerProcess) -> set[str]:
+        """Streams ``worker`` holds now."""
+        return {s for s, w in self.owners().items() if w == worker.worker_id}
+
+    def events(self, kind: str | None = None, stream_id: str | None = None) -> list[Any]:
+        """Lease events so far, optionally of one kind and one stream."""
+        self.tail.refresh()
+        return [
+            e
+            for e in self.tail.events
+            if (kind is None or e.event == kind) and (stream_id is None or e.stream_id == stream_id)
+        ]
+
+    def wait_owned(self, stream_ids: Iterable[str], timeout_seconds: float = START_TIMEOUT) -> None:
+        """Wait until every one of ``stream_ids`` has a live holder."""
+        wanted = set(stream_ids)
+        self.wait(lambda: wanted <= set(self.owners()), timeout_seconds, f"{len(wanted)} owned")
+
+    def wait(self, condition: Callable[[], Any], timeout_seconds: float, what: str) -> Any:
+        """:func:`wait_until` that shows the workers' logs when it times out."""
+        try:
+            return wait_until(condition, timeout_seconds, what)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{self.diagnosis()}") from None
+
+    def records(self, stream_id: str) -> list[dict[str, Any]]:
+        """The sink records of ``stream_id`` in file order (a torn last line is skipped)."""
+        path = self.sink_dir / sink_file_name(stream_id)
+        out = []
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        for line in data.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def seqs(self, stream_id: str) -> list[int]:
+        """The seqs delivered for ``stream_id``, in delivery order."""
+        return [int(r["seq"]) for r in self.records(stream_id)]
+
+    def wait_seq(self, stream_id: str, seq: int, timeout_seconds: float = START_TIMEOUT) -> None:
+        """Wait until ``stream_id`` delivered ``seq`` or later."""
+        self.wait(
+            lambda: max(self.seqs(stream_id), default=0) >= seq,
+            timeout_seconds,
+            f"{stream_id} reached seq {seq}",
+        )
+
+    def report(self, **kwargs: Any) -> Report:
+        """The invariant checker's verdict on everything recorded so far."""
+        self.tail.refresh()
+        records, malformed = load_records(self.sink_dir)
+        options: dict[str, Any] = {
+            "expected_first_seq": 1,
+            "verify_payload": simulator_payload,
+            "malformed_lines": malformed + self.tail.malformed,
+        }
+        options.update(kwargs)
+        return check(self.tail.events, records, **options)
+
+    def stop_all(self) -> None:
+        """SIGTERM every live worker, then SIGKILL what is still running after the budget."""
+        live = [w for w in self.workers if w.alive]
+        for worker in live:
+            worker.terminate(0)
+        for worker in live:
+            worker.stop(self.settings.shutdown_budget_seconds + 5)
+
+    def diagnosis(self, lines: int = 25) -> str:
+        """The tail of every worker's log."""
+        parts = []
+        for w in self.workers:
+            state = "running" if w.alive else f"exited {w.process.returncode}"
+            parts.append(f"--- {w.worker_id} ({state}) ---\n{w.log_tail(lines)}")
+        return "\n".join(parts)
+
+    def log_records(self, worker: WorkerProcess) -> list[dict[str, Any]]:
+        """The JSON lines of ``worker``'s output (logs and EMF documents)."""
+        out = []
+        try:
+            text = worker.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        for line in text.splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+
+def simulator_payload(record: Any) -> bool:
+    """A sink record carries the simulator's frame for its seq, untouched."""
+    payload = record.payload
+    return (
+        isinstance(payload, dict)
+        and payload.get("seq") == record.seq
+        and payload.get("data") == payload_for(record.stream_id, record.seq)
+    )
+
+
+def assert_no_gap(seqs: list[int], first: int = 1) -> None:
+    """Every seq from ``first`` to the highest delivered was delivered at least once."""
+    assert seqs, "nothing was delivered"
+    missing = sorted(set(range(first, max(seqs) + 1)) - set(seqs))
+    assert not missing, f"missing seqs: {missing[:20]}"
+
+
+# --- fixtures (import them into a test module to use them) -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[UpstreamSimulator]:
+    """One upstream simulator per test module (streams are unique per test)."""
+    with run_in_thread(default_rate=RATE) as sim:
+        yield sim
+
+
+@pytest.fixture
+def settings(aws_settings: Settings, tmp_path: Path) -> Settings:
+    """Scaled worker settings on this test's fresh resources."""
+    return worker_settings(aws_settings, tmp_path)
+
+
+@pytest.fixture
+def streams(settings: Settings) -> Streams:
+    """Seeding and inspection of this test's stream items."""
+    return Streams(settings)
+
+
+@pytest.fixture
+def fleet(settings: Settings, tmp_path: Path) -> Iterator[Fleet]:
+    """Worker processes of this test; every one is stopped (then killed) at the end."""
+    group = Fleet(settings, tmp_path)
+    try:
+        yield group
+    finally:
+        for worker in group.workers:
+            if worker.paused:
+                worker.signal(signal.SIGCONT)
+        group.stop_all()

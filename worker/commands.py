@@ -1,0 +1,197 @@
+"""The command queue: the SQS long poll that brings start/handoff hints, and handoff sends.
+
+A command only says "this stream may need an owner". The worker answers with an acquire, whose
+condition is the truth (STARTED, free or expired); the command's generation is not trusted over
+the item. The message is deleted once the acquire decided something (won, owned elsewhere,
+stopped, gone); a worker without room puts it straight back (visibility 0) for another worker;
+an unanswered acquire leaves it to come back after the visibility timeout.
+
+Malformed messages (not a current-version command) are deleted and logged with their message id
+only: they can never become valid, and redelivering them would cost every worker a receive.
+
+The long poll runs in a daemon thread: a worker shutting down never waits for it, and messages a
+cancelled poll received after all are made visible again at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from typing import Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from streamlease import rules
+from streamlease.schema import Command, CommandType
+from worker.acquisition import Acquirer, Outcome
+from worker.blocking import run_in_daemon_thread
+from worker.context import WorkerContext
+from worker.fleet import FleetView
+from worker.holdings import Holdings
+from worker.logs import describe, logger
+
+MAX_MESSAGES_PER_RECEIVE: Final = 10
+"""SQS returns at most 10 messages per receive."""
+IDLE_CHECK_SECONDS: Final = 1.0
+"""How often a worker that may not take more streams looks again."""
+ERROR_PAUSE_SECONDS: Final = 1.0
+
+
+def receive_count(share: int, held: int, free: int) -> int:
+    """Messages to ask for: up to the room left under the fair share and capacity (1..10)."""
+    room_under_share = max(1, share - held)
+    return max(1, min(MAX_MESSAGES_PER_RECEIVE, free, room_under_share))
+
+
+def wait_seconds(poll_wait_seconds: float) -> int:
+    """SQS ``WaitTimeSeconds`` for a setting: whole seconds, 0 to 20."""
+    return max(0, min(20, math.ceil(poll_wait_seconds)))
+
+
+class CommandQueue:
+    """SQS adapter: receive, delete, return, and send handoffs. Calls never block the loop."""
+
+    def __init__(self, sqs: Any, queue_url: str, poll_wait_seconds: float) -> None:
+        """``sqs``: a boto3 SQS client whose read timeout exceeds the poll wait."""
+        self._sqs = sqs
+        self._url = queue_url
+        self._wait = wait_seconds(poll_wait_seconds)
+
+    async def receive(self, count: int) -> list[dict[str, Any]]:
+        """Long-poll for up to ``count`` messages. Raises botocore errors."""
+        abandoned = threading.Event()
+        try:
+            return await run_in_daemon_thread(self._receive_blocking, count, abandoned)
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
+
+    def _receive_blocking(self, count: int, abandoned: threading.Event) -> list[dict[str, Any]]:
+        response = self._sqs.receive_message(
+            QueueUrl=self._url,
+            MaxNumberOfMessages=count,
+            WaitTimeSeconds=self._wait,
+            MessageSystemAttributeNames=["ApproximateReceiveCount"],
+        )
+        messages: list[dict[str, Any]] = response.get("Messages", [])
+        if abandoned.is_set() and messages:
+            # Nobody will act on them: let another worker have them now, not after the timeout.
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=self._url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for i, m in enumerate(messages)
+                ],
+            )
+        return messages
+
+    async def delete(self, receipt_handle: str) -> None:
+        """Delete a handled message (failures are logged: it only comes back as a hint)."""
+        try:
+            await asyncio.to_thread(
+                self._sqs.delete_message, QueueUrl=self._url, ReceiptHandle=receipt_handle
+            )
+        except (BotoCoreError, ClientError) as exc:
+            logger.info("command delete failed", error=describe(exc))
+
+    async def give_back(self, receipt_handle: str, delay_seconds: float = 0.0) -> None:
+        """Make a message visible again after ``delay_seconds`` (whole seconds), for others."""
+        try:
+            await asyncio.to_thread(
+                self._sqs.change_message_visibility,
+                QueueUrl=self._url,
+                ReceiptHandle=receipt_handle,
+                VisibilityTimeout=max(0, math.ceil(delay_seconds)),
+            )
+        except (BotoCoreError, ClientError) as exc:
+            logger.info("command return failed", error=describe(exc))
+
+    async def send_handoff(self, stream_id: str, generation: int) -> bool:
+        """Send a HANDOFF command; True when SQS accepted it. Never raises for SQS errors."""
+        body = Command(CommandType.HANDOFF, stream_id, generation).to_json()
+        try:
+            await asyncio.to_thread(self._sqs.send_message, QueueUrl=self._url, MessageBody=body)
+        except (BotoCoreError, ClientError) as exc:
+            logger.warning("handoff send failed", stream_id=stream_id, error=describe(exc))
+            return False
+        return True
+
+
+class CommandPoller:
+    """Receives commands while this worker is below its fair share and capacity."""
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        queue: CommandQueue,
+        acquirer: Acquirer,
+        holdings: Holdings,
+        fleet: FleetView,
+    ) -> None:
+        self._ctx = ctx
+        self._queue = queue
+        self._acquirer = acquirer
+        self._holdings = holdings
+        self._fleet = fleet
+
+    async def poll_commands(self) -> None:
+        """Receive and handle commands until cancelled; any error pauses, then polling goes on."""
+        holdings = self._holdings
+        while not self._ctx.shutdown_requested.is_set():
+            if not rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity):
+                await holdings.wait_changed(IDLE_CHECK_SECONDS)
+                continue
+            count = receive_count(self._fleet.share, holdings.count, holdings.free)
+            try:
+                messages = await self._queue.receive(count)
+            except Exception as exc:
+                logger.warning("command poll failed", error=describe(exc))
+                await asyncio.sleep(ERROR_PAUSE_SECONDS)
+                continue
+            if messages:
+                async with asyncio.TaskGroup() as tasks:
+                    for message in messages:
+                        tasks.create_task(self._handle(message))
+
+    async def _handle(self, message: dict[str, Any]) -> None:
+        receipt = str(message.get("ReceiptHandle", ""))
+        try:
+            command = Command.from_json(str(message.get("Body", "")))
+        except ValueError as exc:
+            logger.warning(
+                "malformed command deleted",
+                message_id=message.get("MessageId"),
+                problem=str(exc),
+            )
+            await self._queue.delete(receipt)
+            return
+        window = given_away_window_seconds(self._ctx.settings.reconcile_seconds)
+        if self._holdings.given_away_recently(command.stream_id, window):
+            # This worker's own handoff: leave it to the others for a while. Not visibility 0,
+            # or a worker alone on the queue would receive it again at once, in a tight loop.
+            await self._queue.give_back(receipt, window)
+            return
+        try:
+            outcome = await self._acquirer.try_acquire(
+                command.stream_id, source=command.type.value.lower()
+            )
+        except Exception as exc:  # leave the message; it comes back after the visibility timeout
+            logger.warning("command failed", stream_id=command.stream_id, error=describe(exc))
+            return
+        if outcome.decided:
+            await self._queue.delete(receipt)
+        elif outcome is Outcome.NO_ROOM:
+            await self._queue.give_back(receipt)
+        logger.debug(
+            "command handled",
+            stream_id=command.stream_id,
+            type=command.type.value,
+            generation=command.generation,
+            outcome=outcome.value,
+        )
+
+
+def given_away_window_seconds(reconcile_seconds: float) -> float:
+    """How long a worker leaves a stream it handed off to others (commands and orphans)."""
+    return 3.0 * reconcile_seconds

@@ -1,0 +1,48 @@
+"""What every part of a running worker shares: settings, identity, adapters, counters, events.
+
+One :class:`WorkerContext` per process, built at start-up by :mod:`worker.app`. It holds no
+behaviour of its own; it spares every constructor the same eight arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from streamlease.lease_store import LeaseStore
+from streamlease.settings import Settings
+from worker.identity import Identity
+from worker.lease_events import LeaseEventLog
+from worker.metrics import WorkerMetrics
+from worker.sinks import Sink
+
+
+class HandoffSender(Protocol):
+    """Sends a handoff command for a released stream (implemented by the command queue)."""
+
+    async def send_handoff(self, stream_id: str, generation: int) -> bool:
+        """Send it; True when SQS accepted it. Never raises for an SQS failure."""
+        ...
+
+
+@dataclass
+class WorkerContext:
+    """The shared parts of one worker process."""
+
+    settings: Settings
+    identity: Identity
+    store: LeaseStore
+    sink: Sink
+    metrics: WorkerMetrics
+    events: LeaseEventLog
+    handoffs: HandoffSender
+    shutdown_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by the first SIGTERM/SIGINT: stop taking streams, hand every stream off, exit."""
+    hurry: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by a second signal: skip draining queued messages, release what can be released."""
+
+    @property
+    def worker_id(self) -> str:
+        """This process's worker id."""
+        return self.identity.worker_id

@@ -1,0 +1,164 @@
+"""Reconciliation: find streams that are wanted but unowned, and leases about to lapse.
+
+Every ``reconcile_seconds`` (jittered) one query of the ``by-state-expiry`` index returns STARTED
+streams whose lease expires before the *suspect bound* (``rules.suspect_bound_ms``):
+
+- those already expired (before the acquire cutoff) are **orphans**: take some now, at random;
+- the others missed at least two heartbeats (**suspects**): their holder is probably dead, so an
+  acquire is scheduled just after their expiry (``rules.takeover_at_ms``). Crash failover then
+  costs about one lease, not a lease plus a reconcile interval. If the holder renews meanwhile
+  the attempt simply loses its conditional write.
+
+How many to take (:func:`room_for`): up to the room under the fair share, but at least this
+worker's proportional part of the orphans, and never beyond capacity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from typing import Final
+
+from streamlease import rules
+from streamlease.lease_store import wall_ms
+from streamlease.model import LeaseView
+from worker.acquisition import Acquirer, Outcome
+from worker.commands import given_away_window_seconds
+from worker.context import WorkerContext
+from worker.fleet import FleetView
+from worker.holdings import Holdings
+from worker.logs import describe, logger
+from worker.rebalancer import jittered
+
+MAX_PARALLEL_ACQUIRES: Final = 8
+TAKEOVER_JITTER_SECONDS: Final = 0.05
+"""Spread of scheduled takeovers, so workers racing for one suspect do not collide exactly."""
+
+
+def room_for(orphans: int, share: int, held: int, free: int, live_workers: int) -> int:
+    """How many wanted-but-unowned streams this worker should try to take this round.
+
+    The room under the fair share, or this worker's proportional part of the orphans if that is
+    more (a stale share must not leave orphans unowned), capped by free capacity.
+    """
+    under_share = max(0, max(share, 1) - held)
+    proportional = math.ceil(orphans / max(1, live_workers)) if orphans > 0 else 0
+    return max(0, min(free, max(under_share, proportional)))
+
+
+def query_limit(capacity: int) -> int:
+    """Index items read per round: enough to fill this worker and to count the orphans."""
+    return min(1000, 2 * capacity + 50)
+
+
+class Reconciler:
+    """Takes orphans each round and schedules takeovers of suspect leases."""
+
+    def __init__(
+        self, ctx: WorkerContext, acquirer: Acquirer, holdings: Holdings, view: FleetView
+    ) -> None:
+        self._ctx = ctx
+        self._acquirer = acquirer
+        self._holdings = holdings
+        self._view = view
+        self._takeovers: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._parallel = asyncio.Semaphore(MAX_PARALLEL_ACQUIRES)
+
+    async def reconcile_periodically(self) -> None:
+        """Reconcile now, then every ``reconcile_seconds`` (±20 %), until cancelled."""
+        while True:
+            try:
+                await self.reconcile_once()
+            except Exception as exc:  # the next round tries again
+                logger.warning("reconcile failed", error=describe(exc))
+            await asyncio.sleep(jittered(self._ctx.settings.reconcile_seconds, random.random()))
+
+    async def reconcile_once(self) -> int:
+        """One round; returns how many orphans were acquired."""
+        ctx = self._ctx
+        settings = ctx.settings
+        if ctx.shutdown_requested.is_set():
+            return 0
+        now = wall_ms()
+        cutoff = rules.acquire_cutoff_ms(now, settings.clock_skew_ms)
+        bound = cutoff
+        if settings.schedule_suspects:
+            bound = max(
+                cutoff,
+                rules.suspect_bound_ms(
+                    now, settings.lease_ms, int(settings.heartbeat_seconds * 1000)
+                ),
+            )
+        views = await asyncio.to_thread(
+            ctx.store.expiring_before, bound, limit=query_limit(settings.capacity)
+        )
+        orphans = [v for v in views if v.expires_at_ms < cutoff]
+        suspects = [v for v in views if v.expires_at_ms >= cutoff and v.owner != ctx.worker_id]
+        self._view.orphans = len(orphans)
+        holdings = self._holdings
+        room = room_for(
+            len(orphans) + len(suspects),
+            self._view.share,
+            holdings.count,
+            holdings.free,
+            self._view.live_workers,
+        )
+        wanted = self._candidates(orphans)
+        random.shuffle(wanted)
+        taking = wanted[:room]
+        won = 0
+        if taking:
+            async with asyncio.TaskGroup() as tasks:
+                attempts = [tasks.create_task(self._acquire(s, "orphan")) for s in taking]
+            won = sum(1 for a in attempts if a.result())
+        self._schedule(self._candidates(suspects)[: max(0, room - len(taking))], suspects, now)
+        return won
+
+    def _candidates(self, views: list[LeaseView]) -> list[str]:
+        window = given_away_window_seconds(self._ctx.settings.reconcile_seconds)
+        return [
+            v.stream_id
+            for v in views
+            if v.stream_id not in self._holdings
+            and not self._holdings.given_away_recently(v.stream_id, window)
+        ]
+
+    def _schedule(self, chosen: list[str], suspects: list[LeaseView], now_ms: int) -> None:
+        """Plan an acquire just after each chosen suspect's expiry (monotonic due times)."""
+        if not chosen:
+            return
+        skew = self._ctx.settings.clock_skew_ms
+        expiry = {v.stream_id: v.expires_at_ms for v in suspects}
+        now_mono = time.monotonic()
+        for stream_id in chosen:
+            at_ms = rules.takeover_at_ms(expiry[stream_id], skew)
+            due = now_mono + (at_ms - now_ms) / 1000.0 + random.random() * TAKEOVER_JITTER_SECONDS
+            self._takeovers[stream_id] = due
+        self._wake.set()
+
+    async def take_over_suspects(self) -> None:
+        """Run the scheduled takeovers when due, until cancelled."""
+        async with asyncio.TaskGroup() as tasks:
+            while True:
+                self._wake.clear()
+                now = time.monotonic()
+                due = [s for s, at in self._takeovers.items() if at <= now]
+                for stream_id in due:
+                    del self._takeovers[stream_id]
+                    if not self._ctx.shutdown_requested.is_set():
+                        tasks.create_task(self._acquire(stream_id, "takeover"))
+                upcoming = min(self._takeovers.values(), default=None)
+                timeout = None if upcoming is None else max(0.0, upcoming - time.monotonic())
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+
+    async def _acquire(self, stream_id: str, source: str) -> bool:
+        async with self._parallel:
+            outcome = await self._acquirer.try_acquire(stream_id, source=source)
+        return outcome is Outcome.WON

@@ -1,0 +1,148 @@
+"""The one renewal loop of a worker: every held lease renewed once per heartbeat, evenly spread.
+
+Renewal is heartbeat and checkpoint in one conditional write (``LeaseStore.renew`` with the
+holder's acknowledged seq). The send time is taken *before* the call: a success moves the
+holder's fencing deadline to send time + lease − margin, never further. Outcomes:
+
+- success → next renewal at the lease's next slot (:class:`RenewalSchedule`);
+- no answer (``StoreError``) → retry soon, as often as needed: the holder's own timer fences it
+  if the deadline passes first, whatever DynamoDB does;
+- ``StreamStopped`` → the holder closes with 1000 and releases (stop latency ≤ one heartbeat);
+- ``LeaseLost`` → the holder stops at once and writes nothing more.
+
+``RenewalLagMs`` is how late each renewal was *sent* compared with its due time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from typing import Final
+
+from streamlease.errors import LeaseLost, StoreError, StreamStopped
+from streamlease.telemetry import WorkerMetric
+from worker.context import WorkerContext
+from worker.holder import EndReason, StreamHolder
+from worker.lease_events import LeaseEvent
+from worker.logs import describe, logger
+from worker.renewal_schedule import RenewalSchedule
+
+MAX_IN_FLIGHT: Final = 16
+"""Renewals awaiting DynamoDB at once; one slow call never delays the others' sends."""
+RETRY_FRACTION: Final = 0.25
+"""An unanswered renewal is retried after about this fraction of a heartbeat."""
+MIN_RETRY_SECONDS: Final = 0.05
+
+LeaseKey = tuple[str, int]
+"""(stream id, epoch): a re-acquired stream is a different lease."""
+
+
+def retry_delay_seconds(heartbeat_seconds: float, rand: float) -> float:
+    """Pause before retrying an unanswered renewal: a jittered quarter heartbeat."""
+    return max(MIN_RETRY_SECONDS, heartbeat_seconds * RETRY_FRACTION * (0.5 + rand))
+
+
+class Renewals:
+    """Tracks the held leases and runs the renewal loop (:meth:`renew_leases`)."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self._ctx = ctx
+        self._schedule: RenewalSchedule[LeaseKey] = RenewalSchedule(ctx.settings.heartbeat_seconds)
+        self._holders: dict[LeaseKey, StreamHolder] = {}
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+    def __len__(self) -> int:
+        return len(self._holders)
+
+    def track(self, holder: StreamHolder, now_mono: float | None = None) -> float:
+        """Start renewing ``holder``'s lease; returns its first due time (monotonic)."""
+        key = (holder.stream_id, holder.epoch)
+        self._holders[key] = holder
+        due = self._schedule.add(key, time.monotonic() if now_mono is None else now_mono)
+        self._wake.set()
+        return due
+
+    def untrack(self, stream_id: str, epoch: int) -> None:
+        """Stop renewing that lease (idempotent)."""
+        key = (stream_id, epoch)
+        self._holders.pop(key, None)
+        self._schedule.remove(key)
+
+    async def renew_leases(self) -> None:
+        """Send each renewal when due, forever (cancel to stop)."""
+        interval = self._schedule.interval_seconds
+        async with asyncio.TaskGroup() as tasks:
+            while True:
+                for key, due in self._schedule.pop_due(time.monotonic()):
+                    holder = self._holders.get(key)
+                    if holder is None:
+                        continue
+                    await self._slots.acquire()
+                    tasks.create_task(self._renew(key, holder, due))
+                upcoming = self._schedule.next_due()
+                delay = interval if upcoming is None else upcoming - time.monotonic()
+                self._wake.clear()
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(delay, interval)):
+                            await self._wake.wait()
+
+    async def _renew(self, key: LeaseKey, holder: StreamHolder, due: float) -> None:
+        ctx = self._ctx
+        settings = ctx.settings
+        try:
+            sent = time.monotonic()
+            ctx.metrics.observe(WorkerMetric.RENEWAL_LAG_MS, max(0.0, sent - due) * 1000.0)
+            try:
+                await asyncio.to_thread(
+                    ctx.store.renew,
+                    holder.stream_id,
+                    ctx.worker_id,
+                    holder.epoch,
+                    holder.acked_seq,
+                    settings.lease_ms,
+                )
+            except StreamStopped:
+                self.untrack(*key)
+                logger.info("stream stopped", stream_id=holder.stream_id, epoch=holder.epoch)
+                holder.request_end(EndReason.STOPPED)
+                return
+            except LeaseLost as exc:
+                self.untrack(*key)
+                logger.warning(
+                    "renewal refused",
+                    stream_id=holder.stream_id,
+                    epoch=holder.epoch,
+                    reason=exc.reason,
+                )
+                holder.request_end(EndReason.LOST)
+                return
+            except StoreError as exc:
+                self._retry(key, holder, exc)
+                return
+            except Exception as exc:  # a bug in a dependency: keep renewing the others
+                self._retry(key, holder, exc)
+                return
+            deadline = holder.extend(sent)
+            if deadline is None or key not in self._holders:
+                return
+            ctx.events.record(
+                LeaseEvent.RENEWED, holder.stream_id, holder.epoch, deadline_mono=deadline
+            )
+            self._schedule.succeeded(key, time.monotonic())
+        finally:
+            self._slots.release()
+
+    def _retry(self, key: LeaseKey, holder: StreamHolder, exc: Exception) -> None:
+        logger.debug(
+            "renewal unanswered",
+            stream_id=holder.stream_id,
+            epoch=holder.epoch,
+            error=describe(exc),
+        )
+        delay = retry_delay_seconds(self._ctx.settings.heartbeat_seconds, random.random())
+        self._schedule.retry(key, time.monotonic() + delay)
+        self._wake.set()
