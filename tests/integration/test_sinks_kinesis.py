@@ -1,0 +1,161 @@
+"""The Kinesis sink against the moto server: batching, partition keys, retry of only the failed
+records, giving up with SinkError, and group commit across concurrent writers."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from streamlease import aws
+from streamlease.errors import SinkError
+from streamlease.schema import SinkField
+from streamlease.settings import Settings
+from worker.sinks import KinesisSink, SinkRecord, encode_record
+
+
+def record(stream_id: str, seq: int) -> SinkRecord:
+    return SinkRecord(stream_id, 2, seq, 1_700_000_000_000, b'{"seq":%d}' % seq, "w-1")
+
+
+class RecordingClient:
+    """The real client, with every PutRecords request recorded and failures scripted.
+
+    ``fail_indexes[n]`` lists record positions of call ``n`` that are withheld from Kinesis and
+    reported back as throttled, exactly as a partial failure looks.
+    """
+
+    def __init__(self, real: Any, fail_indexes: dict[int, set[int]] | None = None) -> None:
+        self.real = real
+        self.fail_indexes = fail_indexes or {}
+        self.calls: list[list[dict[str, Any]]] = []
+
+    def put_records(self, *, StreamName: str, Records: list[dict[str, Any]]) -> dict[str, Any]:
+        call = len(self.calls)
+        self.calls.append(Records)
+        failing = self.fail_indexes.get(call, set())
+        sent = [r for i, r in enumerate(Records) if i not in failing]
+        results = iter(
+            self.real.put_records(StreamName=StreamName, Records=sent)["Records"] if sent else []
+        )
+        throttled = {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"}
+        return {
+            "FailedRecordCount": len(failing),
+            "Records": [throttled if i in failing else next(results) for i in range(len(Records))],
+        }
+
+
+def read_stream(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
+    """Every (partition key, record) in the Kinesis stream, shard by shard."""
+    kinesis = aws.client("kinesis", settings)
+    out = []
+    for shard in kinesis.list_shards(StreamName=settings.kinesis_stream_name)["Shards"]:
+        iterator = kinesis.get_shard_iterator(
+            StreamName=settings.kinesis_stream_name,
+            ShardId=shard["ShardId"],
+            ShardIteratorType="TRIM_HORIZON",
+        )["ShardIterator"]
+        while iterator:
+            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+            out += [(r["PartitionKey"], json.loads(r["Data"])) for r in page["Records"]]
+            iterator = page.get("NextShardIterator") if page["Records"] else None
+    return out
+
+
+def seqs_by_stream(rows: list[tuple[str, dict[str, Any]]]) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {}
+    for key, body in rows:
+        assert key == body[SinkField.STREAM_ID]
+        found.setdefault(key, []).append(body[SinkField.SEQ])
+    return {key: sorted(seqs) for key, seqs in found.items()}
+
+
+@pytest.fixture
+def client(aws_settings: Settings) -> Any:
+    return aws.client("kinesis", aws_settings)
+
+
+async def test_records_land_once_with_the_stream_id_as_partition_key(
+    aws_settings: Settings, client: Any
+) -> None:
+    """Each record is one Kinesis record: data is the encoded record, key is the stream id."""
+    sink = KinesisSink(aws_settings, client=client)
+    await sink.write([record("a:1", 1), record("b.2", 1), record("a:1", 2)])
+    await sink.close()
+    rows = read_stream(aws_settings)
+    assert seqs_by_stream(rows) == {"a:1": [1, 2], "b.2": [1]}
+    assert {json.dumps(body, separators=(",", ":")).encode() for _, body in rows} == {
+        encode_record(record("a:1", 1)),
+        encode_record(record("b.2", 1)),
+        encode_record(record("a:1", 2)),
+    }
+
+
+async def test_only_the_failed_records_are_retried(aws_settings: Settings, client: Any) -> None:
+    """A partial failure resends just the throttled record; nothing is duplicated or lost."""
+    recording = RecordingClient(client, fail_indexes={0: {1}})
+    sink = KinesisSink(aws_settings, client=recording, backoff_base_seconds=0.01)
+    await sink.write([record("s", n) for n in range(1, 5)])
+    await sink.close()
+    assert [len(call) for call in recording.calls] == [4, 1]
+    assert json.loads(recording.calls[1][0]["Data"])[SinkField.SEQ] == 2
+    assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3, 4]}
+
+
+async def test_a_record_failing_every_attempt_fails_the_write(
+    aws_settings: Settings, client: Any
+) -> None:
+    """After sink_max_attempts the write raises SinkError naming the Kinesis error code."""
+    settings = dataclasses.replace(aws_settings, sink_max_attempts=3)
+    recording = RecordingClient(client, fail_indexes={n: {0} for n in range(10)})
+    sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.001)
+    with pytest.raises(SinkError, match="ProvisionedThroughputExceeded"):
+        await sink.write([record("s", 1)])
+    await sink.close()
+    assert len(recording.calls) == 3
+
+
+async def test_a_missing_stream_fails_at_once_without_retries(aws_settings: Settings) -> None:
+    """ResourceNotFound will not heal by retrying: one call, then SinkError."""
+    settings = dataclasses.replace(aws_settings, kinesis_stream_name="no-such-stream")
+    recording = RecordingClient(aws.client("kinesis", settings))
+    sink = KinesisSink(settings, client=recording)
+    with pytest.raises(SinkError, match="ResourceNotFound"):
+        await sink.write([record("s", 1)])
+    await sink.close()
+    assert len(recording.calls) == 1
+
+
+async def test_concurrent_writers_share_putrecords_calls_of_at_most_500(
+    aws_settings: Settings, client: Any
+) -> None:
+    """60 streams writing 20 records each at once: few calls, none over the Kinesis limit."""
+    recording = RecordingClient(client)
+    sink = KinesisSink(aws_settings, client=recording)
+    async with asyncio.TaskGroup() as group:
+        for n in range(60):
+            group.create_task(sink.write([record(f"s{n}", seq) for seq in range(1, 21)]))
+    await sink.close()
+    sizes = [len(call) for call in recording.calls]
+    assert sum(sizes) == 1200
+    assert max(sizes) <= 500
+    assert len(sizes) < 10
+    found = seqs_by_stream(read_stream(aws_settings))
+    assert found == {f"s{n}": list(range(1, 21)) for n in range(60)}
+
+
+async def test_close_flushes_what_was_accepted_then_refuses(
+    aws_settings: Settings, client: Any
+) -> None:
+    """Writes in progress complete before close returns; later writes raise SinkError."""
+    sink = KinesisSink(aws_settings, client=client)
+    writes = [asyncio.create_task(sink.write([record("s", n)])) for n in range(1, 4)]
+    await asyncio.sleep(0)
+    await sink.close()
+    await asyncio.gather(*writes)
+    with pytest.raises(SinkError):
+        await sink.write([record("s", 9)])
+    assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3]}

@@ -1,0 +1,187 @@
+"""Sink records, their wire format, safe file names and choosing a sink from settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamlease.errors import ConfigError, SinkError
+from streamlease.schema import SinkField
+from streamlease.settings import Settings
+from worker.sinks import (
+    FileSink,
+    NullSink,
+    Sink,
+    SinkRecord,
+    encode_record,
+    load_sink,
+    partition_key,
+    sink_file_name,
+)
+
+
+def record(stream_id: str = "s", seq: int = 1, payload: bytes = b'{"seq":1}') -> SinkRecord:
+    return SinkRecord(stream_id, 3, seq, 1_700_000_000_123, payload, "w-1")
+
+
+def test_record_fields_are_the_schema_sink_fields() -> None:
+    """Every name a sink writes comes from streamlease.schema.SinkField."""
+    names = {v for k, v in vars(SinkField).items() if not k.startswith("_")}
+    assert set(SinkRecord._fields) == names
+
+
+def test_encoded_record_is_one_json_line_with_the_payload_embedded() -> None:
+    """Keys are the SinkField names; the payload is a JSON value, not a string."""
+    line = encode_record(record(stream_id='a"b:é', payload=b'{"seq":1,"data":[1,2]}'))
+    assert b"\n" not in line
+    assert json.loads(line) == {
+        SinkField.STREAM_ID: 'a"b:é',
+        SinkField.EPOCH: 3,
+        SinkField.SEQ: 1,
+        SinkField.RECEIVED_AT_MS: 1_700_000_000_123,
+        SinkField.WORKER_ID: "w-1",
+        SinkField.PAYLOAD: {"seq": 1, "data": [1, 2]},
+    }
+
+
+def test_a_pretty_printed_payload_still_encodes_to_one_line() -> None:
+    """Line breaks between JSON tokens become spaces; the value is unchanged."""
+    payload = b'{\r\n  "seq": 1,\n  "text": "a\\nb"\n}'
+    line = encode_record(record(payload=payload))
+    assert b"\n" not in line and b"\r" not in line
+    assert json.loads(line)[SinkField.PAYLOAD] == json.loads(payload)
+
+
+@given(st.text(min_size=1, max_size=400))
+def test_sink_file_names_are_always_safe(stream_id: str) -> None:
+    """Whatever the stream id: one path component, not hidden, at most 255 bytes."""
+    name = sink_file_name(stream_id)
+    assert "/" not in name and "\x00" not in name and "\\" not in name
+    assert not name.startswith(".")
+    assert len(name.encode()) <= 255
+    assert name.endswith(".jsonl")
+
+
+@given(st.text(min_size=1, max_size=60), st.text(min_size=1, max_size=60))
+def test_distinct_stream_ids_get_distinct_files(first: str, second: str) -> None:
+    """Percent-encoding is one to one, so two streams never share a file."""
+    if first != second:
+        assert sink_file_name(first) != sink_file_name(second)
+
+
+@pytest.mark.parametrize(
+    ("stream_id", "name"),
+    [
+        ("orders:eu.1", "orders%3Aeu.1.jsonl"),
+        ("../etc/passwd", "%2E.%2Fetc%2Fpasswd.jsonl"),
+        (".", "%2E.jsonl"),
+    ],
+)
+def test_sink_file_name_examples(stream_id: str, name: str) -> None:
+    """Colons, slashes and leading dots are encoded; dots inside are kept."""
+    assert sink_file_name(stream_id) == name
+
+
+def test_long_stream_ids_are_hashed_into_the_partition_key() -> None:
+    """Kinesis allows 256 characters; longer ids map to a stable digest."""
+    assert partition_key("s:1") == "s:1"
+    long_id = "x" * 300
+    assert partition_key(long_id) == partition_key(long_id)
+    assert len(partition_key(long_id)) <= 256
+
+
+async def test_null_sink_counts_and_refuses_after_close() -> None:
+    """The null sink stores nothing but counts what it was given."""
+    sink = NullSink()
+    await sink.write([record(seq=1), record(seq=2)])
+    assert (sink.records, sink.batches) == (2, 1)
+    await sink.close()
+    with pytest.raises(SinkError):
+        await sink.write([record()])
+
+
+def test_built_in_sinks_by_name(tmp_path: Path) -> None:
+    """``null`` and ``file`` need nothing else; ``file`` writes under sink_dir."""
+    assert isinstance(load_sink(Settings(sink="null")), NullSink)
+    file_sink = load_sink(Settings(sink="file", sink_dir=str(tmp_path)))
+    assert isinstance(file_sink, FileSink)
+    assert file_sink.directory == tmp_path
+
+
+def test_kinesis_sink_without_a_stream_name_is_a_config_error() -> None:
+    """Failing at start-up beats failing on the first message."""
+    with pytest.raises(ConfigError, match="KINESIS_STREAM_NAME"):
+        load_sink(Settings(sink="kinesis", kinesis_stream_name=""))
+
+
+CUSTOM_MODULE = """
+class CountingSink:
+    def __init__(self, settings):
+        self.settings = settings
+        self.records = []
+
+    async def write(self, records):
+        self.records.extend(records)
+
+    async def close(self):
+        pass
+
+
+class Sinks:
+    @staticmethod
+    def build(settings):
+        return CountingSink(settings)
+
+
+def make(settings):
+    return CountingSink(settings)
+
+
+def not_a_sink(settings):
+    return object()
+
+
+NOT_CALLABLE = 42
+"""
+
+
+@pytest.fixture
+def custom_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "custom_sink_for_tests.py").write_text(CUSTOM_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "custom_sink_for_tests"
+
+
+@pytest.mark.parametrize("attribute", ["make", "Sinks.build"])
+async def test_custom_sink_factory_is_called_with_the_settings(
+    custom_module: str, attribute: str
+) -> None:
+    """``module:factory`` (dotted attributes allowed) builds the sink from the settings."""
+    settings = Settings(sink=f"{custom_module}:{attribute}")
+    sink = load_sink(settings)
+    assert isinstance(sink, Sink)
+    await sink.write([record()])
+    assert sink.records == [record()]  # type: ignore[attr-defined]
+    assert sink.settings is settings  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("s3", "kinesis, file, null or module:factory"),
+        (":make", "kinesis, file, null or module:factory"),
+        ("{module}:", "kinesis, file, null or module:factory"),
+        ("no_such_module_anywhere:make", "cannot be imported"),
+        ("{module}:missing", "not found"),
+        ("{module}:NOT_CALLABLE", "not callable"),
+        ("{module}:not_a_sink", "not a sink"),
+    ],
+)
+def test_bad_sink_specs_are_config_errors(custom_module: str, spec: str, message: str) -> None:
+    """Every way of naming a sink wrongly says what is wrong, at start-up."""
+    with pytest.raises(ConfigError, match=message):
+        load_sink(Settings(sink=spec.format(module=custom_module)))

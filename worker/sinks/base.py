@@ -1,0 +1,74 @@
+"""What every sink shares: the record, the interface and the one wire format of a record."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Final, NamedTuple, Protocol, runtime_checkable
+
+from streamlease.schema import SinkField
+
+try:
+    import orjson
+
+    _dumps: Callable[[str], bytes] = orjson.dumps
+except ImportError:  # pragma: no cover - orjson ships in the worker image
+
+    def _dumps(value: str) -> bytes:
+        return json.dumps(value).encode()
+
+
+class SinkRecord(NamedTuple):
+    """One delivered upstream message. Field names are :class:`SinkField`'s (a test checks it).
+
+    ``payload`` is the upstream frame as received: the UTF-8 bytes of one JSON document.
+    ``epoch`` is the lease epoch under which it was delivered (consumers may drop older epochs).
+    """
+
+    stream_id: str
+    epoch: int
+    seq: int
+    received_at_ms: int
+    payload: bytes
+    worker_id: str
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where delivered messages go. One sink per worker process, shared by every stream.
+
+    ``write`` returns once the records are stored (at least once) and raises
+    :class:`~streamlease.errors.SinkError` when the sink gave up after its own retries; records of
+    one call are stored in order unless a retry reorders them (consumers order by
+    ``(epoch, seq)``). ``close`` flushes what was accepted and releases resources; ``write``
+    after ``close`` raises ``SinkError``.
+    """
+
+    async def write(self, records: Sequence[SinkRecord]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+_TEMPLATE: Final = (
+    f'{{"{SinkField.STREAM_ID}":%s,"{SinkField.EPOCH}":%d,"{SinkField.SEQ}":%d,'
+    f'"{SinkField.RECEIVED_AT_MS}":%d,"{SinkField.WORKER_ID}":%s,"{SinkField.PAYLOAD}":%s}}'
+).encode()
+
+
+def encode_record(record: SinkRecord) -> bytes:
+    """The record as one line of compact JSON (no newline), ``payload`` embedded as JSON.
+
+    Raw line breaks in a JSON document can only be whitespace between tokens, so they are
+    replaced by spaces: the result is always a single line.
+    """
+    payload = record.payload
+    if b"\n" in payload or b"\r" in payload:
+        payload = payload.replace(b"\n", b" ").replace(b"\r", b" ")
+    return _TEMPLATE % (
+        _dumps(record.stream_id),
+        record.epoch,
+        record.seq,
+        record.received_at_ms,
+        _dumps(record.worker_id),
+        payload,
+    )
