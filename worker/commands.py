@@ -34,7 +34,7 @@ from worker.logs import describe, logger
 MAX_MESSAGES_PER_RECEIVE: Final = 10
 """SQS returns at most 10 messages per receive."""
 IDLE_CHECK_SECONDS: Final = 1.0
-"""How often a worker that may not take more streams looks again."""
+"""How often (at most) a worker that may not take more streams looks again."""
 ERROR_PAUSE_SECONDS: Final = 1.0
 
 
@@ -138,9 +138,11 @@ class CommandPoller:
     async def poll_commands(self) -> None:
         """Receive and handle commands until cancelled; any error pauses, then polling goes on."""
         holdings = self._holdings
+        idle = min(IDLE_CHECK_SECONDS, self._ctx.settings.rebalance_seconds)
         while not self._ctx.shutdown_requested.is_set():
             if not rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity):
-                await holdings.wait_changed(IDLE_CHECK_SECONDS)
+                # Look again when a stream leaves or the rebalancer may have recounted.
+                await holdings.wait_changed(idle)
                 continue
             count = receive_count(self._fleet.share, holdings.count, holdings.free)
             try:

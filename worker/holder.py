@@ -153,13 +153,16 @@ class StreamHolder:
         """A renewal sent at ``sent_mono`` succeeded: move the fencing deadline.
 
         Returns the deadline now in force, or None when the holder no longer delivers (lost,
-        fenced) and the renewal must not count.
+        fenced, or the answer came back after the deadline it would set: a renewal whose reply
+        was delayed past it revives nothing).
         """
         if self.end_reason is not None and self.end_reason not in GRACEFUL:
             return None
         deadline = rules.fence_deadline_mono(
             sent_mono, self._settings.lease_seconds, self._settings.fence_margin_seconds
         )
+        if not rules.is_safe_to_deliver(time.monotonic(), deadline):
+            return None
         self.deadline_mono = max(self.deadline_mono, deadline)
         return self.deadline_mono
 

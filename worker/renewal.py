@@ -127,12 +127,14 @@ class Renewals:
                 self._retry(key, holder, exc)
                 return
             deadline = holder.extend(sent)
-            if deadline is None or key not in self._holders:
+            if key not in self._holders:
                 return
+            self._schedule.succeeded(key, time.monotonic())
+            if deadline is None:
+                return  # answered too late to count; the holder's own timer fences it
             ctx.events.record(
                 LeaseEvent.RENEWED, holder.stream_id, holder.epoch, deadline_mono=deadline
             )
-            self._schedule.succeeded(key, time.monotonic())
         finally:
             self._slots.release()
 

@@ -1,0 +1,130 @@
+"""The worker's day: take a started stream, deliver it in order, stop it, publish itself, exit.
+
+Real ``python -m worker`` processes against the serialised moto server and the upstream
+simulator, with timers scaled to a 1 s lease.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from worker_helpers import (
+    HEARTBEAT_SECONDS,
+    Fleet,
+    Streams,
+    assert_no_gap,
+    fleet,
+    new_ids,
+    settings,
+    streams,
+    upstream,
+)
+
+from local.upstream_sim import UpstreamSimulator
+from streamlease import aws
+from streamlease.lease_store import LeaseStore
+from streamlease.schema import SinkField, WorkerState
+from streamlease.settings import Settings
+
+__all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
+
+pytestmark = pytest.mark.slow
+
+
+def test_started_stream_is_owned_and_delivered_in_order(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """A START command makes a worker own the stream; the sink gets seq 1, 2, 3, ... in order,
+    each record stamped with the stream, the lease epoch, the worker and the upstream frame."""
+    worker = fleet.start()
+    (stream_id,) = new_ids(1)
+    streams.put(stream_id, upstream.url_for(stream_id))
+    fleet.wait_owned([stream_id])
+    fleet.wait_seq(stream_id, 40)
+
+    records = fleet.records(stream_id)
+    seqs = [r[SinkField.SEQ] for r in records]
+    assert seqs == list(range(1, len(seqs) + 1))
+    item = streams.read(stream_id)
+    assert item.owner == worker.worker_id
+    assert {r[SinkField.EPOCH] for r in records} == {item.epoch}
+    assert {r[SinkField.WORKER_ID] for r in records} == {worker.worker_id}
+    assert all(r[SinkField.PAYLOAD]["seq"] == r[SinkField.SEQ] for r in records)
+    assert all(r[SinkField.RECEIVED_AT_MS] > 0 for r in records)
+    # The checkpoint follows what the sink acknowledged, never ahead of it.
+    fleet.wait(lambda: streams.read(stream_id).last_seq >= 20, 5, "checkpoint advanced")
+    assert streams.read(stream_id).last_seq <= max(fleet.seqs(stream_id))
+
+
+def test_stop_closes_the_upstream_within_a_heartbeat_and_releases(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """desired_state STOPPED reaches the owner through its next renewal: it closes the upstream
+    (1000), writes the final checkpoint, releases, and sends no handoff."""
+    fleet.start()
+    (stream_id,) = new_ids(1)
+    streams.put(stream_id, upstream.url_for(stream_id))
+    fleet.wait_seq(stream_id, 10)
+
+    stopped_at = time.monotonic()
+    streams.stop(stream_id)
+    fleet.wait(lambda: upstream.stats(stream_id).open == 0, 5, "upstream closed")
+    closed_after = time.monotonic() - stopped_at
+    fleet.wait(lambda: streams.read(stream_id).owner is None, 5, "lease released")
+
+    item = streams.read(stream_id)
+    assert item.expires_at_ms == 0
+    delivered = fleet.seqs(stream_id)
+    assert item.last_seq == max(delivered), "final checkpoint = last delivered seq"
+    assert_no_gap(delivered)
+    # One heartbeat until the renewal that sees the stop, plus the time to act on it; the
+    # machine is shared, so allow a generous margin on top.
+    assert closed_after < HEARTBEAT_SECONDS + 1.0, f"closed {closed_after:.2f} s after the stop"
+    kinds = [e.event for e in fleet.events(stream_id=stream_id)]
+    assert kinds[-2:] == ["stopped", "released"]
+    assert "handoff" not in kinds
+    time.sleep(0.5)  # and it stays stopped: nobody re-acquires a STOPPED stream
+    assert streams.read(stream_id).owner is None
+
+
+def test_worker_item_is_published_while_running_and_removed_on_exit(
+    fleet: Fleet, settings: Settings
+) -> None:
+    """The worker item names the worker, its state, capacity, host and pid while it runs, and
+    is deleted by a graceful exit (status 0)."""
+    worker = fleet.start(capacity=7, task_arn="arn:aws:ecs:us-east-1:000000000000:task/c/abc")
+    store = LeaseStore(aws.client("dynamodb", settings), settings.table_name)
+
+    def mine() -> object:
+        return next((w for w in store.list_workers() if w.worker_id == worker.worker_id), None)
+
+    info = fleet.wait(mine, 20, "worker item published")
+    assert info.state is WorkerState.RUNNING
+    assert info.capacity == 7
+    assert info.pid == worker.pid
+    assert info.task_arn.endswith("task/c/abc")
+    assert worker.terminate(20) == 0
+    assert mine() is None
+
+
+def test_health_check_follows_the_event_loop(fleet: Fleet, settings: Settings) -> None:
+    """``python -m worker.health`` passes while the worker's loop touches the file, and fails
+    once the worker is gone and the file has aged past the limit."""
+    worker = fleet.start(health_max_age_seconds=1.0)
+    health_file = worker.settings.health_file
+    fleet.wait(lambda: os.path.exists(health_file), 20, "health file written")
+    env = {**os.environ, **worker.settings.to_env()}
+
+    def check() -> int:
+        return subprocess.run(
+            [sys.executable, "-m", "worker.health"], env=env, capture_output=True, check=False
+        ).returncode
+
+    assert check() == 0
+    assert worker.terminate(20) == 0
+    fleet.wait(lambda: time.time() - os.stat(health_file).st_mtime > 1.5, 5, "health file aged")
+    assert check() == 1
