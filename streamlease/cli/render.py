@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -53,18 +52,12 @@ def lease_text(stream: Mapping[str, Any]) -> str:
     """What is left of a stream's lease: ``12.3s``, ``expired`` or ``-`` when nobody holds it."""
     if not stream.get("owner"):
         return NONE
+    if stream.get("lease_state") == "expired":
+        return "expired"
     remaining = stream.get("lease_remaining_ms")
     if remaining is None:
         return NONE
     return "expired" if remaining <= 0 else seconds_text(remaining)
-
-
-def age_text(epoch_ms: Any, now_ms: int | None = None) -> str:
-    """How long ago ``epoch_ms`` was, e.g. ``3.1s``; ``-`` when unknown."""
-    if not isinstance(epoch_ms, int | float) or epoch_ms <= 0:
-        return NONE
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    return seconds_text(max(now - epoch_ms, 0))
 
 
 def cell(value: Any) -> str:
@@ -94,8 +87,15 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, right: str =
 
 
 STREAM_HEADERS: Final = (
-    "ID", "STATE", "OWNER", "LEASE", "EPOCH", "LAST_SEQ", "TAKEOVERS", "LAST_ERROR",
-)  # fmt: skip
+    "ID",
+    "STATE",
+    "OWNER",
+    "LEASE",
+    "EPOCH",
+    "LAST_SEQ",
+    "TAKEOVERS",
+    "LAST_ERROR",
+)
 
 
 def stream_row(stream: Mapping[str, Any]) -> list[str]:
@@ -115,16 +115,17 @@ def stream_row(stream: Mapping[str, Any]) -> list[str]:
 WORKER_HEADERS: Final = ("WORKER", "STATE", "STREAMS", "HEARTBEAT", "HOST", "PID", "VERSION")
 
 
-def worker_row(worker: Mapping[str, Any], now_ms: int | None = None) -> list[str]:
+def worker_row(worker: Mapping[str, Any]) -> list[str]:
     """One row of the worker table (:data:`WORKER_HEADERS`)."""
-    active = worker.get("active_streams")
+    count = worker.get("stream_count")
     capacity = worker.get("capacity")
-    streams = cell(active) if capacity is None else f"{cell(active)}/{capacity}"
+    streams = cell(count) if capacity is None else f"{cell(count)}/{capacity}"
+    age = worker.get("heartbeat_age_ms")
     return [
-        short_owner(worker.get("worker_id"), width=30),
+        short_owner(worker.get("id"), width=30),
         cell(worker.get("state")),
         streams,
-        age_text(worker.get("heartbeat_at_ms"), now_ms),
+        NONE if age is None else seconds_text(age) + " ago",
         cell(worker.get("host")),
         cell(worker.get("pid")),
         cell(worker.get("version")),

@@ -77,7 +77,7 @@ def take_snapshot(client: ApiClient) -> Snapshot:
     """Read every stream and worker; API and connection failures become ``error``."""
     try:
         streams = sorted(client.list_streams(), key=lambda s: str(s.get("id")))
-        workers = sorted(client.list_workers(), key=lambda w: str(w.get("worker_id")))
+        workers = sorted(client.list_workers(), key=lambda w: str(w.get("id")))
     except (ApiError, TransportError) as exc:
         return Snapshot([], [], error=str(exc))
     return Snapshot(streams, workers)
@@ -106,11 +106,13 @@ def render_frame(
     streams, workers = snapshot.streams, snapshot.workers
     started = [s for s in streams if s.get("desired_state") == "STARTED"]
     owned = [s for s in started if s.get("owner") and (s.get("lease_remaining_ms") or 0) > 0]
+    expired = [s for s in started if s.get("owner") and s not in owned]
     known = [r for r in (rates.rate(str(s.get("id"))) for s in started) if r is not None]
     total = f"{sum(known):.1f}" if known else NONE
     lines.append(
         f"streams {len(streams)}  wanted {len(started)}  owned {len(owned)}  "
-        f"orphaned {len(started) - len(owned)}  workers {len(workers)}  msgs/s {total}"
+        f"orphaned {len(started) - len(owned)} ({len(expired)} lease expired)  "
+        f"workers {len(workers)}  msgs/s {total}"
     )
     lines.append("")
     worker_lines = table(WORKER_HEADERS, [worker_row(w) for w in workers], right="STREAMS,PID")
@@ -166,7 +168,8 @@ def watch(
             if as_json:
                 out.write(json.dumps(frame_json(snapshot, rates), separators=(",", ":")) + "\n")
             else:
-                columns, rows = terminal_size()
+                # One frame for a pipe or a test is printed whole; a live view fits the screen.
+                columns, rows = terminal_size() if drawing else (1000, 100_000)
                 lines = render_frame(
                     snapshot, rates, api_url=client.base_url, width=columns, height=rows
                 )

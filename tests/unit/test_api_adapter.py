@@ -269,8 +269,13 @@ def served() -> Iterator[tuple[Recorder, int]]:
     server.server_close()
 
 
-def call(port: int, method: str, target: str, body: bytes | None = None,
-         headers: list[tuple[str, str]] | None = None) -> http.client.HTTPResponse:  # fmt: skip
+def call(
+    port: int,
+    method: str,
+    target: str,
+    body: bytes | None = None,
+    headers: list[tuple[str, str]] | None = None,
+) -> http.client.HTTPResponse:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     connection.putrequest(method, target)
     for name, value in headers or []:

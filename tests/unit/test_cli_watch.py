@@ -12,14 +12,48 @@ from streamlease.cli.transport import Response, TransportError
 from streamlease.cli.watch import CLEAR, RateTracker, Snapshot, render_frame, watch
 
 STREAMS = [
-    {"id": "b", "desired_state": "STARTED", "owner": "t1/11-aaaa", "lease_remaining_ms": 15_000,
-     "epoch": 2, "last_seq": 40, "takeovers": 1},
-    {"id": "a", "desired_state": "STARTED", "owner": None, "lease_remaining_ms": 0, "epoch": 1,
-     "last_seq": 7, "takeovers": 0},
-    {"id": "c", "desired_state": "STOPPED", "owner": None, "lease_remaining_ms": 0, "epoch": 1,
-     "last_seq": 3, "takeovers": 0},
-]  # fmt: skip
-WORKERS = [{"worker_id": "t1/11-aaaa", "state": "RUNNING", "active_streams": 1, "capacity": 100}]
+    {
+        "id": "b",
+        "desired_state": "STARTED",
+        "owner": "t1/11-aaaa",
+        "lease_remaining_ms": 15_000,
+        "epoch": 2,
+        "last_seq": 40,
+        "takeovers": 1,
+    },
+    {
+        "id": "a",
+        "desired_state": "STARTED",
+        "owner": None,
+        "lease_remaining_ms": 0,
+        "epoch": 1,
+        "last_seq": 7,
+        "takeovers": 0,
+    },
+    {
+        "id": "c",
+        "desired_state": "STOPPED",
+        "owner": None,
+        "lease_remaining_ms": 0,
+        "epoch": 1,
+        "last_seq": 3,
+        "takeovers": 0,
+    },
+]
+WORKERS = [
+    {
+        "id": "t1/11-aaaa",
+        "state": "RUNNING",
+        "stream_count": 1,
+        "capacity": 100,
+        "pid": 11,
+        "host": "h",
+        "heartbeat_age_ms": 800,
+        "version": "1",
+        "task_arn": "",
+        "started_at": None,
+    }
+]
 
 
 class FakeTransport:
@@ -74,7 +108,7 @@ def test_a_lower_last_seq_restarts_the_rate() -> None:
 def test_frame_counts_wanted_owned_and_orphaned_streams() -> None:
     """The headline says how many streams are wanted, owned and orphaned, and the fleet size."""
     lines = render_frame(Snapshot(STREAMS, WORKERS), RateTracker(), api_url="http://x")
-    assert "wanted 2  owned 1  orphaned 1  workers 1" in lines[1]
+    assert "wanted 2  owned 1  orphaned 1 (0 lease expired)  workers 1" in lines[1]
     text = "\n".join(lines)
     assert "t1/11-aaaa" in text and "15s" in text
 
@@ -82,8 +116,9 @@ def test_frame_counts_wanted_owned_and_orphaned_streams() -> None:
 def test_frame_fits_the_terminal() -> None:
     """Rows beyond the terminal height are summarised, lines are cut to its width."""
     many = [{**STREAMS[0], "id": f"s{i:03d}"} for i in range(200)]
-    lines = render_frame(Snapshot(many, WORKERS), RateTracker(), api_url="http://x", width=50,
-                         height=30)  # fmt: skip
+    lines = render_frame(
+        Snapshot(many, WORKERS), RateTracker(), api_url="http://x", width=50, height=30
+    )
     assert len(lines) <= 31
     assert all(len(line) <= 50 for line in lines)
     assert any("more streams" in line for line in lines)
@@ -93,8 +128,7 @@ def test_once_prints_one_plain_frame() -> None:
     """``watch --once`` polls once and prints the frame without screen control codes."""
     transport = FakeTransport(STREAMS)
     out = io.StringIO()
-    code = main(["--api", "http://127.0.0.1:9", "watch", "--once"], transport=transport,
-                stdout=out)  # fmt: skip
+    code = main(["--api", "http://127.0.0.1:9", "watch", "--once"], transport=transport, stdout=out)
     assert code == 0
     assert CLEAR not in out.getvalue() and "\x1b" not in out.getvalue()
     assert transport.calls == 2
@@ -130,8 +164,11 @@ def test_live_mode_redraws_with_ansi_and_computes_rates() -> None:
 def test_once_with_an_unreachable_api_fails() -> None:
     """One frame that could not be read is exit code 1 and says why."""
     out = io.StringIO()
-    code = main(["--api", "http://127.0.0.1:9", "watch", "--once"],
-                transport=FakeTransport([], fail=True), stdout=out)  # fmt: skip
+    code = main(
+        ["--api", "http://127.0.0.1:9", "watch", "--once"],
+        transport=FakeTransport([], fail=True),
+        stdout=out,
+    )
     assert code == 1
     assert "API error: connection refused" in out.getvalue()
 
@@ -139,8 +176,11 @@ def test_once_with_an_unreachable_api_fails() -> None:
 def test_json_frames_carry_rates() -> None:
     """``watch --once --json`` prints the frame as data, with msgs_per_s per stream."""
     out = io.StringIO()
-    code = main(["--api", "http://127.0.0.1:9", "watch", "--once", "--json"],
-                transport=FakeTransport(STREAMS), stdout=out)  # fmt: skip
+    code = main(
+        ["--api", "http://127.0.0.1:9", "watch", "--once", "--json"],
+        transport=FakeTransport(STREAMS),
+        stdout=out,
+    )
     assert code == 0
     frame = json.loads(out.getvalue())
     assert {s["id"] for s in frame["streams"]} == {"a", "b", "c"}

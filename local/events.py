@@ -1,0 +1,192 @@
+"""What the local stack prints: one short line per notable event, never raw JSON.
+
+:class:`Console` writes timestamped lines. :class:`LeaseEventTailer` follows the workers' lease
+event logs (``Settings.lease_event_log``, one file per worker) and turns ownership changes into
+lines: a stream **owned** for the first time, **handed off** after a graceful release, **taken
+over** from a holder that did not release it (crashed or fenced), **lost** by a holder, or
+**stopped**. Renewals are not events. When one poll finds many alike (a worker's streams all
+moving at once) they are folded into one line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+FOLD_AFTER: Final = 3
+"""More alike events than this in one poll are printed as one line."""
+
+_COLOURS: Final = {
+    "owned": "32",
+    "handoff": "36",
+    "takeover": "33",
+    "lost": "31",
+    "died": "31",
+    "failed": "31",
+    "warning": "33",
+    "started": "32",
+}
+
+
+class Console:
+    """Writes ``HH:MM:SS.mmm  kind      text`` lines (kinds coloured on a terminal)."""
+
+    def __init__(self, out: TextIO, *, colour: bool | None = None) -> None:
+        self._out = out
+        self._colour = out.isatty() if colour is None else colour
+
+    def line(self, kind: str, text: str) -> None:
+        """Print one event line."""
+        now = time.time()
+        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+        label = f"{kind:<9}"
+        if self._colour and kind in _COLOURS:
+            label = f"\x1b[{_COLOURS[kind]}m{label}\x1b[0m"
+        self._out.write(f"{stamp}  {label} {text}\n")
+        self._out.flush()
+
+    def text(self, text: str = "") -> None:
+        """Print a plain line (banners, hints)."""
+        self._out.write(text + "\n")
+        self._out.flush()
+
+
+@dataclass
+class _Holder:
+    worker_id: str
+    epoch: int
+    released: bool = False
+    stopping: bool = False
+
+
+@dataclass(frozen=True)
+class _Change:
+    kind: str
+    stream_id: str
+    epoch: int
+    new: str
+    old: str = ""
+
+
+class LeaseEventTailer:
+    """Follows every ``*.jsonl`` lease event log in ``directory`` and reports ownership changes.
+
+    ``label_for`` turns a worker id into a short name; ``emit(kind, text)`` prints a line.
+    Call :meth:`pump` regularly; it reads only what was appended since the last call and keeps a
+    torn last line for the next one.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        label_for: Callable[[str], str],
+        emit: Callable[[str, str], None],
+    ) -> None:
+        self._directory = directory
+        self._label_for = label_for
+        self._emit = emit
+        self._offsets: dict[Path, int] = {}
+        self._partial: dict[Path, bytes] = {}
+        self._holders: dict[str, _Holder] = {}
+
+    def pump(self) -> int:
+        """Read new events and print their lines. Returns how many events were read."""
+        events = []
+        for path in sorted(self._directory.glob("*.jsonl")):
+            events.extend(self._read_new(path))
+        events.sort(key=lambda e: float(e.get("mono") or 0.0))
+        changes = [c for c in (self._apply(e) for e in events) if c is not None]
+        self._print(changes)
+        return len(events)
+
+    def _read_new(self, path: Path) -> list[dict[str, Any]]:
+        offset = self._offsets.get(path, 0)
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except OSError:
+            return []
+        self._offsets[path] = offset + len(data)
+        data = self._partial.pop(path, b"") + data
+        lines = data.split(b"\n")
+        if lines[-1]:
+            self._partial[path] = lines[-1]
+        out = []
+        for raw in lines[:-1]:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue  # a torn line from a killed worker
+            if isinstance(event, dict) and isinstance(event.get("stream_id"), str):
+                out.append(event)
+        return out
+
+    def _apply(self, event: dict[str, Any]) -> _Change | None:
+        kind = event.get("event")
+        stream_id = str(event["stream_id"])
+        worker_id = str(event.get("worker_id") or "")
+        epoch = int(event.get("epoch") or 0)
+        holder = self._holders.get(stream_id)
+        mine = holder is not None and holder.worker_id == worker_id and holder.epoch == epoch
+        if kind == "acquired":
+            self._holders[stream_id] = _Holder(worker_id, epoch)
+            if holder is None:
+                return _Change("owned", stream_id, epoch, worker_id)
+            if mine:
+                return None  # a lapsed holder took its own lease back
+            if holder.released:
+                return _Change("handoff", stream_id, epoch, worker_id, holder.worker_id)
+            return _Change("takeover", stream_id, epoch, worker_id, holder.worker_id)
+        if not mine or holder is None:
+            return None
+        if kind == "stopped":
+            holder.stopping = True
+        elif kind == "released":
+            holder.released = True
+            if holder.stopping:
+                return _Change("stopped", stream_id, epoch, worker_id)
+        elif kind in ("fenced", "lost"):
+            return _Change("lost", stream_id, epoch, worker_id, kind)
+        return None
+
+    def _print(self, changes: list[_Change]) -> None:
+        groups: dict[tuple[str, str, str], list[_Change]] = defaultdict(list)
+        for change in changes:
+            groups[(change.kind, change.new, change.old)].append(change)
+        for (kind, new, old), items in groups.items():
+            if len(items) > FOLD_AFTER:
+                self._emit(kind, self._folded(kind, new, old, items))
+            else:
+                for item in items:
+                    self._emit(kind, self._single(item))
+
+    def _single(self, c: _Change) -> str:
+        new, old = self._label_for(c.new), self._label_for(c.old) if c.old else ""
+        if c.kind == "owned":
+            return f"{c.stream_id} owned by {new} (epoch {c.epoch})"
+        if c.kind == "handoff":
+            return f"{c.stream_id} handed off {old} → {new} (epoch {c.epoch})"
+        if c.kind == "takeover":
+            return f"{c.stream_id} taken over by {new} from {old} (epoch {c.epoch})"
+        if c.kind == "lost":
+            return f"{c.stream_id} lost by {new}: {c.old} (epoch {c.epoch})"
+        return f"{c.stream_id} stopped, released by {new}"
+
+    def _folded(self, kind: str, new: str, old: str, items: list[_Change]) -> str:
+        ids = [c.stream_id for c in items]
+        shown = ", ".join(ids[:FOLD_AFTER]) + (f", … (+{len(ids) - FOLD_AFTER})")
+        who, was = self._label_for(new), self._label_for(old) if old else ""
+        verb = {
+            "owned": f"owned by {who}",
+            "handoff": f"handed off {was} → {who}",
+            "takeover": f"taken over by {who} from {was}",
+            "lost": f"lost by {who} ({old})",
+            "stopped": f"stopped, released by {who}",
+        }[kind]
+        return f"{len(items)} streams {verb}: {shown}"

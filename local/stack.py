@@ -1,0 +1,491 @@
+"""The local stack: moto, the API adapter, the upstream simulator and the workers, in order.
+
+:meth:`LocalStack.start` brings each part up and checks it answers before the next one starts;
+:meth:`LocalStack.run` supervises until asked to stop (workers replaced, reaper and auditor
+called, one console line per notable event); :meth:`LocalStack.stop` tears down in reverse order
+(workers drain first, moto last) and leaves no process behind. Every child runs in its own
+process group with its output in ``<state dir>/logs/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any, Final
+
+from local.events import Console, LeaseEventTailer
+from local.supervisor import REPO_ROOT, Child, WorkerSupervisor, child_environment
+from streamlease.cli.client import ApiClient
+from streamlease.settings import Settings, env_name
+
+RESOURCE_PREFIX: Final = "streamlease-local"
+READY_TIMEOUT_SECONDS: Final = 60.0
+TICK_SECONDS: Final = 0.2
+LOCAL_AWS_ENV: Final = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+"""Dummy credentials: requests go to moto, and a developer's real keys must never be sent."""
+_UNSET_AWS: Final = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SECURITY_TOKEN")
+_ROTATED: Final = ("sink", "events", "logs")
+
+
+class StackError(Exception):
+    """The stack cannot start or keep running; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StackPaths:
+    """Where the stack keeps its files (``local_state_dir``; relative means in the repo)."""
+
+    state_dir: Path
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> StackPaths:
+        """Paths for ``settings.local_state_dir``."""
+        state = Path(settings.local_state_dir).expanduser()
+        return cls(state if state.is_absolute() else REPO_ROOT / state)
+
+    @property
+    def sink_dir(self) -> Path:
+        """One JSONL file per stream (the file sink)."""
+        return self.state_dir / "sink"
+
+    @property
+    def events_dir(self) -> Path:
+        """One lease event log per worker process."""
+        return self.state_dir / "events"
+
+    @property
+    def logs_dir(self) -> Path:
+        """One log per child process."""
+        return self.state_dir / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        """Health files of the workers."""
+        return self.state_dir / "run"
+
+    @property
+    def stack_file(self) -> Path:
+        """``stack.json``: where the running stack listens; gone once it stopped."""
+        return self.state_dir / "stack.json"
+
+    def rotate(self) -> bool:
+        """Move the previous run's files to ``previous/`` (moto forgets everything between runs,
+        so they describe streams that no longer exist). Returns True if anything was moved."""
+        previous = self.state_dir / "previous"
+        found = [self.state_dir / name for name in _ROTATED if (self.state_dir / name).exists()]
+        if found:
+            shutil.rmtree(previous, ignore_errors=True)
+            previous.mkdir(parents=True)
+            for path in found:
+                path.rename(previous / path.name)
+        for path in (self.sink_dir, self.events_dir, self.logs_dir, self.run_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        return bool(found)
+
+
+def read_stack_file(paths: StackPaths) -> dict[str, Any] | None:
+    """What a running stack wrote to ``stack.json``, or None if no stack runs there."""
+    try:
+        data = json.loads(paths.stack_file.read_text(encoding="utf-8"))
+        os.kill(int(data["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when ``host:port`` cannot be bound (another process listens there)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def check_ports(settings: Settings) -> None:
+    """Raise :class:`StackError` naming each port that is taken and the setting that moves it."""
+    taken = [
+        f"port {port} ({what}) is in use on {settings.local_host}: stop what listens there "
+        f"or set {env_name(field)}"
+        for what, field, port in (
+            ("moto", "local_moto_port", settings.local_moto_port),
+            ("API", "local_api_port", settings.local_api_port),
+            ("upstream simulator", "local_upstream_port", settings.local_upstream_port),
+        )
+        if port_in_use(settings.local_host, port)
+    ]
+    if taken:
+        raise StackError("; ".join(taken))
+
+
+def check_installed() -> None:
+    """Raise :class:`StackError` when a module the stack runs cannot be imported."""
+    missing = [
+        name
+        for name in ("moto", "flask", "flask_cors", "websockets", "aws_lambda_powertools")
+        if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise StackError(
+            f"missing Python packages: {', '.join(missing)}. Run `make run`, which installs "
+            "them into .venv, or `pip install -c requirements.lock -e '.[dev]'`"
+        )
+    if importlib.util.find_spec("worker.__main__") is None:
+        raise StackError("the worker (python -m worker) is not installed in this checkout")
+
+
+def wait_until(
+    ready: Callable[[], bool], *, what: str, timeout_seconds: float, alive: Callable[[], bool]
+) -> None:
+    """Poll ``ready`` until true; raise :class:`StackError` if ``alive`` turns false or time runs
+    out."""
+    deadline = time.monotonic() + timeout_seconds
+    while not ready():
+        if not alive():
+            raise StackError(f"{what} exited while starting")
+        if time.monotonic() > deadline:
+            raise StackError(f"{what} did not become ready within {timeout_seconds:g} s")
+        time.sleep(0.1)
+
+
+def tcp_open(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def local_settings(settings: Settings, paths: StackPaths, moto_url: str) -> Settings:
+    """The settings every local process runs with: moto, file sink, local upstreams allowed."""
+    return dataclasses.replace(
+        settings,
+        aws_endpoint_url=moto_url,
+        sink="file",
+        sink_dir=str(paths.sink_dir),
+        allow_insecure_ws=True,
+        allow_loopback_upstreams=True,
+        api_url=f"http://{settings.local_host}:{settings.local_api_port}",
+    )
+
+
+class LambdaHost:
+    """Runs the reaper and auditor handlers in this process, their output in a log file.
+
+    The Lambda modules read their settings when imported, so :meth:`load` must run after the
+    environment holds the final settings.
+    """
+
+    def __init__(self, log_path: Path) -> None:
+        self._log: IO[str] = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._reaper: Any = None
+        self._auditor: Any = None
+
+    def load(self) -> None:
+        """Import the handlers (their loggers bind to the log file)."""
+        with contextlib.redirect_stdout(self._log):
+            import lambdas.auditor
+            import lambdas.reaper
+
+        self._reaper, self._auditor = lambdas.reaper, lambdas.auditor
+
+    def reap(self, task_arn: str, stop_code: str) -> Mapping[str, Any]:
+        """Call the reaper with an ECS "task stopped" event for ``task_arn``."""
+        event = self._reaper.stopped_task_event(task_arn, stop_code=stop_code)
+        with contextlib.redirect_stdout(self._log):
+            result: Mapping[str, Any] = self._reaper.handler(event, None)
+        return result
+
+    def audit(self) -> Mapping[str, Any]:
+        """Call the auditor (a scheduled event); returns its numbers."""
+        event = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+        with contextlib.redirect_stdout(self._log):
+            result: Mapping[str, Any] = self._auditor.handler(event, None)
+        return result
+
+    def close(self) -> None:
+        """Close the log file."""
+        self._log.close()
+
+
+class LocalStack:
+    """The whole system on this machine. Use :meth:`start`, :meth:`run`, then :meth:`stop`."""
+
+    def __init__(self, settings: Settings, console: Console) -> None:
+        self.settings = settings
+        self.console = console
+        self.paths = StackPaths.for_settings(settings)
+        self.stop_requested = threading.Event()
+        self.hurry = threading.Event()
+        self._children: list[Child] = []
+        self._lambdas: LambdaHost | None = None
+        self._supervisor: WorkerSupervisor | None = None
+        self._tailer: LeaseEventTailer | None = None
+        self._last_audit: tuple[Any, ...] | None = None
+
+    # --- start -----------------------------------------------------------------------------
+
+    @property
+    def api_url(self) -> str:
+        """The local API's base URL."""
+        return f"http://{self.settings.local_host}:{self.settings.local_api_port}"
+
+    @property
+    def upstream_url(self) -> str:
+        """The upstream simulator's base URL (add ``/<stream id>``)."""
+        return f"ws://{self.settings.local_host}:{self.settings.local_upstream_port}"
+
+    def start(self) -> None:
+        """Start every part in order. Raises :class:`StackError` with what went wrong."""
+        s = self.settings
+        if s.local_workers < 1:
+            raise StackError(f"{env_name('local_workers')} must be at least 1")
+        check_installed()
+        check_ports(s)
+        if self.paths.rotate():
+            self.console.line(
+                "info", f"previous run's files moved to {self.paths.state_dir}/previous/"
+            )
+        self._start_moto()
+        self._start_child(
+            "upstream",
+            [
+                "-m",
+                "local.upstream_sim",
+                "--host",
+                s.local_host,
+                "--port",
+                str(s.local_upstream_port),
+            ],
+        )
+        wait_until(
+            lambda: tcp_open(s.local_host, s.local_upstream_port),
+            what="the upstream simulator",
+            timeout_seconds=READY_TIMEOUT_SECONDS,
+            alive=lambda: self._children[-1].poll() is None,
+        )
+        api = self._start_child(
+            "api",
+            ["-m", "local.api_adapter", "--host", s.local_host, "--port", str(s.local_api_port)],
+        )
+        client = ApiClient(self.api_url, timeout_seconds=2.0)
+        wait_until(
+            lambda: _answers(client),
+            what="the local API",
+            timeout_seconds=READY_TIMEOUT_SECONDS,
+            alive=lambda: api.poll() is None,
+        )
+        self._lambdas = LambdaHost(self.paths.logs_dir / "lambdas.log")
+        self._lambdas.load()
+        self._start_workers(client)
+        self.paths.stack_file.write_text(json.dumps(self.describe(), indent=2), encoding="utf-8")
+
+    def _start_moto(self) -> None:
+        # Our serialised launcher, run as a child in its own process group: a Ctrl-C in the
+        # terminal must not stop moto before the workers have released their leases into it.
+        from local.moto_server import dynamodb_fault
+        from local.resources import create_resources
+
+        for name in _UNSET_AWS:
+            os.environ.pop(name, None)
+        os.environ.update(LOCAL_AWS_ENV)
+        os.environ["AWS_DEFAULT_REGION"] = self.settings.aws_region
+        host, port = self.settings.local_host, self.settings.local_moto_port
+        moto = self._start_child(
+            "moto", ["-m", "local.moto_server", "--host", host, "--port", str(port)]
+        )
+        endpoint = f"http://{host}:{port}"
+
+        def ready() -> bool:
+            try:
+                return dynamodb_fault(endpoint) == "up"
+            except OSError:
+                return False
+
+        wait_until(
+            ready,
+            what="the moto server",
+            timeout_seconds=READY_TIMEOUT_SECONDS,
+            alive=lambda: moto.poll() is None,
+        )
+        base = local_settings(self.settings, self.paths, endpoint)
+        self.settings = create_resources(base, prefix=RESOURCE_PREFIX)
+        # Children inherit the final settings; the Lambda modules read them when imported.
+        os.environ.update(self.settings.to_env())
+
+    def _start_child(self, name: str, args: list[str]) -> Child:
+        child = Child(
+            name=name,
+            argv=[sys.executable, *args],
+            env=child_environment({"PYTHONUNBUFFERED": "1"}),
+            log_path=self.paths.logs_dir / f"{name}.log",
+        )
+        child.start()
+        self._children.append(child)
+        return child
+
+    def _worker_environment(self, task_arn: str, label: str) -> dict[str, str]:
+        env = self.settings.to_env(
+            task_arn=task_arn,
+            worker_id="",
+            lease_event_log=str(self.paths.events_dir / f"{label}.jsonl"),
+            health_file=str(self.paths.run_dir / f"{label}.health"),
+        )
+        return child_environment({**env, "PYTHONUNBUFFERED": "1"})
+
+    def _start_workers(self, client: ApiClient) -> None:
+        assert self._lambdas is not None
+        supervisor = WorkerSupervisor(
+            count=self.settings.local_workers,
+            environment=self._worker_environment,
+            reap=self._lambdas.reap,
+            notify=self.console.line,
+            log_dir=self.paths.logs_dir,
+            region=self.settings.aws_region,
+            respawn_seconds=self.settings.local_respawn_seconds,
+        )
+        self._supervisor = supervisor
+        self._tailer = LeaseEventTailer(
+            self.paths.events_dir, supervisor.label_for, self.console.line
+        )
+        supervisor.start()
+
+        def registered() -> bool:
+            try:
+                ids = [str(w.get("id")) for w in client.list_workers()]
+            except Exception:
+                return False
+            return all(any(w.owns(i) for i in ids) for w in supervisor.workers)
+
+        def alive() -> bool:
+            for worker in supervisor.workers:
+                if worker.child.poll() is not None:
+                    tail = "\n    ".join(worker.child.tail())
+                    raise StackError(
+                        f"worker {worker.label} could not start "
+                        f"({worker.child.returncode}); last lines of "
+                        f"{worker.child.log_path}:\n    {tail}"
+                    )
+            return True
+
+        wait_until(
+            registered, what="the workers", timeout_seconds=READY_TIMEOUT_SECONDS, alive=alive
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Where everything is (written to ``stack.json`` for ``make demo`` and scripts)."""
+        return {
+            "pid": os.getpid(),
+            "api_url": self.api_url,
+            "upstream_url": self.upstream_url,
+            "moto_url": self.settings.aws_endpoint_url,
+            "table_name": self.settings.table_name,
+            "queue_url": self.settings.queue_url,
+            "state_dir": str(self.paths.state_dir),
+            "sink_dir": str(self.paths.sink_dir),
+            "events_dir": str(self.paths.events_dir),
+            "logs_dir": str(self.paths.logs_dir),
+            "workers": [
+                {"label": w.label, "pid": w.child.pid, "task_arn": w.task_arn}
+                for w in (self._supervisor.workers if self._supervisor else [])
+            ],
+        }
+
+    # --- run -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Supervise until :attr:`stop_requested` is set. Raises :class:`StackError` when a part
+        dies or workers cannot start."""
+        from local.supervisor import WorkerStartFailed
+
+        assert self._supervisor is not None and self._tailer is not None
+        next_audit = time.monotonic() + self.settings.local_auditor_seconds
+        workers_seen = [w.child.pid for w in self._supervisor.workers]
+        while not self.stop_requested.wait(TICK_SECONDS):
+            try:
+                self._supervisor.poll()
+            except WorkerStartFailed as exc:
+                tail = "\n    ".join(exc.tail)
+                raise StackError(f"{exc}; last lines of {exc.log_path}:\n    {tail}") from exc
+            self._tailer.pump()
+            self._check_parts()
+            if time.monotonic() >= next_audit:
+                next_audit = time.monotonic() + self.settings.local_auditor_seconds
+                self._audit()
+            pids = [w.child.pid for w in self._supervisor.workers]
+            if pids != workers_seen:
+                workers_seen = pids
+                self.paths.stack_file.write_text(json.dumps(self.describe(), indent=2))
+
+    def _check_parts(self) -> None:
+        for child in self._children:
+            if child.poll() is not None:
+                tail = "\n    ".join(child.tail())
+                raise StackError(
+                    f"the {child.name} process exited; last lines of {child.log_path}:\n    {tail}"
+                )
+
+    def _audit(self) -> None:
+        assert self._lambdas is not None
+        try:
+            numbers = self._lambdas.audit()
+        except Exception as exc:  # a failed audit is worth a line, not the stack
+            self.console.line("warning", f"auditor failed: {exc}")
+            return
+        key = tuple(
+            numbers.get(k)
+            for k in ("started_streams", "owned_streams", "orphaned_streams", "live_workers")
+        )
+        if key != self._last_audit or numbers.get("orphaned_streams"):
+            self._last_audit = key
+            self.console.line(
+                "audit",
+                f"{numbers.get('started_streams')} wanted, {numbers.get('owned_streams')} owned, "
+                f"{numbers.get('orphaned_streams')} orphaned "
+                f"(oldest {numbers.get('oldest_orphan_age_seconds')}s), "
+                f"{numbers.get('live_workers')} live workers",
+            )
+
+    # --- stop ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop everything that was started, workers first and moto last. Safe to repeat."""
+        if self._supervisor is not None:
+            budget = 2.0 if self.hurry.is_set() else self.settings.shutdown_budget_seconds + 5
+            self._supervisor.stop(budget, hurry=self.hurry.is_set)
+            if self._tailer is not None:
+                self._tailer.pump()
+            self._supervisor = None
+        for child in reversed(self._children):
+            child.stop(1.0 if self.hurry.is_set() else 5.0)
+        self._children.clear()
+        if self._lambdas is not None:
+            self._lambdas.close()
+            self._lambdas = None
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.stack_file.unlink()
+
+
+def _answers(client: ApiClient) -> bool:
+    try:
+        client.list_workers()
+    except Exception:
+        return False
+    return True
