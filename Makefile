@@ -21,7 +21,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: help run test lint fmt bench synth deploy destroy clean lock lambda openapi
+.PHONY: help run demo test lint fmt bench synth deploy destroy clean lock lambda openapi
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ $(NODE_STAMP): package.json package-lock.json
 
 run: $(STAMP) ## the whole system on this machine (moto, API, workers, upstream simulator)
 	$(PY) -m local
+
+demo: $(STAMP) ## 20 streams, a worker killed and one rolled, then a gap/duplicate report (uses or starts make run)
+	$(PY) -m local.demo
 
 test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, infra (synth + cdk-nag), chaos
 	$(PY) -m pytest $(PYTEST_ARGS)
