@@ -33,8 +33,9 @@ from worker.logs import describe, logger
 
 MAX_MESSAGES_PER_RECEIVE: Final = 10
 """SQS returns at most 10 messages per receive."""
-IDLE_CHECK_SECONDS: Final = 1.0
-"""How often (at most) a worker that may not take more streams looks again."""
+IDLE_CHECK_SECONDS: Final = 0.1
+"""How often a worker that may not take more streams looks again (an in-memory check: the
+share changes when the rebalancer recounts, the holdings when a stream leaves)."""
 ERROR_PAUSE_SECONDS: Final = 1.0
 
 
@@ -138,11 +139,10 @@ class CommandPoller:
     async def poll_commands(self) -> None:
         """Receive and handle commands until cancelled; any error pauses, then polling goes on."""
         holdings = self._holdings
-        idle = min(IDLE_CHECK_SECONDS, self._ctx.settings.rebalance_seconds)
         while not self._ctx.shutdown_requested.is_set():
             if not rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity):
                 # Look again when a stream leaves or the rebalancer may have recounted.
-                await holdings.wait_changed(idle)
+                await holdings.wait_changed(IDLE_CHECK_SECONDS)
                 continue
             count = receive_count(self._fleet.share, holdings.count, holdings.free)
             try:

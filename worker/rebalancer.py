@@ -1,9 +1,10 @@
 """Rebalancing: recount the fleet, and shed streams when this worker holds far above its share.
 
-Every ``rebalance_seconds`` (jittered) the worker lists the live worker items, recomputes the fair
-share (:func:`worker.fleet.update_view`; the command poller and the reconciler read it), and, when
-it holds more than share + slack, hands off a few streams (release + handoff) that it has held
-for at least ``min_tenure_seconds``. A few at a time, so the fleet converges without a herd.
+Every worker heartbeat (or ``rebalance_seconds`` if shorter) the worker lists the live worker
+items and recomputes the fair share (:func:`worker.fleet.update_view`; the command poller and the
+reconciler read it). Every ``rebalance_seconds`` (jittered), when it holds more than share +
+slack, it hands off a few streams (release + handoff) that it has held for at least
+``min_tenure_seconds``. A few at a time, so the fleet converges without a herd.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def choose_to_shed(
     return rng.sample(eligible, min(count, len(eligible)))
 
 
+def recount_seconds(rebalance_seconds: float, worker_heartbeat_seconds: float) -> float:
+    """How often the fleet view is recounted: as often as worker items change, at most."""
+    return min(rebalance_seconds, worker_heartbeat_seconds)
+
+
 class Rebalancer:
     """Keeps the fleet view current and sheds excess streams."""
 
@@ -55,13 +61,28 @@ class Rebalancer:
         self._rng = random.Random()
 
     async def rebalance_periodically(self) -> None:
-        """Recount (and shed) now, then every ``rebalance_seconds``, until cancelled."""
+        """Recount the fleet every :func:`recount_seconds` and shed every ``rebalance_seconds``
+        (both jittered), until cancelled.
+
+        Recounting more often than shedding is cheap (one query of a few worker items) and
+        lets a worker notice a DRAINING peer soon: its share grows, it polls for the peer's
+        handoffs instead of leaving them to the next reconcile round.
+        """
+        settings = self._ctx.settings
+        recount = recount_seconds(settings.rebalance_seconds, settings.worker_heartbeat_seconds)
+        next_shed = time.monotonic()
         while True:
             try:
-                await self.rebalance_once()
+                if time.monotonic() >= next_shed:
+                    next_shed = time.monotonic() + jittered(
+                        settings.rebalance_seconds, random.random()
+                    )
+                    await self.rebalance_once()
+                else:
+                    await self.refresh_view()
             except Exception as exc:  # the next round tries again
                 logger.warning("rebalance failed", error=describe(exc))
-            await asyncio.sleep(jittered(self._ctx.settings.rebalance_seconds, random.random()))
+            await asyncio.sleep(jittered(recount, random.random()))
 
     async def refresh_view(self) -> None:
         """Recount the fleet from the worker items. Raises StoreError when DynamoDB fails."""

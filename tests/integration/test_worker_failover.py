@@ -1,0 +1,155 @@
+"""Owners that die, leave or freeze: the fleet takes their streams over, never two at once.
+
+Each test starts two real workers, lets them share a few streams, then does something to one of
+them and checks the lease events and the sink records with the invariant checker.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from worker_helpers import (
+    HEARTBEAT_SECONDS,
+    LEASE_SECONDS,
+    RATE,
+    Fleet,
+    Streams,
+    fleet,
+    new_ids,
+    settings,
+    streams,
+    upstream,
+)
+
+from local.upstream_sim import UpstreamSimulator
+from local.worker_process import WorkerProcess
+
+__all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
+
+pytestmark = pytest.mark.slow
+
+STREAMS = 4
+
+
+def two_workers_sharing(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> tuple[WorkerProcess, WorkerProcess]:
+    """Two workers that both hold some of ``STREAMS`` delivering streams; returns (the busier
+    worker, the other)."""
+    first, second = fleet.start(), fleet.start()
+    ids = new_ids(STREAMS)
+    for stream_id in ids:
+        streams.put(stream_id, upstream.url_for(stream_id))
+    fleet.wait_owned(ids)
+    fleet.wait(
+        lambda: fleet.held_by(first) and fleet.held_by(second), 10, "both workers hold streams"
+    )
+    for stream_id in ids:
+        fleet.wait_seq(stream_id, 10)
+    victim = first if len(fleet.held_by(first)) >= len(fleet.held_by(second)) else second
+    other = second if victim is first else first
+    return victim, other
+
+
+def takeover_seconds(fleet: Fleet, stream_id: str, old: str, new: str, since: float) -> float:
+    """Seconds from ``since`` to the first acquire of ``stream_id`` by ``new`` after ``old``."""
+    acquired = [
+        e.mono
+        for e in fleet.events("acquired", stream_id)
+        if e.worker_id == new and e.mono >= since
+    ]
+    assert acquired, f"{new} never acquired {stream_id}"
+    return min(acquired) - since
+
+
+def test_kill_9_owner_is_taken_over_within_about_a_lease(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """After ``kill -9`` of an owner its streams are acquired by the survivor about one lease
+    later (suspect takeover, not lease + reconcile), resume at the checkpoint + 1 with no gap,
+    and repeat at most what was delivered since the last checkpoint."""
+    victim, survivor = two_workers_sharing(fleet, streams, upstream)
+    held = fleet.held_by(victim)
+    assert held
+    killed_at = time.monotonic()
+    victim.kill()
+    fleet.wait(lambda: held <= set(fleet.held_by(survivor)), 10, "survivor took over")
+    for stream_id in held:
+        fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 5)
+
+    delays = [
+        takeover_seconds(fleet, s, victim.worker_id, survivor.worker_id, killed_at) for s in held
+    ]
+    # The lease lapses at most one lease after the kill; the survivor acts right after it.
+    assert max(delays) < LEASE_SECONDS + 1.5, f"takeover after {max(delays):.2f} s"
+    report = fleet.report()
+    assert report.ok, report.format()
+    assert report.missing == 0
+    for takeover in report.takeovers:
+        assert takeover.from_worker == victim.worker_id
+        # Repeats come only from after the last checkpoint (one heartbeat, plus some slack).
+        assert takeover.duplicates <= RATE * (2 * HEARTBEAT_SECONDS + 0.5)
+
+
+def test_sigterm_hands_every_stream_off_with_no_repeat(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """SIGTERM: the worker drains — final checkpoint, release, handoff — and exits 0; every one
+    of its streams streams again on the other worker about a second later, with no gap and not
+    a single repeated message."""
+    leaving, staying = two_workers_sharing(fleet, streams, upstream)
+    held = fleet.held_by(leaving)
+    assert held
+    assert leaving.terminate(20) == 0
+    fleet.wait(lambda: held <= set(fleet.held_by(staying)), 10, "streams handed off")
+    for stream_id in held:
+        fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 5)
+
+    for stream_id in held:
+        released = [e.mono for e in fleet.events("released", stream_id)]
+        assert released, f"{stream_id} was not released"
+        handoffs = fleet.events("handoff", stream_id)
+        assert handoffs, f"{stream_id} was released without a handoff"
+        delay = takeover_seconds(
+            fleet, stream_id, leaving.worker_id, staying.worker_id, max(released)
+        )
+        assert delay < 2.5, f"{stream_id} idle {delay:.2f} s after its release"
+    report = fleet.report()
+    assert report.ok, report.format()
+    assert report.missing == 0
+    assert report.duplicates == 0
+
+
+def test_sigstop_past_the_lease_fences_itself_and_never_overlaps(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """A worker frozen (SIGSTOP) for longer than its lease loses its streams to the other; when
+    it wakes (SIGCONT) it delivers nothing more under its old epochs: each of its holders ends
+    fenced or lost, no two holders overlap, and no stale record lands in the sink."""
+    frozen, other = two_workers_sharing(fleet, streams, upstream)
+    held = fleet.held_by(frozen)
+    assert held
+    frozen.signal(signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    fleet.wait(lambda: held <= set(fleet.held_by(other)), 10, "streams taken over")
+    time.sleep(max(0.0, frozen_at + 2.5 * LEASE_SECONDS - time.monotonic()))
+    frozen.signal(signal.SIGCONT)
+
+    def woke_and_gave_up() -> bool:
+        ended = {
+            e.stream_id
+            for e in fleet.events()
+            if e.worker_id == frozen.worker_id and e.event in ("fenced", "lost")
+        }
+        return held <= ended
+
+    fleet.wait(woke_and_gave_up, 10, "the woken worker ended its old holdings")
+    for stream_id in held:
+        fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 5)
+    report = fleet.report()
+    assert report.ok, report.format()
+    assert report.missing == 0
+    assert all(s.stale_writes == 0 for s in report.streams.values())
+    assert frozen.alive, "a worker that lost its leases keeps running (it can take new ones)"
