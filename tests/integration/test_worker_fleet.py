@@ -1,0 +1,87 @@
+"""The fleet shares the work: a joining worker gets its fair share, capacity is a hard limit."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+from worker_helpers import (
+    Fleet,
+    Streams,
+    fleet,
+    new_ids,
+    settings,
+    streams,
+    upstream,
+)
+
+from local.invariants import Report
+from local.upstream_sim import UpstreamSimulator
+
+__all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
+
+pytestmark = pytest.mark.slow
+
+
+def most_held_at_once(report: Report) -> dict[str, int]:
+    """Per worker, the most streams it could deliver at the same moment (from the segments)."""
+    edges: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for stream in report.streams.values():
+        for seg in stream.segments:
+            edges[seg.worker_id] += [(seg.start, 1), (seg.end, -1)]
+    peak: dict[str, int] = {}
+    for worker_id, points in edges.items():
+        level = best = 0
+        for _, step in sorted(points, key=lambda p: (p[0], p[1])):
+            level += step
+            best = max(best, level)
+        peak[worker_id] = best
+    return peak
+
+
+def test_joining_worker_ends_with_its_fair_share_without_gaps(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """A worker holding six streams alone sheds down to its fair share (three) once a second
+    worker joins; the handoffs are graceful: no gap and no repeated message."""
+    first = fleet.start("a", rebalance_slack=0)
+    ids = new_ids(6)
+    for stream_id in ids:
+        streams.put(stream_id, upstream.url_for(stream_id))
+    fleet.wait(lambda: len(fleet.held_by(first)) == 6, 20, "the first worker holds all six")
+
+    second = fleet.start("b", rebalance_slack=0)
+    fleet.wait(
+        lambda: len(fleet.held_by(first)) == 3 and len(fleet.held_by(second)) == 3,
+        20,
+        "three streams each",
+    )
+    for stream_id in ids:
+        fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 5)
+
+    report = fleet.report()
+    assert report.ok, report.format()
+    assert report.missing == 0
+    assert report.duplicates == 0
+    assert {t.from_end_reason for t in report.takeovers} == {"released"}
+
+
+def test_capacity_is_a_hard_limit_and_others_take_the_rest(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """A worker of capacity 2 never holds a third stream, however many are wanted; a second
+    worker picks up the rest."""
+    small = fleet.start("small", capacity=2)
+    ids = new_ids(5)
+    for stream_id in ids:
+        streams.put(stream_id, upstream.url_for(stream_id))
+    fleet.wait(lambda: len(fleet.held_by(small)) == 2, 20, "the small worker is full")
+    time.sleep(1.5)  # three reconcile rounds with orphans in sight: it must not take more
+    assert len(fleet.held_by(small)) == 2
+
+    fleet.start("big", capacity=10)
+    fleet.wait_owned(ids)
+    report = fleet.report()
+    assert report.ok, report.format()
+    assert most_held_at_once(report)[small.worker_id] == 2
