@@ -25,20 +25,14 @@ from typing import IO, Any, Final
 
 from local.events import Console, LeaseEventTailer
 from local.supervisor import REPO_ROOT, Child, WorkerSupervisor, child_environment
+from local.worker_process import use_dummy_aws_credentials
 from streamlease.cli.client import ApiClient
 from streamlease.settings import Settings, env_name
 
 RESOURCE_PREFIX: Final = "streamlease-local"
 READY_TIMEOUT_SECONDS: Final = 60.0
 TICK_SECONDS: Final = 0.2
-LOCAL_AWS_ENV: Final = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-}
-"""Dummy credentials: requests go to moto, and a developer's real keys must never be sent."""
-_UNSET_AWS: Final = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SECURITY_TOKEN")
-_ROTATED: Final = ("sink", "events", "logs")
+_ROTATED: Final = ("sink", "events", "logs", "run")
 
 
 class StackError(Exception):
@@ -76,6 +70,11 @@ class StackPaths:
     def run_dir(self) -> Path:
         """Health files of the workers."""
         return self.state_dir / "run"
+
+    @property
+    def exits_file(self) -> Path:
+        """Worker exits as the supervisor saw them (see :mod:`local.sink_report`)."""
+        return self.run_dir / "exits.jsonl"
 
     @property
     def stack_file(self) -> Path:
@@ -303,10 +302,9 @@ class LocalStack:
         from local.moto_server import dynamodb_fault
         from local.resources import create_resources
 
-        for name in _UNSET_AWS:
-            os.environ.pop(name, None)
-        os.environ.update(LOCAL_AWS_ENV)
-        os.environ["AWS_DEFAULT_REGION"] = self.settings.aws_region
+        # Dummy credentials, no ~/.aws: requests go to moto, a developer's keys never leave.
+        use_dummy_aws_credentials()
+        os.environ["AWS_DEFAULT_REGION"] = os.environ["AWS_REGION"] = self.settings.aws_region
         host, port = self.settings.local_host, self.settings.local_moto_port
         moto = self._start_child(
             "moto", ["-m", "local.moto_server", "--host", host, "--port", str(port)]
@@ -360,6 +358,7 @@ class LocalStack:
             log_dir=self.paths.logs_dir,
             region=self.settings.aws_region,
             respawn_seconds=self.settings.local_respawn_seconds,
+            exit_log=self.paths.exits_file,
         )
         self._supervisor = supervisor
         self._tailer = LeaseEventTailer(
@@ -401,6 +400,7 @@ class LocalStack:
             "state_dir": str(self.paths.state_dir),
             "sink_dir": str(self.paths.sink_dir),
             "events_dir": str(self.paths.events_dir),
+            "exits_file": str(self.paths.exits_file),
             "logs_dir": str(self.paths.logs_dir),
             "workers": [
                 {"label": w.label, "pid": w.child.pid, "task_arn": w.task_arn}

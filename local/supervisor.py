@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import secrets
 import signal
@@ -231,6 +232,8 @@ class WorkerSupervisor:
     region: str = "us-east-1"
     respawn_seconds: float = 2.0
     argv: Sequence[str] = (sys.executable, "-m", "worker")
+    exit_log: Path | None = None
+    """If set, one JSON line per worker exit (task id, monotonic time seen) for reports."""
     workers: list[WorkerProcess] = field(default_factory=list)
     _next_label: int = 1
     _labels: dict[str, str] = field(default_factory=dict)
@@ -315,6 +318,17 @@ class WorkerSupervisor:
 
     def _on_exit(self, worker: WorkerProcess, returncode: int, now: float) -> None:
         how = exit_description(returncode)
+        if self.exit_log is not None:
+            line = {
+                "task_id": worker.task_id,
+                "label": worker.label,
+                "pid": worker.child.pid,
+                "returncode": returncode,
+                "mono": now,
+                "wall_ms": time.time_ns() // 1_000_000,
+            }
+            with open(self.exit_log, "a", encoding="utf-8") as log:
+                log.write(json.dumps(line) + "\n")
         kind = "exited" if returncode == 0 else "died"
         self.notify(kind, f"{worker.label} {how} (pid {worker.child.pid})")
         failed_start = returncode >= 0 and now - worker.child.started_mono < STARTUP_GRACE_SECONDS

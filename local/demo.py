@@ -1,0 +1,269 @@
+"""``make demo``: 20 streams, one worker killed, another rolled, and what the sink received.
+
+Starts the local stack if none is running (and stops it again at the end), starts 20 streams on
+the upstream simulator, then — while a live view like ``streamlease watch`` shows them — kills
+the busiest worker with SIGKILL (the supervisor reaps it and starts a replacement) and rolls
+another with SIGTERM (it drains and hands its streams off). Finally it reads the sink files and
+lease event logs and prints, per stream, the messages, gaps (must be 0), duplicates and the
+time the stream had no owner. Exit status 0 when no invariant was broken.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TextIO
+
+from local.sink_report import build_report, format_report
+from local.stack import StackPaths, read_stack_file
+from local.supervisor import REPO_ROOT
+from streamlease.cli.client import ApiClient
+from streamlease.cli.watch import CLEAR, RateTracker, Snapshot, render_frame, take_snapshot
+from streamlease.errors import ConfigError
+from streamlease.settings import Settings
+
+STREAMS: Final = 20
+RATE_PER_SECOND: Final = 5
+STACK_START_SECONDS: Final = 120.0
+RECOVERY_SECONDS: Final = 60.0
+"""Longest wait for every stream to have an owner again (a lease lapses in 20 s by default)."""
+
+
+class DemoError(Exception):
+    """The demo cannot go on; the message says why."""
+
+
+class DemoView:
+    """Redraws a watch-style frame of the demo's streams with the story so far beneath it.
+
+    On a terminal the frame is redrawn every second; otherwise only the story lines print.
+    """
+
+    def __init__(self, client: ApiClient, out: TextIO, stream_ids: Sequence[str]) -> None:
+        self._client = client
+        self._out = out
+        self._ids = set(stream_ids)
+        self.live = out.isatty()
+        self._rates = RateTracker()
+        self.story: list[str] = []
+
+    def note(self, text: str) -> None:
+        """Add a line to the story (printed at once when not live)."""
+        line = f"{time.strftime('%H:%M:%S')}  {text}"
+        self.story.append(line)
+        if not self.live:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+    def show(
+        self, seconds: float, until: Callable[[Snapshot], bool] | None = None
+    ) -> tuple[Snapshot, float]:
+        """Poll (and draw) for up to ``seconds`` or until ``until(snapshot)``; returns the last
+        snapshot and the seconds it took."""
+        started = time.monotonic()
+        while True:
+            tick = time.monotonic()
+            snapshot = self.snapshot()
+            if self.live:
+                self._draw(snapshot)
+            elapsed = time.monotonic() - started
+            if (until is not None and until(snapshot)) or elapsed >= seconds:
+                return snapshot, elapsed
+            time.sleep(max(1.0 - (time.monotonic() - tick), 0.05))
+
+    def snapshot(self) -> Snapshot:
+        """The demo's streams and every worker, now."""
+        full = take_snapshot(self._client)
+        streams = [s for s in full.streams if s.get("id") in self._ids]
+        now = time.monotonic()
+        for stream in streams:
+            self._rates.observe(str(stream["id"]), now, int(stream.get("last_seq") or 0))
+        return Snapshot(streams, full.workers, full.error)
+
+    def _draw(self, snapshot: Snapshot) -> None:
+        size = os.get_terminal_size(self._out.fileno())
+        frame = render_frame(
+            snapshot,
+            self._rates,
+            api_url=self._client.base_url,
+            width=size.columns,
+            height=max(size.lines - len(self.story[-8:]) - 2, 10),
+        )
+        lines = [*frame, "", *self.story[-8:]]
+        self._out.write(CLEAR + "\n".join(line[: size.columns] for line in lines) + "\n")
+        self._out.flush()
+
+
+def all_owned(ids: set[str], not_by: str | None = None) -> Callable[[Snapshot], bool]:
+    """A condition: every stream in ``ids`` has a live lease held by someone but ``not_by``."""
+
+    def check(snapshot: Snapshot) -> bool:
+        held = {
+            s["id"]
+            for s in snapshot.streams
+            if s.get("owner")
+            and s.get("owner") != not_by
+            and (s.get("lease_remaining_ms") or 0) > 0
+            and s.get("lease_state", "held") == "held"
+        }
+        return not snapshot.error and ids <= held
+
+    return check
+
+
+def busiest_worker(
+    snapshot: Snapshot, local_pids: set[int], exclude: set[int]
+) -> tuple[dict[str, Any], int]:
+    """The stack's worker holding the most demo streams (and how many) not in ``exclude``."""
+    held: dict[str, int] = {}
+    for stream in snapshot.streams:
+        if stream.get("owner"):
+            held[stream["owner"]] = held.get(stream["owner"], 0) + 1
+    candidates = [
+        w for w in snapshot.workers if w.get("pid") in local_pids and w.get("pid") not in exclude
+    ]
+    if not candidates:
+        raise DemoError("no worker of the local stack is live")
+    best = max(candidates, key=lambda w: held.get(str(w.get("id")), 0))
+    return best, held.get(str(best.get("id")), 0)
+
+
+class StackHandle:
+    """The local stack the demo runs against; started here (and stopped at the end) if needed."""
+
+    def __init__(self, settings: Settings, out: TextIO) -> None:
+        self.paths = StackPaths.for_settings(settings)
+        self._out = out
+        self._process: subprocess.Popen[bytes] | None = None
+        self.info: dict[str, Any] = {}
+
+    def ensure_running(self) -> None:
+        """Use the running stack, or start ``python -m local`` and wait for it to be ready."""
+        info = read_stack_file(self.paths)
+        if info is not None:
+            self.info = info
+            self._out.write(f"using the local stack already running (pid {info['pid']})\n")
+            return
+        log = self.paths.state_dir / "demo-stack.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._out.write(f"starting the local stack (its output: {log}) …\n")
+        self._out.flush()
+        with open(log, "wb") as handle:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "local"],
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + STACK_START_SECONDS
+        while (info := read_stack_file(self.paths)) is None:
+            if self._process.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                raise DemoError("the local stack did not start:\n  " + "\n  ".join(tail))
+            if time.monotonic() > deadline:
+                raise DemoError(f"the local stack was not ready after {STACK_START_SECONDS:g} s")
+            time.sleep(0.5)
+        self.info = info
+
+    def local_pids(self) -> set[int]:
+        """Process ids of the stack's workers now."""
+        info = read_stack_file(self.paths) or self.info
+        return {int(w["pid"]) for w in info.get("workers", [])}
+
+    def label(self, pid: int) -> str:
+        """The stack's short name for a worker process (``w2``)."""
+        info = read_stack_file(self.paths) or self.info
+        return next((w["label"] for w in info.get("workers", []) if w["pid"] == pid), str(pid))
+
+    def stop_if_started(self) -> None:
+        """Stop the stack if this demo started it (Ctrl-C, as a user would)."""
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._out.write("stopping the local stack started for the demo …\n")
+        self._out.flush()
+        os.killpg(self._process.pid, signal.SIGINT)
+        try:
+            self._process.wait(150)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
+
+
+def run_demo(client: ApiClient, stack: StackHandle, out: TextIO) -> int:
+    """The demo proper against a running stack; returns the exit status."""
+    tag = secrets.token_hex(2)
+    ids = [f"demo-{tag}-{n:02d}" for n in range(1, STREAMS + 1)]
+    upstream = str(stack.info["upstream_url"])
+    view = DemoView(client, out, ids)
+    view.note(f"starting {STREAMS} streams at {RATE_PER_SECOND} msgs/s on {upstream}")
+    for stream_id in ids:
+        client.create_stream(stream_id, f"{upstream}/{stream_id}?rate={RATE_PER_SECOND}")
+    wanted = set(ids)
+    _, took = view.show(RECOVERY_SECONDS, all_owned(wanted))
+    view.note(f"all {STREAMS} streams owned after {took:.1f} s; letting them run")
+    snapshot, _ = view.show(8.0)
+
+    victim, held = busiest_worker(snapshot, stack.local_pids(), set())
+    pid = int(victim["pid"])
+    os.kill(pid, signal.SIGKILL)
+    view.note(f"kill -9 {stack.label(pid)} (pid {pid}), which held {held} streams")
+    _, took = view.show(RECOVERY_SECONDS, all_owned(wanted, not_by=str(victim["id"])))
+    view.note(f"all streams owned again {took:.1f} s after the kill (reaper + takeover)")
+    snapshot, _ = view.show(6.0)
+
+    rolled, held = busiest_worker(snapshot, stack.local_pids(), {pid})
+    rolled_pid = int(rolled["pid"])
+    os.kill(rolled_pid, signal.SIGTERM)
+    view.note(f"SIGTERM {stack.label(rolled_pid)} (pid {rolled_pid}), which held {held}: it drains")
+    _, took = view.show(RECOVERY_SECONDS, all_owned(wanted, not_by=str(rolled["id"])))
+    view.note(f"all streams owned again {took:.1f} s after the SIGTERM (handoffs)")
+    view.show(6.0)
+
+    report = build_report(
+        stack.info["sink_dir"],
+        stack.info["events_dir"],
+        exits_path=stack.info.get("exits_file"),
+        stream_ids=ids,
+    )
+    for stream_id in ids:
+        client.stop_stream(stream_id)
+    story = view.story if view.live else []  # without a live view the story printed already
+    out.write("\n".join(["", *story, "", format_report(report), ""]) + "\n")
+    out.write(
+        f"the demo streams are stopped now; `streamlease ls` lists them, their records are in "
+        f"{stack.info['sink_dir']}/\n"
+    )
+    return 0 if report.ok else 1
+
+
+def main() -> int:
+    """Run the demo; returns the exit status (1: an invariant broke or the demo could not run)."""
+    out = sys.stdout
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
+    stack = StackHandle(settings, out)
+    try:
+        stack.ensure_running()
+        client = ApiClient(str(stack.info["api_url"]))
+        return run_demo(client, stack, out)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # one readable line, not a traceback
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop_if_started()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
