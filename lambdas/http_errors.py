@@ -18,7 +18,10 @@ from typing import Any, Final
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import ServiceError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 
 from lambdas.stream_repo import StreamConflict
 from streamlease.errors import (
@@ -168,6 +171,15 @@ def register(app: APIGatewayRestResolver) -> None:
     def _invalid(exc: RequestValidationError) -> Response[Any]:
         field, message = describe_validation_errors(exc.errors())
         return error_response(HTTPStatus.BAD_REQUEST, "invalid_request", message, field)
+
+    @app.exception_handler(RequestUnsupportedContentType)
+    def _media_type(_: RequestUnsupportedContentType) -> Response[Any]:
+        return error_response(
+            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "request body must be application/json",
+            "body",
+        )
 
     @app.exception_handler(ApiError)
     def _api_error(exc: ApiError) -> Response[Any]:

@@ -127,6 +127,12 @@ def test_non_json_content_type_is_415(api: Api, control_plane: runtime.Runtime) 
     assert table_items(control_plane) == []
 
 
+def test_empty_body_with_a_non_json_content_type_is_415(api: Api) -> None:
+    """No body but a text/plain content type: still the wrong media type, not a crash."""
+    result = api("POST", "/streams", headers={"Content-Type": "text/plain"})
+    assert (result.status, result.error["field"]) == (415, "body")
+
+
 def test_json_content_type_with_charset_is_accepted(api: Api) -> None:
     """application/json with parameters is JSON."""
     result = api(

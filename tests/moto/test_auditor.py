@@ -1,0 +1,175 @@
+"""The auditor's numbers on a prepared table, and the EMF document it publishes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from boto3.dynamodb.types import TypeSerializer
+from control_plane_support import load_event
+
+from lambdas import auditor, runtime
+from streamlease.lease_store import LeaseStore, wall_ms
+from streamlease.model import WorkerInfo, iso_ms
+from streamlease.schema import PK, DesiredState, StreamAttr, WorkerState, stream_key
+
+NOW = 1_800_000_000_000
+A = StreamAttr
+
+
+def put_stream(
+    dynamodb: Any,
+    table: str,
+    stream_id: str,
+    *,
+    state: DesiredState = DesiredState.STARTED,
+    owner: str | None = None,
+    expires_ms: int = 0,
+    updated_ms: int = NOW,
+) -> None:
+    """A stream item as the control plane and the workers leave it."""
+    item: dict[str, Any] = {
+        PK: stream_key(stream_id),
+        A.DESIRED_STATE: state.value,
+        A.WS_URL: "wss://feed.example.com/",
+        A.LEASE_EXPIRES_AT_MS: expires_ms,
+        A.LEASE_EPOCH: 1 if owner else 0,
+        A.LAST_SEQ: 0,
+        A.GENERATION: 1,
+        A.UPDATED_AT: iso_ms(updated_ms),
+    }
+    if owner:
+        item[A.LEASE_OWNER] = owner
+    serializer = TypeSerializer()
+    dynamodb.put_item(TableName=table, Item={k: serializer.serialize(v) for k, v in item.items()})
+
+
+def worker(worker_id: str, expires_ms: int) -> WorkerInfo:
+    return WorkerInfo(
+        worker_id=worker_id,
+        state=WorkerState.RUNNING,
+        heartbeat_at_ms=expires_ms - 20_000,
+        expires_at_ms=expires_ms,
+        active_streams=0,
+        capacity=10,
+        host="h",
+        pid=1,
+    )
+
+
+@pytest.fixture
+def prepared(control_plane: runtime.Runtime, dynamodb: Any, store: LeaseStore) -> runtime.Runtime:
+    """3 owned, 3 orphaned (lapsed 30 s ago, released 45 s ago, new 90 s ago), 2 stopped;
+    2 live workers and 1 whose item expired."""
+    table = control_plane.settings.table_name
+    for i in range(3):
+        put_stream(dynamodb, table, f"owned{i}", owner=f"w{i}", expires_ms=NOW + 15_000)
+    put_stream(dynamodb, table, "lapsed", owner="w-dead", expires_ms=NOW - 30_000)
+    put_stream(dynamodb, table, "released", updated_ms=NOW - 45_000)
+    put_stream(dynamodb, table, "new", updated_ms=NOW - 90_000)
+    put_stream(dynamodb, table, "stopped", state=DesiredState.STOPPED, updated_ms=NOW - 999_000)
+    put_stream(
+        dynamodb, table, "draining", state=DesiredState.STOPPED, owner="w1", expires_ms=NOW - 1
+    )
+    store.put_worker(worker("w-live-1", NOW + 10_000))
+    store.put_worker(worker("w-live-2", NOW + 1))
+    store.put_worker(worker("w-gone", NOW - 5_000))
+    return control_plane
+
+
+def test_audit_counts_on_a_prepared_table(prepared: runtime.Runtime) -> None:
+    """Started 6 = owned 3 + orphaned 3; the oldest orphan is the 90 s old new stream."""
+    audit = auditor.run_audit(prepared, NOW)
+    assert audit == auditor.Audit(
+        started_streams=6,
+        owned_streams=3,
+        orphaned_streams=3,
+        oldest_orphan_age_seconds=90.0,
+        live_workers=2,
+    )
+
+
+def test_oldest_orphan_by_lapsed_lease(control_plane: runtime.Runtime, dynamodb: Any) -> None:
+    """With only a lapsed lease orphaned, its age counts from the lease expiry."""
+    table = control_plane.settings.table_name
+    put_stream(dynamodb, table, "lapsed", owner="w", expires_ms=NOW - 12_500)
+    put_stream(dynamodb, table, "fresh", updated_ms=NOW - 2_000)
+    audit = auditor.run_audit(control_plane, NOW)
+    assert (audit.orphaned_streams, audit.oldest_orphan_age_seconds) == (2, 12.5)
+
+
+def test_empty_table_is_all_zeros(control_plane: runtime.Runtime) -> None:
+    """No streams, no workers: every number is zero (still published)."""
+    assert auditor.run_audit(control_plane, NOW) == auditor.Audit(0, 0, 0, 0.0, 0)
+
+
+def test_a_lease_expiring_exactly_now_is_still_owned(
+    control_plane: runtime.Runtime, dynamodb: Any
+) -> None:
+    """Owned means expiry >= now; orphaned means expiry < now. Each stream is counted once."""
+    table = control_plane.settings.table_name
+    put_stream(dynamodb, table, "edge", owner="w", expires_ms=NOW)
+    put_stream(dynamodb, table, "past", owner="w", expires_ms=NOW - 1)
+    audit = auditor.run_audit(control_plane, NOW)
+    assert (audit.owned_streams, audit.orphaned_streams) == (1, 1)
+
+
+def test_handler_publishes_every_metric_as_emf(
+    control_plane: runtime.Runtime,
+    dynamodb: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The scheduled event yields one EMF document with the five metrics, zeros included."""
+    now = wall_ms()
+    put_stream(dynamodb, control_plane.settings.table_name, "o", owner="w", expires_ms=now + 60_000)
+    result = auditor.handler(load_event("scheduled_auditor"), None)
+    assert result["started_streams"] == 1
+    documents = [
+        json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line
+    ]
+    assert len(documents) == 1
+    doc = documents[0]
+    directive = doc["_aws"]["CloudWatchMetrics"][0]
+    assert directive["Namespace"] == control_plane.settings.metrics_namespace
+    assert directive["Dimensions"] == [["service"]]
+    assert doc["service"] == "streamlease-auditor"
+    units = {m["Name"]: m["Unit"] for m in directive["Metrics"]}
+    assert units == {
+        "StartedStreams": "Count",
+        "OwnedStreams": "Count",
+        "OrphanedStreams": "Count",
+        "OldestOrphanAgeSeconds": "Seconds",
+        "LiveWorkers": "Count",
+    }
+    assert (doc["StartedStreams"], doc["OwnedStreams"], doc["OrphanedStreams"]) == (
+        [1.0],
+        [1.0],
+        [0.0],
+    )
+    assert (doc["OldestOrphanAgeSeconds"], doc["LiveWorkers"]) == ([0.0], [0.0])
+
+
+def test_audit_reads_no_stream_payloads(
+    prepared: runtime.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only index queries (COUNT or keys) and a small keyed read of updated_at: no scan."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    client = prepared.dynamodb
+    for operation in ("query", "scan", "batch_get_item", "get_item"):
+        original = getattr(client, operation)
+
+        def spy(_op: str = operation, _orig: Any = original, **kwargs: Any) -> Any:
+            calls.append((_op, kwargs))
+            return _orig(**kwargs)
+
+        monkeypatch.setattr(client, operation, spy)
+    auditor.run_audit(prepared, NOW)
+    assert {op for op, _ in calls} <= {"query", "batch_get_item"}
+    for op, kwargs in calls:
+        if op == "query":
+            assert "IndexName" in kwargs
+            assert kwargs.get("Select") == "COUNT" or "Limit" in kwargs
+        else:
+            projected = kwargs["RequestItems"][prepared.settings.table_name]
+            assert set(projected["ExpressionAttributeNames"].values()) == {PK, A.UPDATED_AT}

@@ -1,0 +1,184 @@
+"""The reaper on the stored ECS "task stopped" event: release the dead task's leases, hand off."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from control_plane_support import Api, CommandQueue, load_event
+
+from lambdas import reaper, runtime
+from streamlease.errors import StoreError
+from streamlease.lease_store import LeaseStore, wall_ms
+from streamlease.model import WorkerInfo
+from streamlease.schema import CommandType, DesiredState, WorkerState
+
+URL = "wss://feed.example.com/v1"
+TASK_ARN = "arn:aws:ecs:us-east-1:123456789012:task/streamlease/8f1c2bde0a9e4d55b7c3e1f2a4b6c8d0"
+TASK_ID = "8f1c2bde0a9e4d55b7c3e1f2a4b6c8d0"
+DEAD = f"{TASK_ID}/7-ab12"
+"""The dead task's worker, with a worker item."""
+DEAD_NO_ITEM = f"{TASK_ID}/9-cd34"
+"""A worker of the dead task that died before writing its item."""
+CUSTOM = "custom-name-1"
+"""A worker of the dead task whose id does not start with the task id (item says its task)."""
+ALIVE = "0123456789abcdef0123456789abcdef/7-ef56"
+"""A worker of another, live task."""
+
+
+def worker_item(worker_id: str, task_arn: str) -> WorkerInfo:
+    now = wall_ms()
+    return WorkerInfo(
+        worker_id=worker_id,
+        state=WorkerState.RUNNING,
+        heartbeat_at_ms=now,
+        expires_at_ms=now + 20_000,
+        active_streams=1,
+        capacity=10,
+        host="ip-10-0-0-1",
+        pid=7,
+        task_arn=task_arn,
+    )
+
+
+@pytest.fixture
+def fleet(api: Api, store: LeaseStore, commands: CommandQueue) -> dict[str, int]:
+    """Streams held by the dead task's workers and by a live one; returns epochs by stream."""
+    owners = {
+        "a": DEAD,
+        "b": DEAD,
+        "c": DEAD_NO_ITEM,
+        "d": CUSTOM,
+        "e": ALIVE,
+        "f": DEAD,  # stopped while held: released without a handoff
+    }
+    epochs = {}
+    for stream_id, owner in owners.items():
+        assert api("POST", "/streams", body={"id": stream_id, "ws_url": URL}).status == 201
+        epochs[stream_id] = store.acquire(stream_id, owner, 20_000).epoch
+    api("POST", "/streams/f/stop")
+    store.put_worker(worker_item(DEAD, TASK_ARN))
+    store.put_worker(worker_item(CUSTOM, TASK_ARN))
+    store.put_worker(worker_item(ALIVE, TASK_ARN.replace(TASK_ID, ALIVE.split("/")[0])))
+    commands.drain()
+    return epochs
+
+
+def test_stopped_task_leases_are_released_and_handed_off(
+    fleet: dict[str, int], store: LeaseStore, commands: CommandQueue
+) -> None:
+    """Every lease of the dead task is released and each STARTED stream gets a HANDOFF."""
+    result = reaper.handler(load_event("ecs_task_stopped"), None)
+    assert result["released"] == 5
+    assert result["handoffs"] == 4
+    assert set(result["workers"]) == {DEAD, DEAD_NO_ITEM, CUSTOM}
+    for stream_id in "abcdf":
+        stream = store.read(stream_id)
+        assert stream is not None
+        assert (stream.owner, stream.expires_at_ms) == (None, 0)
+        assert stream.epoch == fleet[stream_id]  # released, not re-acquired
+        assert "stopped holding the lease" in (stream.last_error or "")
+    sent = sorted((c.stream_id, c.type, c.generation) for c in commands.drain())
+    assert sent == [(s, CommandType.HANDOFF, 1) for s in "abcd"]
+
+
+def test_other_tasks_leases_are_untouched(fleet: dict[str, int], store: LeaseStore) -> None:
+    """A live task's worker keeps its lease and its worker item."""
+    reaper.handler(load_event("ecs_task_stopped"), None)
+    alive = store.read("e")
+    assert alive is not None
+    assert (alive.owner, alive.epoch) == (ALIVE, fleet["e"])
+    assert [w.worker_id for w in store.list_workers()] == [ALIVE]
+
+
+def test_redelivered_event_changes_nothing(
+    fleet: dict[str, int], store: LeaseStore, commands: CommandQueue
+) -> None:
+    """EventBridge may deliver twice: the second run releases nothing and sends nothing."""
+    event = load_event("ecs_task_stopped")
+    reaper.handler(event, None)
+    commands.drain()
+    before = {s: store.read(s) for s in "abcdef"}
+    again = reaper.handler(copy.deepcopy(event), None)
+    assert (again["released"], again["handoffs"]) == (0, 0)
+    assert commands.drain() == []
+    assert {s: store.read(s) for s in "abcdef"} == before
+
+
+def test_lease_taken_over_meanwhile_is_left_alone(
+    fleet: dict[str, int], store: LeaseStore, commands: CommandQueue
+) -> None:
+    """A stream another worker took over after the lapse is not released by the reaper."""
+    store.release("a", DEAD, fleet["a"])
+    taken = store.acquire("a", ALIVE, 20_000)
+    result = reaper.handler(load_event("ecs_task_stopped"), None)
+    stream = store.read("a")
+    assert stream is not None
+    assert (stream.owner, stream.epoch) == (ALIVE, taken.epoch)
+    assert "a" not in {c.stream_id for c in commands.drain()}
+    assert result["released"] == 4
+
+
+def test_running_task_event_is_ignored(fleet: dict[str, int], store: LeaseStore) -> None:
+    """Only STOPPED matters; a RUNNING state change releases nothing."""
+    result = reaper.handler(load_event("ecs_task_running"), None)
+    assert "ignored" in result
+    stream = store.read("a")
+    assert stream is not None and stream.owner == DEAD
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {},
+        {"detail-type": "Scheduled Event", "detail": {}},
+        {"detail-type": "ECS Task State Change", "detail": "x"},
+        {"detail-type": "ECS Task State Change", "detail": {"lastStatus": "STOPPED"}},
+        {
+            "detail-type": "ECS Task State Change",
+            "detail": {"lastStatus": "STOPPED", "taskArn": ""},
+        },
+        {"detail-type": "ECS Task State Change", "detail": {"lastStatus": "STOPPED", "taskArn": 5}},
+    ],
+)
+def test_malformed_events_are_ignored(
+    control_plane: runtime.Runtime, event: dict[str, Any]
+) -> None:
+    """Events that do not name a stopped task are ignored, never a crash."""
+    assert "ignored" in reaper.handler(event, None)
+
+
+def test_local_synthetic_event_reaps_a_local_worker(
+    api: Api, store: LeaseStore, commands: CommandQueue
+) -> None:
+    """The local supervisor's event (worker id = task id) releases that worker's streams."""
+    worker_id = "w1-0a1b2c3d"
+    api("POST", "/streams", body={"id": "s1", "ws_url": URL})
+    store.acquire("s1", worker_id, 20_000)
+    commands.drain()
+    event = reaper.stopped_task_event(f"arn:aws:ecs:us-east-1:000000000000:task/local/{worker_id}")
+    result = reaper.handler(event, runtime.LocalContext())
+    assert (result["released"], result["handoffs"]) == (1, 1)
+    assert [(c.stream_id, c.type) for c in commands.drain()] == [("s1", CommandType.HANDOFF)]
+
+
+def test_outage_makes_the_event_retry(fleet: dict[str, int], moto_server: Any) -> None:
+    """With DynamoDB down the handler raises, so EventBridge/Lambda delivers the event again."""
+    moto_server.set_dynamodb_down(True)
+    try:
+        with pytest.raises(StoreError):
+            reaper.handler(load_event("ecs_task_stopped"), None)
+    finally:
+        moto_server.set_dynamodb_down(False)
+
+
+def test_stopped_stream_released_without_handoff(
+    fleet: dict[str, int], store: LeaseStore, commands: CommandQueue
+) -> None:
+    """A STOPPED stream held by the dead worker is released but not handed off."""
+    reaper.handler(load_event("ecs_task_stopped"), None)
+    stream = store.read("f")
+    assert stream is not None
+    assert (stream.owner, stream.desired_state) == (None, DesiredState.STOPPED)
+    assert "f" not in {c.stream_id for c in commands.drain()}

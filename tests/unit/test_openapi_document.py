@@ -1,0 +1,44 @@
+"""The committed OpenAPI document matches the routes (regenerate with ``make openapi``)."""
+
+from __future__ import annotations
+
+import json
+
+from lambdas.openapi_document import DEFAULT_PATH, document, render
+
+ROUTES = {
+    ("post", "/streams"),
+    ("get", "/streams"),
+    ("get", "/streams/{id}"),
+    ("delete", "/streams/{id}"),
+    ("post", "/streams/{id}/stop"),
+    ("post", "/streams/{id}/start"),
+    ("get", "/workers"),
+}
+
+
+def test_committed_document_is_up_to_date() -> None:
+    """lambdas/openapi.json equals what the routes generate; run `make openapi` if not."""
+    assert DEFAULT_PATH.read_text(encoding="utf-8") == render(), "run `make openapi`"
+
+
+def test_document_has_exactly_the_designed_routes() -> None:
+    """The API is DESIGN §6, no more and no less."""
+    paths = document()["paths"]
+    assert {(m, p) for p, ops in paths.items() for m in ops} == ROUTES
+
+
+def test_validation_errors_are_documented_as_400_only() -> None:
+    """No operation documents Powertools' 422: validation failures are 400 with ErrorBody."""
+    text = json.dumps(document())
+    assert '"422"' not in text
+    assert "HTTPValidationError" not in text
+    create = document()["paths"]["/streams"]["post"]["responses"]
+    assert create["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+
+
+def test_create_body_forbids_unknown_fields() -> None:
+    """The request schema says what the handler enforces: only id and ws_url."""
+    schema = document()["components"]["schemas"]["CreateStream"]
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["id", "ws_url"]
