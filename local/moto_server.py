@@ -392,6 +392,11 @@ class MotoProcess:
         """True until the server process has exited."""
         return self._process.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the process has exited (0 after a clean stop), else None."""
+        return self._process.poll()
+
     def set_dynamodb_down(self, down: bool = True) -> None:
         """Shorthand for :func:`set_dynamodb_down` on this server."""
         set_dynamodb_down(self.endpoint_url, down)
