@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging import correlation_paths
 
 from lambdas import dynamo, runtime
 from streamlease.lease_store import wall_ms
@@ -61,12 +62,18 @@ class Audit:
         }
 
 
-def handler(event: Any, context: Any = None) -> dict[str, Any]:
-    """Audit the table and publish the metrics; returns the numbers (for logs and callers)."""
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE)
+def _handle(event: Any, context: Any) -> dict[str, Any]:
     audit = run_audit(runtime.current(), wall_ms())
     metrics.emit(audit.metrics(), units={AuditorMetric.OLDEST_ORPHAN_AGE_SECONDS: "Seconds"})
     logger.info("audit", **asdict(audit))
     return asdict(audit)
+
+
+def handler(event: Any, context: Any = None) -> dict[str, Any]:
+    """Audit the table and publish the metrics; returns the numbers (for logs and callers)."""
+    result: dict[str, Any] = _handle(event, context or runtime.LocalContext())
+    return result
 
 
 def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:

@@ -84,7 +84,7 @@ def stopped_task_event(
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE)
 def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     detail = event.get("detail") if isinstance(event, dict) else None
-    if event.get("detail-type") != DETAIL_TYPE or not isinstance(detail, dict):
+    if not isinstance(detail, dict) or event.get("detail-type") != DETAIL_TYPE:
         logger.info("event ignored", reason="not an ECS task state change")
         return {"ignored": "not an ECS task state change"}
     if detail.get("lastStatus") != STOPPED:
@@ -99,7 +99,8 @@ def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     """Release the leases of a stopped ECS task's workers; returns what was done."""
-    return _handle(event, context if context is not None else runtime.LocalContext())
+    result: dict[str, Any] = _handle(event, context or runtime.LocalContext())
+    return result
 
 
 def reap(task_arn: str, task_id: str, stop_code: str) -> dict[str, Any]:
