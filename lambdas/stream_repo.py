@@ -212,7 +212,7 @@ class StreamRepo:
             raise StreamNotFound(stream_id)
         return Stream.from_item(self._plain(item))
 
-    def list(
+    def page(
         self, state: DesiredState | None, limit: int, start_key: Mapping[str, str] | None
     ) -> Page:
         """Up to ``limit`` streams (in ``state`` if given), continuing after ``start_key``.

@@ -216,7 +216,7 @@ def list_streams(
             raise ApiError(
                 HTTPStatus.BAD_REQUEST, "invalid_request", str(exc), "next_token"
             ) from None
-    page = rt.repo.list(state, limit or page_max, start_key)
+    page = rt.repo.page(state, limit or page_max, start_key)
     now = wall_ms()
     body = StreamList(
         streams=[StreamView.of(s, now) for s in page.streams],
