@@ -402,6 +402,7 @@ class LocalStack:
             "events_dir": str(self.paths.events_dir),
             "exits_file": str(self.paths.exits_file),
             "logs_dir": str(self.paths.logs_dir),
+            "processes": {child.name: child.pid for child in self._children},
             "workers": [
                 {"label": w.label, "pid": w.child.pid, "task_arn": w.task_arn}
                 for w in (self._supervisor.workers if self._supervisor else [])

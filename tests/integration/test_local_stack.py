@@ -1,0 +1,281 @@
+"""End to end: ``python -m local`` as ``make run`` runs it, driven only through HTTP and the CLI.
+
+The stack runs on free ports with a temporary state directory and timers scaled to a 2 s lease;
+the workers write to the file sink, whose records show whether every stream kept flowing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local.sink_report import build_report
+from local.stack import port_in_use
+from local.worker_process import scaled_settings
+from streamlease.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = Path(sys.executable).with_name("streamlease")
+START_TIMEOUT = 90.0
+WAIT = 45.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stack_env(state_dir: Path, workers: int = 3, **local: Any) -> dict[str, str]:
+    """Settings for one stack: free ports, ``state_dir``, a 2 s lease, fast auditor/respawn."""
+    base = Settings(
+        local_moto_port=free_port(),
+        local_api_port=free_port(),
+        local_upstream_port=free_port(),
+        local_state_dir=str(state_dir),
+        local_workers=workers,
+        local_auditor_seconds=1.0,
+        local_respawn_seconds=0.5,
+        **local,
+    )
+    settings = scaled_settings(base, lease_seconds=2.0)
+    env = {**os.environ, **settings.to_env(), "PYTHONUNBUFFERED": "1"}
+    env["STREAMLEASE_API_URL"] = f"http://127.0.0.1:{base.local_api_port}"
+    return env
+
+
+@dataclass
+class StackRun:
+    """``python -m local`` in its own session; its console output collected line by line."""
+
+    env: dict[str, str]
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, env: dict[str, str]) -> StackRun:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "local"],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        run = cls(env, process)
+        threading.Thread(target=run._read, daemon=True).start()
+        return run
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.env["STREAMLEASE_LOCAL_STATE_DIR"])
+
+    def wait_for_output(self, text: str, timeout: float = WAIT) -> None:
+        wait_until(lambda: text in self.output, timeout, f"{text!r} in the stack's output", self)
+
+    def interrupt(self, timeout: float = 60.0) -> int:
+        """Ctrl-C, as in a terminal; returns the exit status."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The ``streamlease`` console script against this stack."""
+        return subprocess.run(
+            [str(CLI), *args], env=self.env, capture_output=True, text=True, timeout=30
+        )
+
+    def cli_json(self, *args: str) -> Any:
+        done = self.cli(*args, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+
+def wait_until(ready: Callable[[], bool], timeout: float, what: str, run: StackRun) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if run.process.poll() is not None:
+            pytest.fail(f"the stack exited while waiting for {what}:\n{run.output}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}:\n{run.output[-3000:]}")
+        time.sleep(0.2)
+
+
+def streams_by_id(run: StackRun) -> dict[str, dict[str, Any]]:
+    return {s["id"]: s for s in run.cli_json("ls")["streams"]}
+
+
+def held(stream: dict[str, Any] | None) -> bool:
+    return bool(stream and stream.get("owner") and stream.get("lease_state") == "held")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackRun]:
+    run = StackRun.start(stack_env(tmp_path_factory.mktemp("stack")))
+    try:
+        run.wait_for_output("streamlease is running locally", START_TIMEOUT)
+        yield run
+    finally:
+        try:
+            run.interrupt()
+        finally:
+            run.kill()
+
+
+def test_stack_prints_urls_and_next_commands(stack: StackRun) -> None:
+    """The banner names the API URL and the commands a newcomer types next."""
+    api = stack.env["STREAMLEASE_API_URL"]
+    assert f"API        {api}" in stack.output
+    assert "streamlease start demo-1 ws://127.0.0.1:" in stack.output
+    assert "streamlease watch" in stack.output
+    assert "make demo" in stack.output
+
+
+def test_streams_keep_flowing_when_a_worker_is_killed(stack: StackRun) -> None:
+    """kill -9 of a worker: the supervisor reaps it, others take its streams over, a
+    replacement starts, and the sink shows every stream delivered without a gap."""
+    upstream = f"ws://127.0.0.1:{stack.env['STREAMLEASE_LOCAL_UPSTREAM_PORT']}"
+    ids = [f"flow-{n}" for n in range(1, 5)]
+    for stream_id in ids:
+        done = stack.cli("start", stream_id, f"{upstream}/{stream_id}?rate=20")
+        assert done.returncode == 0, done.stderr
+    wait_until(
+        lambda: all(held(streams_by_id(stack).get(i)) for i in ids), WAIT, "all owned", stack
+    )
+
+    before = streams_by_id(stack)
+    workers = stack.cli_json("workers")["workers"]
+    victim = next(w for w in workers if w["id"] == before[ids[0]]["owner"])
+    victims_streams = [i for i in ids if before[i]["owner"] == victim["id"]]
+    os.kill(victim["pid"], signal.SIGKILL)
+
+    def moved_and_flowing() -> bool:
+        now = streams_by_id(stack)
+        return all(
+            held(now[i])
+            and now[i]["owner"] != victim["id"]
+            and now[i]["last_seq"] > before[i]["last_seq"]
+            for i in victims_streams
+        )
+
+    wait_until(moved_and_flowing, WAIT, "the killed worker's streams flowing again", stack)
+    stack.wait_for_output("killed by SIGKILL")
+    stack.wait_for_output("taken over by")
+
+    def fleet_restored() -> bool:
+        pids = {w["pid"] for w in stack.cli_json("workers")["workers"]}
+        return len(pids) == 3 and victim["pid"] not in pids
+
+    wait_until(fleet_restored, WAIT, "a replacement worker", stack)
+
+    for stream_id in ids:
+        assert stack.cli("stop", stream_id).returncode == 0
+    wait_until(
+        lambda: not any(streams_by_id(stack)[i].get("owner") for i in ids),
+        WAIT,
+        "the streams released",
+        stack,
+    )
+    report = build_report(
+        stack.state_dir / "sink",
+        stack.state_dir / "events",
+        exits_path=stack.state_dir / "run" / "exits.jsonl",
+        stream_ids=ids,
+    )
+    for summary in report.streams:
+        assert summary.messages > 0, summary
+        assert summary.missing == 0, summary
+        assert summary.violations == (), summary.violations
+    for stream_id in victims_streams:
+        assert report.stream(stream_id).epochs >= 2
+
+
+def test_watch_once_shows_streams_and_workers(stack: StackRun) -> None:
+    """``streamlease watch --once`` prints one frame of the running stack."""
+    done = stack.cli("watch", "--once")
+    assert done.returncode == 0, done.stderr
+    assert "WORKER" in done.stdout and "live" not in done.stderr
+    assert "workers 3" in done.stdout or "workers 2" in done.stdout
+
+
+def test_api_errors_reach_the_cli_as_one_line(stack: StackRun) -> None:
+    """The real handler's errors come back through the adapter: exit 1, one readable line."""
+    missing = stack.cli("get", "no-such-stream")
+    assert missing.returncode == 1
+    assert missing.stderr.count("\n") == 1
+    assert "404" in missing.stderr
+    bad = stack.cli("start", "bad-url", "http://example.com/x")
+    assert bad.returncode == 1
+    assert "ws_url" in bad.stderr
+
+
+def test_ctrl_c_stops_everything_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Ctrl-C: exit status 0, every process the stack started is gone, its ports are free."""
+    run = StackRun.start(stack_env(tmp_path, workers=1))
+    try:
+        run.wait_for_output("streamlease is running locally", START_TIMEOUT)
+        info = json.loads((tmp_path / "stack.json").read_text())
+        pids = [*info["processes"].values(), *(w["pid"] for w in info["workers"])]
+        assert len(pids) == 4  # moto, upstream simulator, API, one worker
+        assert run.interrupt() == 0
+    finally:
+        run.kill()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    for name in ("MOTO", "API", "UPSTREAM"):
+        assert not port_in_use("127.0.0.1", int(run.env[f"STREAMLEASE_LOCAL_{name}_PORT"]))
+    assert not (tmp_path / "stack.json").exists()
+    assert "stopped;" in run.output
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    """A taken API port: one line naming the port and the setting, exit status 1, nothing run."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = stack_env(tmp_path, workers=1)
+        env["STREAMLEASE_LOCAL_API_PORT"] = str(port)
+        done = subprocess.run(
+            [sys.executable, "-m", "local"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"port {port} (API) is in use" in done.stdout
+    assert "STREAMLEASE_LOCAL_API_PORT" in done.stdout
+    assert not (tmp_path / "stack.json").exists()
