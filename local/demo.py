@@ -240,7 +240,10 @@ def run_demo(client: ApiClient, stack: StackHandle, out: TextIO) -> int:
         f"the demo streams are stopped now; `streamlease ls` lists them, their records are in "
         f"{stack.info['sink_dir']}/\n"
     )
-    return 0 if report.ok else 1
+    silent = [s.stream_id for s in report.streams if s.messages == 0]
+    if silent:
+        out.write(f"no records at all for: {', '.join(silent)}\n")
+    return 0 if report.ok and not silent else 1
 
 
 def main() -> int:

@@ -1,0 +1,212 @@
+"""The local supervisor: child processes in their own groups, and workers reaped and replaced."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local.supervisor import Child, WorkerStartFailed, WorkerSupervisor, child_environment
+
+pytestmark = pytest.mark.slow
+
+SLEEPER = (sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)")
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+
+
+def dead(pid: int) -> bool:
+    """Gone or a zombie (an orphan's zombie is reaped by init, eventually)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state == "Z"
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+        self.reaps: list[tuple[str, str]] = []
+        self.envs: list[tuple[str, str]] = []
+        self.reap_failures = 0
+
+    def notify(self, kind: str, text: str) -> None:
+        self.lines.append((kind, text))
+
+    def reap(self, task_arn: str, stop_code: str) -> dict[str, Any]:
+        if self.reap_failures:
+            self.reap_failures -= 1
+            raise RuntimeError("table unreachable")
+        self.reaps.append((task_arn, stop_code))
+        return {"released": 2, "handoffs": 2}
+
+    def environment(self, task_arn: str, label: str) -> dict[str, str]:
+        self.envs.append((task_arn, label))
+        return child_environment({"TASK_ARN": task_arn})
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.lines]
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def make_supervisor(
+    recorder: Recorder, tmp_path: Path
+) -> Iterator[Callable[..., WorkerSupervisor]]:
+    made: list[WorkerSupervisor] = []
+
+    def make(argv: tuple[str, ...] = SLEEPER, **kwargs: Any) -> WorkerSupervisor:
+        supervisor = WorkerSupervisor(
+            count=kwargs.pop("count", 1),
+            environment=recorder.environment,
+            reap=recorder.reap,
+            notify=recorder.notify,
+            log_dir=tmp_path,
+            respawn_seconds=kwargs.pop("respawn_seconds", 0.1),
+            argv=argv,
+            **kwargs,
+        )
+        made.append(supervisor)
+        return supervisor
+
+    yield make
+    for supervisor in made:
+        supervisor.stop(2.0)
+
+
+def test_a_dead_worker_is_reaped_and_replaced(
+    make_supervisor: Callable[..., WorkerSupervisor], recorder: Recorder, tmp_path: Path
+) -> None:
+    """kill -9 of a worker: a "died" line, the reaper called with its task ARN, then a new task."""
+    supervisor = make_supervisor(exit_log=tmp_path / "exits.jsonl")
+    supervisor.start()
+    first = supervisor.workers[0]
+    assert first.task_arn.startswith("arn:aws:ecs:us-east-1:000000000000:task/streamlease-local/")
+    assert recorder.envs == [(first.task_arn, "w1")]
+    os.kill(first.child.pid, signal.SIGKILL)
+
+    def replaced() -> bool:
+        supervisor.poll()
+        return bool(supervisor.workers) and supervisor.workers[0].label == "w2"
+
+    eventually(replaced)
+    assert recorder.reaps == [(first.task_arn, "EssentialContainerExited")]
+    assert ("died", f"w1 killed by SIGKILL (pid {first.child.pid})") in recorder.lines
+    assert "reaped" in recorder.kinds()
+    assert supervisor.workers[0].task_arn != first.task_arn
+    exits = [json.loads(line) for line in (tmp_path / "exits.jsonl").read_text().splitlines()]
+    assert [(e["task_id"], e["label"], e["returncode"]) for e in exits] == [
+        (first.task_id, "w1", -signal.SIGKILL)
+    ]
+
+
+def test_labels_name_dead_workers_too(make_supervisor: Callable[..., WorkerSupervisor]) -> None:
+    """Events about a worker that has died still get its short label."""
+    supervisor = make_supervisor()
+    supervisor.start()
+    first = supervisor.workers[0]
+    worker_id = f"{first.task_id}/{first.child.pid}-ab12"
+    os.kill(first.child.pid, signal.SIGKILL)
+    eventually(lambda: (supervisor.poll(), not supervisor.find("w1"))[1])
+    assert supervisor.label_for(worker_id) == "w1"
+    assert supervisor.label_for("someone-else/1-ffff") == "someone-else/1-ffff"
+
+
+def test_workers_that_cannot_start_stop_the_supervisor(
+    make_supervisor: Callable[..., WorkerSupervisor],
+) -> None:
+    """Workers exiting by themselves right after starting: after three, WorkerStartFailed with
+    the log's last lines."""
+    failing = (sys.executable, "-c", "print('no table named x'); raise SystemExit(3)")
+    supervisor = make_supervisor(failing, respawn_seconds=0.0)
+    supervisor.start()
+    with pytest.raises(WorkerStartFailed) as failed:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            supervisor.poll()
+            time.sleep(0.05)
+    assert failed.value.returncode == 3
+    assert failed.value.label == "w3"
+    assert "no table named x" in "\n".join(failed.value.tail)
+    assert "exit status 3" in str(failed.value)
+
+
+def test_reaper_failures_are_retried(
+    make_supervisor: Callable[..., WorkerSupervisor], recorder: Recorder
+) -> None:
+    """A reaper call that raises is retried, like an EventBridge target, until it succeeds."""
+    recorder.reap_failures = 1
+    supervisor = make_supervisor()
+    supervisor.start()
+    os.kill(supervisor.workers[0].child.pid, signal.SIGKILL)
+    eventually(lambda: (supervisor.poll(), len(recorder.reaps) == 1)[1])
+    assert "warning" in recorder.kinds()
+
+
+def test_stop_escalates_to_sigkill(
+    make_supervisor: Callable[..., WorkerSupervisor], recorder: Recorder, tmp_path: Path
+) -> None:
+    """A worker that ignores SIGTERM is killed when the stop budget runs out."""
+    stubborn = (
+        sys.executable,
+        "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)",
+    )
+    supervisor = make_supervisor(stubborn)
+    supervisor.start()
+    child = supervisor.workers[0].child
+    eventually(lambda: "ready" in (tmp_path / "w1.log").read_text())
+    supervisor.stop(0.5)
+    assert child.returncode == -signal.SIGKILL
+    assert any("did not stop in time" in text for _, text in recorder.lines)
+    assert supervisor.workers == []
+
+
+@linux_only
+def test_child_exit_sweeps_its_process_group(tmp_path: Path) -> None:
+    """What a child leaves running in its process group is killed once the child has exited."""
+    script = (
+        "import subprocess, sys; p = subprocess.Popen(['sleep', '60']); print(p.pid, flush=True)"
+    )
+    child = Child("c", [sys.executable, "-c", script], child_environment({}), tmp_path / "c.log")
+    child.start()
+    eventually(lambda: child.poll() is not None)
+    grandchild = int((tmp_path / "c.log").read_text().split()[0])
+    eventually(lambda: dead(grandchild))
+
+
+@linux_only
+def test_children_die_with_the_stack(tmp_path: Path) -> None:
+    """If the stack itself is killed with SIGKILL, Linux stops its children (parent death)."""
+    script = (
+        "import sys, time; from pathlib import Path; from local.supervisor import Child, "
+        "child_environment; "
+        f"c = Child('s', ['sleep', '60'], child_environment({{}}), Path({str(tmp_path)!r}) / "
+        "'s.log'); c.start(); print(c.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    eventually(lambda: dead(pid))
