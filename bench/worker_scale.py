@@ -1,0 +1,210 @@
+"""One worker holding many streams: CPU per message, CPU per renewal, renewal lag.
+
+``python -m bench.worker_scale [--streams 500] [--rate 10] [--seconds 30] [--quick]``
+
+Two runs of a single ``python -m worker`` process against a fresh local moto server and an
+upstream simulator (in this process; the worker's CPU is read from ``/proc`` so the
+simulator's own work does not count):
+
+1. *idle*: N streams that send (almost) nothing → worker CPU per renewal (everything a held
+   lease costs apart from its messages: renewal, keepalive, loops, divided by renewals);
+2. *busy*: N streams at ``--rate`` msg/s → CPU per message, after taking off the idle cost.
+
+Production timers (lease 20 s, heartbeat 5 s), null sink. Renewal lag (how late each renewal
+was sent after its due time) comes from the worker's own per-interval summaries: p50 is the
+median of the intervals' medians, p99 the worst interval's p99, max the overall maximum.
+Moto answers ~180 DynamoDB requests/s here, so N is bounded near 900 at a 5 s heartbeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from local.moto_server import MotoProcess
+from local.resources import create_resources
+from local.upstream_sim import UpstreamSimulator, raise_open_file_limit, run_in_thread
+from local.worker_process import WorkerProcess, use_dummy_aws_credentials
+from streamlease import aws
+from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
+from streamlease.settings import Settings
+
+FLUSH_SECONDS = 5.0
+IDLE_RATE = 0.001
+"""Messages per second of an "idle" stream (0 would mean flat out to the simulator)."""
+
+
+@dataclass
+class Window:
+    """What one measuring window saw of the worker."""
+
+    cpu_seconds: float
+    messages: int
+    renewals: int
+    lag_p50s: list[float]
+    lag_p99s: list[float]
+    lag_max: float
+    seconds: float
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def flush_lines(worker: WorkerProcess, seen: int) -> tuple[list[dict[str, Any]], int]:
+    """New "metrics flushed" log records of ``worker`` after the first ``seen`` ones."""
+    records = []
+    for line in worker.log_path.read_text(errors="replace").splitlines():
+        if '"metrics flushed"' in line:
+            records.append(json.loads(line))
+    return records[seen:], len(records)
+
+
+def seed(settings: Settings, ids: list[str], url_for: Any) -> None:
+    """Write STARTED, never-owned stream items (the reconciler finds them as orphans)."""
+    dynamodb = aws.client("dynamodb", settings)
+
+    def put(stream_id: str) -> None:
+        dynamodb.put_item(
+            TableName=settings.table_name,
+            Item={
+                PK: {"S": stream_key(stream_id)},
+                StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
+                StreamAttr.WS_URL: {"S": url_for(stream_id)},
+                StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},
+                StreamAttr.LEASE_EPOCH: {"N": "0"},
+                StreamAttr.LAST_SEQ: {"N": "0"},
+                StreamAttr.GENERATION: {"N": "1"},
+            },
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, ids))
+
+
+def measure(worker: WorkerProcess, streams: int, seconds: float) -> Window:
+    """Wait until ``streams`` are held and one more flush passed, then measure ``seconds``."""
+    seen = 0
+    deadline = time.monotonic() + 120
+    while True:  # all held, and a whole interval since
+        new, seen = flush_lines(worker, seen)
+        if any(r.get("active_connections") == streams for r in new):
+            break
+        if time.monotonic() > deadline or not worker.alive:
+            raise RuntimeError(f"worker did not take {streams} streams:\n{worker.log_tail()}")
+        time.sleep(0.2)
+    start_cpu, start = cpu_seconds(worker.pid), time.monotonic()
+    records: list[dict[str, Any]] = []
+    while time.monotonic() - start < seconds or not records:
+        time.sleep(0.1)
+        new, seen = flush_lines(worker, seen)
+        records += new
+    end_cpu, end = cpu_seconds(worker.pid), time.monotonic()
+    # Align to flushes: the window covers the intervals flushed inside it.
+    return Window(
+        cpu_seconds=end_cpu - start_cpu,
+        messages=sum(r["counters"]["MessagesReceived"] for r in records),
+        renewals=sum(r["renewals"] for r in records),
+        lag_p50s=[r["renewal_lag_ms_p50"] for r in records],
+        lag_p99s=[r["renewal_lag_ms_p99"] for r in records],
+        lag_max=max(r["renewal_lag_ms_max"] for r in records),
+        seconds=end - start,
+    )
+
+
+def run_once(
+    base: Settings,
+    sim: UpstreamSimulator,
+    work: Path,
+    name: str,
+    streams: int,
+    rate: float,
+    seconds: float,
+) -> Window:
+    """Start a worker, give it ``streams`` streams at ``rate`` msg/s, measure, stop it."""
+    settings = create_resources(base, prefix=f"bench-{name}-{os.getpid()}")
+    settings = dataclasses.replace(
+        settings,
+        worker_id=f"bench-{name}/1-0000",
+        capacity=streams + 10,
+        sink="null",
+        allow_insecure_ws=True,
+        allow_loopback_upstreams=True,
+        metrics_flush_seconds=FLUSH_SECONDS,
+        health_file=str(work / f"{name}.health"),
+        poll_wait_seconds=20.0,
+    )
+    ids = [f"{name}-{i:05d}" for i in range(streams)]
+    seed(settings, ids, lambda s: sim.url_for(s, rate=rate))
+    worker = WorkerProcess.start(settings, name, work / f"{name}.log")
+    try:
+        return measure(worker, streams, seconds)
+    finally:
+        worker.stop(settings.shutdown_budget_seconds + 10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both measurements and print one table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=500)
+    parser.add_argument("--rate", type=float, default=10.0, help="messages/s per stream")
+    parser.add_argument("--seconds", type=float, default=30.0, help="measuring window")
+    parser.add_argument("--quick", action="store_true", help="50 streams, 10 s windows")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.streams, args.seconds = 50, 10.0
+    use_dummy_aws_credentials()
+    raise_open_file_limit()
+    work = Path(tempfile.mkdtemp(prefix="worker-scale-"))
+    try:
+        with MotoProcess.start() as moto, run_in_thread() as sim:
+            base = Settings(aws_endpoint_url=moto.endpoint_url, aws_region="us-east-1")
+            idle = run_once(base, sim, work, "idle", args.streams, IDLE_RATE, args.seconds)
+            busy = run_once(base, sim, work, "busy", args.streams, args.rate, args.seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(report(args.streams, args.rate, idle, busy))
+
+
+def report(streams: int, rate: float, idle: Window, busy: Window) -> str:
+    """The results as a markdown table."""
+    per_renewal = idle.cpu_seconds / max(1, idle.renewals)
+    message_cpu = max(0.0, busy.cpu_seconds - per_renewal * busy.renewals)
+    per_message = message_cpu / max(1, busy.messages)
+    rows = [
+        ("streams held", f"{streams}"),
+        (
+            "messages/s (busy run)",
+            f"{busy.messages / busy.seconds:,.0f} (target {streams * rate:,.0f})",
+        ),
+        ("renewals/s", f"{busy.renewals / busy.seconds:,.1f}"),
+        ("worker CPU, idle run", f"{100 * idle.cpu_seconds / idle.seconds:.1f} % of a core"),
+        ("worker CPU, busy run", f"{100 * busy.cpu_seconds / busy.seconds:.1f} % of a core"),
+        ("CPU per renewal (idle run, all held-lease costs)", f"{per_renewal * 1e6:,.0f} µs"),
+        ("CPU per message", f"{per_message * 1e6:,.1f} µs"),
+        ("renewal lag p50 (busy)", f"{statistics.median(busy.lag_p50s):.1f} ms"),
+        ("renewal lag p99 (busy, worst interval)", f"{max(busy.lag_p99s):.1f} ms"),
+        ("renewal lag max (busy)", f"{busy.lag_max:.1f} ms"),
+        ("renewal lag p99 / max (idle)", f"{max(idle.lag_p99s):.1f} / {idle.lag_max:.1f} ms"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"| {'measure':<{width}} | value |", f"|{'-' * (width + 2)}|-------|"]
+    lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""How a worker decides how much to take and what to shed, from what it knows of the fleet."""
+
+from __future__ import annotations
+
+import random
+
+from streamlease.model import WorkerInfo
+from streamlease.schema import WorkerState
+from worker.commands import given_away_window_seconds, receive_count, wait_seconds
+from worker.fleet import FleetView, count_fleet, update_view
+from worker.rebalancer import choose_to_shed, jittered, recount_seconds
+from worker.reconciler import query_limit, room_for
+
+
+def info(worker_id: str, streams: int, state: WorkerState = WorkerState.RUNNING) -> WorkerInfo:
+    return WorkerInfo(worker_id, state, 0, 0, streams, 100, "host", 1)
+
+
+def test_the_fleet_count_includes_draining_workers_streams_but_not_the_workers() -> None:
+    """A draining worker's streams still need a home; the worker itself is not live."""
+    workers = [info("me", 99), info("b", 5), info("c", 7, WorkerState.DRAINING)]
+    total, live = count_fleet(workers, "me", held=3, orphans=2)
+    assert (total, live) == (3 + 5 + 7 + 2, 2)
+
+
+def test_a_worker_alone_counts_itself() -> None:
+    """No worker item readable (not even its own yet): the worker is the fleet."""
+    view = FleetView(orphans=4)
+    update_view(view, [], "me", held=2)
+    assert (view.total_streams, view.live_workers, view.share) == (6, 1, 6)
+
+
+def test_the_share_is_the_ceiling_of_streams_over_live_workers() -> None:
+    view = FleetView()
+    update_view(view, [info("me", 0), info("b", 5), info("c", 5)], "me", held=0)
+    assert view.share == 4
+
+
+def test_commands_are_received_up_to_the_room_under_share_and_capacity() -> None:
+    """At most 10, at most the free capacity, at most what is missing to the share; at least 1."""
+    assert receive_count(share=50, held=0, free=100) == 10
+    assert receive_count(share=5, held=2, free=100) == 3
+    assert receive_count(share=50, held=0, free=2) == 2
+    assert receive_count(share=0, held=0, free=100) == 1
+
+
+def test_sqs_wait_time_is_whole_seconds_up_to_twenty() -> None:
+    assert [wait_seconds(s) for s in (0.0, 0.5, 1.0, 20.0, 60.0)] == [0, 1, 1, 20, 20]
+
+
+def test_orphans_are_taken_up_to_the_share_or_a_proportional_part() -> None:
+    """Below share: the room under it. At share with orphans about: a proportional part, so a
+    stale share cannot strand them. Never beyond free capacity."""
+    assert room_for(orphans=10, share=8, held=3, free=97, live_workers=3) == 5
+    assert room_for(orphans=10, share=5, held=5, free=95, live_workers=3) == 4
+    assert room_for(orphans=10, share=5, held=5, free=2, live_workers=3) == 2
+    assert room_for(orphans=0, share=5, held=5, free=95, live_workers=3) == 0
+
+
+def test_the_index_read_is_bounded() -> None:
+    assert query_limit(100) == 250
+    assert query_limit(10_000) == 1000
+
+
+def test_only_streams_past_their_tenure_are_shed() -> None:
+    """Shedding picks at random among streams held at least the minimum tenure."""
+    candidates = [("young", 95.0), ("old1", 10.0), ("old2", 20.0)]
+    chosen = choose_to_shed(candidates, 5, 100.0, 30.0, random.Random(1))
+    assert sorted(chosen) == ["old1", "old2"]
+    assert len(choose_to_shed(candidates, 1, 100.0, 30.0, random.Random(1))) == 1
+    assert choose_to_shed(candidates, 0, 100.0, 30.0, random.Random(1)) == []
+
+
+def test_timers_are_jittered_by_twenty_percent() -> None:
+    assert jittered(10.0, 0.0) == 8.0
+    assert 11.9 < jittered(10.0, 0.999) < 12.0
+
+
+def test_the_fleet_is_recounted_at_worker_heartbeat_pace() -> None:
+    assert recount_seconds(rebalance_seconds=10.0, worker_heartbeat_seconds=5.0) == 5.0
+    assert recount_seconds(rebalance_seconds=0.5, worker_heartbeat_seconds=5.0) == 0.5
+
+
+def test_a_handed_off_stream_is_left_to_others_for_three_reconcile_rounds() -> None:
+    assert given_away_window_seconds(5.0) == 15.0
