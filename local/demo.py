@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
 from local.sink_report import build_report, format_report
-from local.stack import StackPaths, read_stack_file
+from local.stack_files import StackPaths, read_stack_file
 from local.supervisor import REPO_ROOT
 from streamlease.cli.client import ApiClient
 from streamlease.cli.watch import CLEAR, RateTracker, Snapshot, render_frame, take_snapshot
@@ -234,8 +234,9 @@ def run_demo(client: ApiClient, stack: StackHandle, out: TextIO) -> int:
     )
     for stream_id in ids:
         client.stop_stream(stream_id)
-    story = view.story if view.live else []  # without a live view the story printed already
-    out.write("\n".join(["", *story, "", format_report(report), ""]) + "\n")
+    if view.live:  # end on a clean screen: the story, then the report
+        out.write(CLEAR + "\n".join(view.story) + "\n")
+    out.write("\n".join(["", format_report(report), ""]) + "\n")
     out.write(
         f"the demo streams are stopped now; `streamlease ls` lists them, their records are in "
         f"{stack.info['sink_dir']}/\n"

@@ -12,19 +12,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
-import shutil
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import IO, Any, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from local.events import Console, LeaseEventTailer
-from local.supervisor import REPO_ROOT, Child, WorkerSupervisor, child_environment
+from local.lambda_host import LambdaHost
+from local.stack_files import StackPaths
+from local.supervisor import Child, WorkerStartFailed, WorkerSupervisor, child_environment
 from local.worker_process import use_dummy_aws_credentials
 from streamlease.cli.client import ApiClient
 from streamlease.settings import Settings, env_name
@@ -32,78 +31,10 @@ from streamlease.settings import Settings, env_name
 RESOURCE_PREFIX: Final = "streamlease-local"
 READY_TIMEOUT_SECONDS: Final = 60.0
 TICK_SECONDS: Final = 0.2
-_ROTATED: Final = ("sink", "events", "logs", "run")
 
 
 class StackError(Exception):
     """The stack cannot start or keep running; the message says why and what to do."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StackPaths:
-    """Where the stack keeps its files (``local_state_dir``; relative means in the repo)."""
-
-    state_dir: Path
-
-    @classmethod
-    def for_settings(cls, settings: Settings) -> StackPaths:
-        """Paths for ``settings.local_state_dir``."""
-        state = Path(settings.local_state_dir).expanduser()
-        return cls(state if state.is_absolute() else REPO_ROOT / state)
-
-    @property
-    def sink_dir(self) -> Path:
-        """One JSONL file per stream (the file sink)."""
-        return self.state_dir / "sink"
-
-    @property
-    def events_dir(self) -> Path:
-        """One lease event log per worker process."""
-        return self.state_dir / "events"
-
-    @property
-    def logs_dir(self) -> Path:
-        """One log per child process."""
-        return self.state_dir / "logs"
-
-    @property
-    def run_dir(self) -> Path:
-        """Health files of the workers."""
-        return self.state_dir / "run"
-
-    @property
-    def exits_file(self) -> Path:
-        """Worker exits as the supervisor saw them (see :mod:`local.sink_report`)."""
-        return self.run_dir / "exits.jsonl"
-
-    @property
-    def stack_file(self) -> Path:
-        """``stack.json``: where the running stack listens; gone once it stopped."""
-        return self.state_dir / "stack.json"
-
-    def rotate(self) -> bool:
-        """Move the previous run's files to ``previous/`` (moto forgets everything between runs,
-        so they describe streams that no longer exist). Returns True if anything was moved."""
-        previous = self.state_dir / "previous"
-        found = [self.state_dir / name for name in _ROTATED if (self.state_dir / name).exists()]
-        if found:
-            shutil.rmtree(previous, ignore_errors=True)
-            previous.mkdir(parents=True)
-            for path in found:
-                path.rename(previous / path.name)
-        for path in (self.sink_dir, self.events_dir, self.logs_dir, self.run_dir):
-            path.mkdir(parents=True, exist_ok=True)
-        return bool(found)
-
-
-def read_stack_file(paths: StackPaths) -> dict[str, Any] | None:
-    """What a running stack wrote to ``stack.json``, or None if no stack runs there."""
-    try:
-        data = json.loads(paths.stack_file.read_text(encoding="utf-8"))
-        os.kill(int(data["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -185,45 +116,6 @@ def local_settings(settings: Settings, paths: StackPaths, moto_url: str) -> Sett
     )
 
 
-class LambdaHost:
-    """Runs the reaper and auditor handlers in this process, their output in a log file.
-
-    The Lambda modules read their settings when imported, so :meth:`load` must run after the
-    environment holds the final settings.
-    """
-
-    def __init__(self, log_path: Path) -> None:
-        self._log: IO[str] = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
-        self._reaper: Any = None
-        self._auditor: Any = None
-
-    def load(self) -> None:
-        """Import the handlers (their loggers bind to the log file)."""
-        with contextlib.redirect_stdout(self._log):
-            import lambdas.auditor
-            import lambdas.reaper
-
-        self._reaper, self._auditor = lambdas.reaper, lambdas.auditor
-
-    def reap(self, task_arn: str, stop_code: str) -> Mapping[str, Any]:
-        """Call the reaper with an ECS "task stopped" event for ``task_arn``."""
-        event = self._reaper.stopped_task_event(task_arn, stop_code=stop_code)
-        with contextlib.redirect_stdout(self._log):
-            result: Mapping[str, Any] = self._reaper.handler(event, None)
-        return result
-
-    def audit(self) -> Mapping[str, Any]:
-        """Call the auditor (a scheduled event); returns its numbers."""
-        event = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
-        with contextlib.redirect_stdout(self._log):
-            result: Mapping[str, Any] = self._auditor.handler(event, None)
-        return result
-
-    def close(self) -> None:
-        """Close the log file."""
-        self._log.close()
-
-
 class LocalStack:
     """The whole system on this machine. Use :meth:`start`, :meth:`run`, then :meth:`stop`."""
 
@@ -294,7 +186,8 @@ class LocalStack:
         self._lambdas = LambdaHost(self.paths.logs_dir / "lambdas.log")
         self._lambdas.load()
         self._start_workers(client)
-        self.paths.stack_file.write_text(json.dumps(self.describe(), indent=2), encoding="utf-8")
+        self._audit()  # also warms the Lambda clients, so the first reaper call is prompt
+        self.paths.write_stack_file(self.describe())
 
     def _start_moto(self) -> None:
         # Our serialised launcher, run as a child in its own process group: a Ctrl-C in the
@@ -414,8 +307,6 @@ class LocalStack:
     def run(self) -> None:
         """Supervise until :attr:`stop_requested` is set. Raises :class:`StackError` when a part
         dies or workers cannot start."""
-        from local.supervisor import WorkerStartFailed
-
         assert self._supervisor is not None and self._tailer is not None
         next_audit = time.monotonic() + self.settings.local_auditor_seconds
         workers_seen = [w.child.pid for w in self._supervisor.workers]
@@ -433,7 +324,7 @@ class LocalStack:
             pids = [w.child.pid for w in self._supervisor.workers]
             if pids != workers_seen:
                 workers_seen = pids
-                self.paths.stack_file.write_text(json.dumps(self.describe(), indent=2))
+                self.paths.write_stack_file(self.describe())
 
     def _check_parts(self) -> None:
         for child in self._children:

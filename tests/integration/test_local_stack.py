@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).with_name("streamlease")
 START_TIMEOUT = 90.0
-WAIT = 45.0
+WAIT = 60.0
 
 
 def free_port() -> int:
