@@ -50,11 +50,12 @@ _RETENTION_DAYS: Final = {
 
 @dataclass(frozen=True)
 class Deployment:
-    """The app and its two stacks."""
+    """The app, its two stacks and the compliance checks attached to it."""
 
     app: App
     stateful: StatefulStack
     stateless: StatelessStack
+    checks: AwsSolutionsChecks
 
 
 def context_key(field_name: str) -> str:
@@ -122,6 +123,17 @@ def retention(days: int) -> logs.RetentionDays:
         ) from None
 
 
+def add_compliance_checks(app: App) -> AwsSolutionsChecks:
+    """Attach cdk-nag's AwsSolutions rules to ``app``: any unacknowledged finding fails synth.
+
+    A finding is acknowledged with ``Validations.of(construct).acknowledge(...)`` on the
+    construct it excuses, with the reason it is acceptable there.
+    """
+    checks = AwsSolutionsChecks(app)
+    Validations.of(app).add_plugins(checks)
+    return checks
+
+
 def build(app: App) -> Deployment:
     """Add both stacks and the cdk-nag AwsSolutions checks to ``app``, configured from its context.
 
@@ -155,8 +167,8 @@ def build(app: App) -> Deployment:
         description="streamlease service: API, Lambdas, worker fleet, scaling, dashboard, alarms",
     )
     Tags.of(app).add("project", "streamlease")
-    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return Deployment(app=app, stateful=stateful, stateless=stateless)
+    checks = add_compliance_checks(app)
+    return Deployment(app=app, stateful=stateful, stateless=stateless, checks=checks)
 
 
 def main() -> None:

@@ -62,5 +62,4 @@ class FleetMetrics:
             dimensions_map={telemetry.SERVICE_DIMENSION: service},
             statistic=statistic,
             period=period,
-            label=name,
         )

@@ -1,0 +1,78 @@
+"""Helpers for reading synthesized templates (as dicts) in the infrastructure tests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import cx_api
+from aws_cdk.assertions import Template
+
+from cdk.app import Deployment
+
+TemplateJson = dict[str, Any]
+"""A synthesized CloudFormation template as a dict."""
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    """The app, its cloud assembly and the template of each stack."""
+
+    deployment: Deployment
+    assembly: cx_api.CloudAssembly
+    directory: Path
+    stateful: Template
+    stateless: Template
+    stateful_json: dict[str, Any]
+    stateless_json: dict[str, Any]
+
+
+def resources_of(template: TemplateJson, resource_type: str) -> dict[str, dict[str, Any]]:
+    """Logical id → resource (``Type``, ``Properties``, ...) of every ``resource_type``."""
+    return {
+        logical_id: body
+        for logical_id, body in template["Resources"].items()
+        if body["Type"] == resource_type
+    }
+
+
+def only_resource(template: TemplateJson, resource_type: str) -> tuple[str, dict[str, Any]]:
+    """Logical id and body of the one resource of ``resource_type``; fails unless exactly one."""
+    found = resources_of(template, resource_type)
+    assert len(found) == 1, f"expected one {resource_type}, found {sorted(found)}"
+    return next(iter(found.items()))
+
+
+def properties_of(template: TemplateJson, resource_type: str) -> dict[str, Any]:
+    """``Properties`` of the one resource of ``resource_type``."""
+    return dict(only_resource(template, resource_type)[1]["Properties"])
+
+
+def flat(value: Any) -> str:
+    """A CloudFormation value (intrinsics included) as compact JSON, for substring checks."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def statements_of(template: TemplateJson, policy_logical_id_prefix: str) -> list[dict[str, Any]]:
+    """Statements of the ``AWS::IAM::Policy`` whose logical id starts with the prefix."""
+    policies = [
+        body
+        for logical_id, body in resources_of(template, "AWS::IAM::Policy").items()
+        if logical_id.startswith(policy_logical_id_prefix)
+    ]
+    assert len(policies) == 1, f"expected one policy {policy_logical_id_prefix}*"
+    return list(policies[0]["Properties"]["PolicyDocument"]["Statement"])
+
+
+def actions_of(statement: dict[str, Any]) -> set[str]:
+    """The statement's actions as a set (CloudFormation allows a string or a list)."""
+    action = statement["Action"]
+    return {action} if isinstance(action, str) else set(action)
+
+
+def resources_in(statement: dict[str, Any]) -> list[Any]:
+    """The statement's resources as a list."""
+    resource = statement["Resource"]
+    return resource if isinstance(resource, list) else [resource]
