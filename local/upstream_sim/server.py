@@ -6,34 +6,20 @@ import asyncio
 import contextlib
 import dataclasses
 import http
-import json
 import resource
 import threading
 import time
 import weakref
-import zlib
 from typing import Any, Final
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from local.upstream_sim.knobs import (
-    ALL_STREAMS,
-    DEFAULT_RATE,
-    GARBAGE_FRAMES,
-    Fault,
-    Knobs,
-    StreamStats,
-    end_plan,
-    mix,
-    text_frame,
-)
+from local.upstream_sim.emitter import Emitter, Pacer, send_flat_out
+from local.upstream_sim.knobs import ALL_STREAMS, DEFAULT_RATE, Fault, Knobs, StreamStats
 
 LISTEN_BACKLOG: Final = 4096
-_MAX_BURST: Final = 256  # frames per transport write when catching up or flat out
-_MIN_TICK_SECONDS: Final = 0.002  # a fast stream sends bursts instead of waking every 100 µs
-_WATCH_CLOSE_AFTER_SECONDS: Final = 0.05
 _UNSENDABLE_CODES: Final = frozenset({1005, 1006, 1015})  # reserved: never put on the wire
 
 
@@ -74,6 +60,8 @@ class UpstreamSimulator:
         self._server: Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._enders: set[asyncio.Task[None]] = set()
+        self._pacer = Pacer()
+        self._pacer_task: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -81,6 +69,7 @@ class UpstreamSimulator:
         """Listen; afterwards :attr:`port` is the bound port (useful with ``port=0``)."""
         raise_open_file_limit()
         self._loop = asyncio.get_running_loop()
+        self._pacer_task = self._loop.create_task(self._pacer.run(), name="upstream-sim-pacer")
         self._server = await serve(
             self._handle,
             self.host,
@@ -102,6 +91,10 @@ class UpstreamSimulator:
         server.close(close_connections=False)
         await asyncio.gather(*(self._end(c, close_code) for c in list(server.connections)))
         await server.wait_closed()
+        if self._pacer_task is not None:
+            self._pacer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pacer_task
 
     async def __aenter__(self) -> UpstreamSimulator:
         await self.start()
@@ -215,8 +208,19 @@ class UpstreamSimulator:
             stats.open += 1
             stats.from_seqs.append(knobs.from_seq)
             self._open.setdefault(stream_id, set()).add(connection)
+        emitter = Emitter(connection, stream_id, knobs, stats, self._lock, self._now())
         try:
-            await self._stream(connection, stream_id, knobs, stats)
+            if knobs.rate > 0:
+                self._pacer.add(emitter)
+                await asyncio.wait(
+                    [emitter.done, connection.connection_lost_waiter],
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                emitter.finish()  # the connection may have gone first: stop pacing it
+            else:
+                await send_flat_out(emitter)
+            if emitter.limit_reached:
+                await self._end(connection, emitter.end_code)
             await connection.wait_closed()
         except (ConnectionError, RuntimeError):
             pass  # the client went away while a frame was on its way
@@ -227,60 +231,9 @@ class UpstreamSimulator:
                 stats.close_codes_received.append(received.code if received else None)
                 self._open[stream_id].discard(connection)
 
-    async def _stream(
-        self, ws: ServerConnection, stream_id: str, knobs: Knobs, stats: StreamStats
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        transport = ws.transport
-        data_prefix = json.dumps(stream_id + ":").encode()[:-1]  # '"<id>:' still open
-        stream_hash = zlib.crc32(stream_id.encode())
-        seq = max(1, knobs.from_seq - knobs.replay_back)
-        limit, action_code = end_plan(knobs)
-        gap_every, garbage_every = knobs.gap_every or 0, knobs.garbage_every or 0
-        rate, sent, started = knobs.rate, 0, loop.time()
-        while not transport.is_closing():
-            if rate > 0:
-                burst = min(int((loop.time() - started) * rate) + 1 - sent, _MAX_BURST)
-            else:
-                burst = _MAX_BURST
-            if limit is not None:
-                burst = min(burst, limit - sent)
-            if knobs.until_seq is not None:
-                burst = min(burst, knobs.until_seq - seq + 1)
-            if burst > 0:
-                ts = time.time_ns() // 1_000_000
-                frames = []
-                for _ in range(burst):
-                    body = b'{"seq":%d,"ts":%d,"data":%s%d:%08x"}' % (
-                        seq,
-                        ts,
-                        data_prefix,
-                        seq,
-                        mix(stream_hash, seq),
-                    )
-                    frames.append(text_frame(body))
-                    sent += 1
-                    seq += 2 if gap_every and sent % gap_every == 0 else 1
-                    if garbage_every and sent % garbage_every == 0:
-                        frames.append(GARBAGE_FRAMES[(sent // garbage_every) % len(GARBAGE_FRAMES)])
-                transport.write(b"".join(frames))
-                with self._lock:
-                    stats.messages_sent += burst
-            if limit is not None and sent >= limit:
-                await self._end(ws, action_code)
-                return
-            if knobs.until_seq is not None and seq > knobs.until_seq:
-                await ws.wait_closed()
-                return
-            await ws.drain()  # waits only while the client is not reading (flow control)
-            if rate <= 0:
-                await asyncio.sleep(0)
-                continue
-            delay = max(started + sent / rate - loop.time(), _MIN_TICK_SECONDS)
-            if delay < _WATCH_CLOSE_AFTER_SECONDS:
-                await asyncio.sleep(delay)
-            else:  # a slow stream notices a closed connection at once, not at its next message
-                await asyncio.wait([ws.connection_lost_waiter], timeout=delay)
+    def _now(self) -> float:
+        assert self._loop is not None
+        return self._loop.time()
 
     @staticmethod
     async def _end(connection: ServerConnection, close_code: int | None) -> None:
