@@ -130,6 +130,19 @@ def test_connection_lost_without_close_frame_is_retried_as_1006() -> None:
     assert failure.close_code == 1006
 
 
+def test_a_close_we_started_is_judged_by_our_code_not_the_echo() -> None:
+    """Our 1009 (message too big) echoed by the upstream is a failure to retry, not an end."""
+    failure = describe_close(ConnectionClosedError(Close(1009, ""), Close(1009, "too big"), False))
+    assert not failure.fatal
+    assert "over" in failure.message
+
+
+def test_upstream_ending_after_our_ping_timeout_close_is_still_a_retry() -> None:
+    """We closed first (1011); an upstream answering 1000 does not turn that into an end."""
+    failure = describe_close(ConnectionClosedError(Close(1000, ""), Close(1011, ""), False))
+    assert not failure.fatal
+
+
 def test_keepalive_timeout_is_retried_and_named() -> None:
     """websockets closes with 1011 when pings go unanswered; the message says so."""
     failure = describe_close(ConnectionClosedError(None, Close(1011, "keepalive ping timeout")))

@@ -86,8 +86,12 @@ def describe_connect_error(exc: BaseException) -> Failure:
 
 
 def describe_close(exc: ConnectionClosed) -> Failure:
-    """Classify a closed connection; ``fatal`` here means the stream ended (1000/1001)."""
-    if exc.rcvd is not None:
+    """Classify a closed connection; ``fatal`` here means the stream ended (1000/1001).
+
+    The side that sent its close frame first decides: an upstream echoing our 1009 did not end
+    the stream.
+    """
+    if exc.rcvd is not None and (exc.sent is None or exc.rcvd_then_sent):
         code = exc.rcvd.code
         if code in ENDED_CLOSE_CODES:
             return Failure(True, f"upstream ended the stream (close code {code})", close_code=code)

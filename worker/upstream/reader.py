@@ -105,7 +105,9 @@ class UpstreamReader:
     stream (iteration stops, :attr:`upstream_ended`), refuses it for good
     (:class:`UpstreamRejected`), or the owner calls :meth:`close` (iteration stops).
 
-    ``on_event`` is called synchronously for every :class:`UpstreamEvent`; it must not block.
+    ``on_event`` is called synchronously for every :class:`UpstreamEvent`; it must neither block
+    nor raise (an exception would end the iteration). Count ``RETRYING`` events as reconnects,
+    store the ``error`` of ``RETRYING``/``REJECTED`` as ``last_error``.
     ``rand`` (uniform in [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable
     for tests.
     """
