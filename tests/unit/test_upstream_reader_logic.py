@@ -294,3 +294,13 @@ async def test_cancellation_propagates_and_the_connection_is_closed(upstream: An
     with pytest.raises(asyncio.CancelledError):
         await task
     assert connection.closed_with == 1001
+
+
+async def test_a_rejection_carries_no_upstream_response(upstream: Any) -> None:
+    """The refused handshake's headers and body never ride along in the exception chain."""
+    response = Response(403, "Forbidden", Headers([("Set-Cookie", "s3cr3t")]), b"s3cr3t body")
+    upstream(InvalidStatus(response))
+    with pytest.raises(UpstreamRejected) as rejected:
+        await anext(UpstreamReader("s", URL, SETTINGS))
+    assert rejected.value.__cause__ is None
+    assert rejected.value.__suppress_context__

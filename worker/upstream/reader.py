@@ -228,11 +228,11 @@ class UpstreamReader:
                     resolver=self._resolver,
                 )
             except UrlRejected as exc:
-                self._reject(Failure(True, str(exc)), exc)
+                self._reject(Failure(True, str(exc)))
             except (OSError, WebSocketException) as exc:
                 failure = describe_connect_error(exc)
                 if failure.fatal:
-                    self._reject(failure, exc)
+                    self._reject(failure)
                 await self._back_off(failure)
                 continue
             if self._close_requested.is_set():
@@ -283,10 +283,12 @@ class UpstreamReader:
         except TimeoutError:
             return
 
-    def _reject(self, failure: Failure, cause: BaseException) -> None:
+    def _reject(self, failure: Failure) -> None:
         self._finish(failure.message)
         self._emit(UpstreamEventKind.REJECTED, error=failure.message, status=failure.status)
-        raise UpstreamRejected(failure.message) from cause
+        # No chained cause: websockets' InvalidStatus carries the upstream's headers and body,
+        # which a logged traceback would print.
+        raise UpstreamRejected(failure.message) from None
 
     def _stop_if_closing(self) -> None:
         if self._done:
