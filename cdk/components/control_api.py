@@ -110,9 +110,9 @@ class ControlApi(Construct):
         integration = apigw.LambdaIntegration(handler, proxy=True, allow_test_invoke=False)
         for method, path in ROUTES:
             resource = self.api.root.resource_for_path(path)
-            parameters = {
-                f"method.request.path.{name}": True for name in ("id",) if "{" + name + "}" in path
-            }
+            parameters: dict[str, bool] = {}
+            if "{id}" in path:
+                parameters["method.request.path.id"] = True
             if (method, path) == ("GET", "/streams"):
                 parameters.update(
                     {f"method.request.querystring.{name}": False for name in _LIST_QUERY_PARAMETERS}
@@ -132,9 +132,10 @@ class ControlApi(Construct):
         Validations.of(self.api).acknowledge(
             Acknowledgment(
                 id="AwsSolutions-APIG3",
-                reason="Every method requires SigV4 (IAM) authorization and the stage is "
-                "throttled; unauthenticated traffic is rejected before it reaches the function, "
-                "so a WAF web ACL would add cost but no protection.",
+                reason="Every method requires SigV4 (IAM) authorization, so API Gateway rejects "
+                "unauthenticated requests before they reach the function, and the stage is "
+                "throttled; for a control plane used by a few operators and their automation a "
+                "WAF web ACL would mostly add cost.",
             ),
             Acknowledgment(
                 id="AwsSolutions-COG4",
