@@ -13,16 +13,24 @@ What it reports, per stream:
 
 - **ownership segments**: while a holder may deliver. A segment opens at ``acquired`` (or at a
   ``renewed`` after the holder had lapsed) and ends at the first of: a terminal event
-  (``released``, ``fenced``, ``lost``, ``stopped``) or the latest known ``deadline_mono`` — a
-  holder never delivers after its deadline, so a killed worker's segment ends there.
+  (``released``, ``fenced``, ``lost``, ``stopped``), the latest known ``deadline_mono`` — a
+  holder never delivers after its deadline — or the moment its process was seen dead
+  (``worker_exits``: the reaper frees a dead task's leases before their deadlines).
 - **overlaps** (must be none): two different epochs whose segments intersect.
 - **epoch conflicts** (must be none): one epoch claimed by two workers.
 - **seq gaps** (must be none where the upstream replays): seqs missing between the first and the
   last delivered one, and before the first when ``expected_first_seq`` is given.
 - **duplicates**: seqs delivered again, attributed to the takeover into the epoch that repeated
   them (with how the previous holder ended); repeats inside one epoch are counted separately.
-- **stale writes** (must be none): a record of an older epoch appended after a newer epoch's
-  record in the same sink file — the sink-side view of an overlap.
+- **records outside a lease** (must be none): a record whose ``received_at_ms`` (wall clock,
+  mapped onto the monotonic clock through the holder's own events) lies outside every segment
+  of its epoch, or of an epoch with no lease event at all.
+- **late writes**: a record of an older epoch appended after a newer epoch's record in the same
+  sink file. A holder frozen (SIGSTOP, a long GC pause) between its deadline check and the write
+  appends such a record when it wakes; no in-process check can prevent it, which is why every
+  record carries its epoch: a consumer drops records older than the newest epoch it has seen.
+  Gaps and duplicates are counted on what such a consumer keeps, so a late write whose message
+  the new holder did not replay shows up as a gap.
 - **unowned time**: the part of the wanted window (default: first acquisition → end of the
   observation) no segment covers.
 """
@@ -31,178 +39,27 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from local.invariant_inputs import LeaseEvent, SinkRecord, load_events, load_records
-
-ACQUIRED: Final = "acquired"
-RENEWED: Final = "renewed"
-TERMINAL_EVENTS: Final = frozenset({"released", "fenced", "lost", "stopped"})
-EXPIRED: Final = "expired"
-"""End reason of a segment that ran out (no terminal event before its deadline): a crash,
-a freeze, or a holder that could not renew."""
-
-Window = tuple[float, float | None]
-"""A ``[start, end)`` span of monotonic seconds; ``end=None`` runs to the end of observation."""
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A span of monotonic seconds in which one holder (stream, epoch) could deliver."""
-
-    stream_id: str
-    epoch: int
-    worker_id: str
-    start: float
-    end: float
-    end_reason: str
-    """``released``, ``fenced``, ``lost``, ``stopped`` or :data:`EXPIRED`."""
-    acquisition: int = 0
-    """Which acquisition of this epoch by this worker (a lapsed holder may re-acquire its own
-    lease without the epoch moving)."""
-
-
-@dataclass(frozen=True)
-class Overlap:
-    """Two holders of one stream that could deliver at the same time."""
-
-    first: Segment
-    second: Segment
-
-    @property
-    def seconds(self) -> float:
-        """How long both could deliver."""
-        return min(self.first.end, self.second.end) - max(self.first.start, self.second.start)
-
-
-@dataclass(frozen=True)
-class SeqGap:
-    """Seqs never delivered: ``missing`` numbers after ``after_seq`` (0: before the first)."""
-
-    after_seq: int
-    missing: int
-
-
-@dataclass(frozen=True)
-class Takeover:
-    """A change of holder: the previous epoch's end and the next epoch's start."""
-
-    from_epoch: int
-    from_worker: str
-    from_end_reason: str
-    to_epoch: int
-    to_worker: str
-    unowned_seconds: float
-    """Next start − previous end (negative: they overlapped)."""
-    duplicates: int = 0
-    """Records of ``to_epoch`` whose seq an earlier epoch had already delivered."""
-
-
-@dataclass
-class StreamReport:
-    """Everything the checker found for one stream."""
-
-    stream_id: str
-    segments: list[Segment] = field(default_factory=list)
-    overlaps: list[Overlap] = field(default_factory=list)
-    epoch_conflicts: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
-    takeovers: list[Takeover] = field(default_factory=list)
-    records: int = 0
-    first_seq: int | None = None
-    last_seq: int | None = None
-    seq_gaps: list[SeqGap] = field(default_factory=list)
-    duplicates: int = 0
-    """Repeats across epochs (after a takeover); the per-takeover split is in ``takeovers``."""
-    same_epoch_duplicates: int = 0
-    """Repeats within one epoch that its holder never re-acquired: never expected."""
-    orphan_duplicates: int = 0
-    """Repeats in an epoch with no lease event (a log was lost): never expected."""
-    stale_writes: int = 0
-    bad_payloads: int = 0
-    unowned_seconds: float = 0.0
-    unowned_periods: list[tuple[float, float]] = field(default_factory=list)
-
-    @property
-    def missing(self) -> int:
-        """Total seqs never delivered."""
-        return sum(gap.missing for gap in self.seq_gaps)
-
-    def violations(self) -> list[str]:
-        """The broken invariants, one line each (empty when the stream is clean)."""
-        out = [
-            f"overlap {o.seconds:.3f}s: epoch {o.first.epoch} ({o.first.worker_id}) and "
-            f"epoch {o.second.epoch} ({o.second.worker_id})"
-            for o in self.overlaps
-        ]
-        out += [f"epoch {e} claimed by {', '.join(ws)}" for e, ws in self.epoch_conflicts]
-        out += [f"{g.missing} seq(s) missing after {g.after_seq}" for g in self.seq_gaps]
-        if self.same_epoch_duplicates:
-            out.append(f"{self.same_epoch_duplicates} duplicate(s) within one epoch")
-        if self.orphan_duplicates:
-            out.append(f"{self.orphan_duplicates} duplicate(s) in an epoch with no lease event")
-        if self.stale_writes:
-            out.append(f"{self.stale_writes} record(s) of an older epoch after a newer one")
-        if self.bad_payloads:
-            out.append(f"{self.bad_payloads} record(s) with a wrong payload")
-        return [f"{self.stream_id}: {line}" for line in out]
-
-
-@dataclass
-class Report:
-    """The checker's verdict over every stream it saw."""
-
-    streams: dict[str, StreamReport]
-    malformed_lines: int = 0
-    """Lines that did not parse (a worker killed mid-write leaves a torn line)."""
-    observation_end: float = 0.0
-
-    @property
-    def overlaps(self) -> int:
-        """Overlapping ownerships over all streams (must be 0)."""
-        return sum(len(s.overlaps) + len(s.epoch_conflicts) for s in self.streams.values())
-
-    @property
-    def missing(self) -> int:
-        """Seqs never delivered over all streams."""
-        return sum(s.missing for s in self.streams.values())
-
-    @property
-    def duplicates(self) -> int:
-        """Seqs delivered twice over all streams, any cause."""
-        return sum(
-            s.duplicates + s.same_epoch_duplicates + s.orphan_duplicates
-            for s in self.streams.values()
-        )
-
-    @property
-    def takeovers(self) -> list[Takeover]:
-        """Every takeover of every stream."""
-        return [t for s in self.streams.values() for t in s.takeovers]
-
-    def violations(self) -> list[str]:
-        """Every broken invariant (duplicates after a takeover are not, by themselves, one)."""
-        return [line for s in sorted(self.streams) for line in self.streams[s].violations()]
-
-    @property
-    def ok(self) -> bool:
-        """True when no invariant is broken."""
-        return not self.violations()
-
-    def duplicates_after(self, reasons: Iterable[str]) -> int:
-        """Duplicates caused by takeovers whose previous holder ended for one of ``reasons``."""
-        wanted = set(reasons)
-        return sum(t.duplicates for t in self.takeovers if t.from_end_reason in wanted)
-
-    def format(self, *, max_streams: int = 40) -> str:
-        """A human-readable report: totals, violations, then a line per stream."""
-        from local.invariants_report import format_report
-
-        return format_report(self, max_streams=max_streams)
-
+from local.invariant_model import (
+    ACQUIRED,
+    EXITED,
+    EXPIRED,
+    RENEWED,
+    TERMINAL_EVENTS,
+    Overlap,
+    Report,
+    Segment,
+    SeqGap,
+    StreamReport,
+    Takeover,
+    Window,
+)
 
 # --- analysis --------------------------------------------------------------------------------
 
@@ -257,6 +114,8 @@ def check(
     expected_first_seq: int | None = None,
     verify_payload: Callable[[SinkRecord], bool] | None = None,
     tolerance_seconds: float = 0.0,
+    worker_exits: Mapping[str, float] | None = None,
+    clock_tolerance_seconds: float = 0.02,
     malformed_lines: int = 0,
 ) -> Report:
     """Check the invariants; returns a :class:`Report` (never raises on bad data: reports it).
@@ -265,7 +124,9 @@ def check(
     unowned time; streams not listed are wanted from their first acquisition to
     ``observation_end`` (default: the latest event). ``expected_first_seq``: the seq a fresh
     stream starts at, to catch a gap before the first record. ``tolerance_seconds``: overlaps up
-    to this long are ignored (0: none, the clock is shared).
+    to this long are ignored (0: none, the clock is shared). ``worker_exits``: worker id → a
+    monotonic time by which its process had certainly exited. ``clock_tolerance_seconds``: slack
+    when placing a record's wall-clock receive time on the monotonic clock.
     """
     by_holder: dict[tuple[str, int, str], list[LeaseEvent]] = defaultdict(list)
     all_events = list(events)
@@ -274,6 +135,7 @@ def check(
     end = observation_end
     if end is None:
         end = max((ev.mono for ev in all_events), default=0.0)
+    offsets = _wall_offsets(all_events)
     records_by_stream: dict[str, list[SinkRecord]] = defaultdict(list)
     for rec in records:
         records_by_stream[rec.stream_id].append(rec)
@@ -283,13 +145,19 @@ def check(
     for stream_id in sorted(stream_ids):
         report = StreamReport(stream_id)
         holders = {k: v for k, v in by_holder.items() if k[0] == stream_id}
-        for (_, _, _), evs in sorted(holders.items(), key=lambda kv: kv[0][1]):
-            report.segments.extend(segments_of(evs))
+        for (_, _, worker), evs in sorted(holders.items(), key=lambda kv: kv[0][1]):
+            segments = segments_of(evs)
+            exit_mono = (worker_exits or {}).get(worker)
+            if exit_mono is not None:
+                segments = [_clip(seg, exit_mono) for seg in segments if seg.start < exit_mono]
+            report.segments.extend(segments)
         report.segments.sort(key=lambda s: (s.start, s.epoch))
         _find_overlaps(report, tolerance_seconds)
         _find_epoch_conflicts(report, holders)
         _find_takeovers(report)
-        _check_records(report, records_by_stream.get(stream_id, []), expected_first_seq)
+        stream_records = records_by_stream.get(stream_id, [])
+        _check_receive_times(report, stream_records, offsets, clock_tolerance_seconds)
+        _check_records(report, stream_records, expected_first_seq)
         if verify_payload is not None:
             report.bad_payloads = sum(
                 1 for r in records_by_stream.get(stream_id, []) if not verify_payload(r)
@@ -300,6 +168,44 @@ def check(
         _unowned(report, windows, end)
         streams[stream_id] = report
     return Report(streams, malformed_lines=malformed_lines, observation_end=end)
+
+
+def _clip(seg: Segment, exit_mono: float) -> Segment:
+    if seg.end <= exit_mono:
+        return seg
+    return dataclasses.replace(seg, end=exit_mono, end_reason=EXITED)
+
+
+def _wall_offsets(events: Sequence[LeaseEvent]) -> dict[str, float]:
+    """Per worker, wall seconds − monotonic seconds (the median over its events)."""
+    samples: dict[str, list[float]] = defaultdict(list)
+    for ev in events:
+        if ev.wall_ms > 0:
+            samples[ev.worker_id].append(ev.wall_ms / 1000 - ev.mono)
+    return {w: statistics.median(v) for w, v in samples.items()}
+
+
+def _check_receive_times(
+    report: StreamReport,
+    records: Sequence[SinkRecord],
+    offsets: Mapping[str, float],
+    tolerance: float,
+) -> None:
+    """Every record must have been received inside a segment of its own epoch."""
+    by_epoch: dict[int, list[Segment]] = defaultdict(list)
+    for seg in report.segments:
+        by_epoch[seg.epoch].append(seg)
+    for rec in records:
+        segments = by_epoch.get(rec.epoch)
+        if not segments:
+            report.records_outside_lease += 1
+            continue
+        offset = offsets.get(rec.worker_id)
+        if offset is None or rec.received_at_ms <= 0:
+            continue  # no wall-clock evidence to place it
+        received = rec.received_at_ms / 1000 - offset
+        if not any(s.start - tolerance <= received <= s.end + tolerance for s in segments):
+            report.records_outside_lease += 1
 
 
 def _find_overlaps(report: StreamReport, tolerance: float) -> None:
@@ -350,12 +256,19 @@ def _check_records(
     report.records = len(records)
     if not records:
         return
-    # Stale writes: within one file, an epoch lower than one already appended.
+    # Late writes: within one file, an epoch lower than one already appended. A consumer that
+    # fences by epoch drops them; everything below is counted on what it keeps.
     newest: dict[str, int] = {}
+    kept: list[SinkRecord] = []
     for rec in records:
         if rec.epoch < newest.get(rec.source, rec.epoch):
-            report.stale_writes += 1
+            report.late_writes += 1
+            continue
         newest[rec.source] = max(newest.get(rec.source, rec.epoch), rec.epoch)
+        kept.append(rec)
+    records = kept
+    if not records:
+        return
     # Duplicates, attributed to the epoch that repeated a seq (epochs in order, file order within).
     order = sorted(range(len(records)), key=lambda i: (records[i].epoch, i))
     first_epoch_of: dict[int, int] = {}
@@ -441,7 +354,11 @@ def check_files(
 
 
 __all__ = [
+    "ACQUIRED",
+    "EXITED",
     "EXPIRED",
+    "RENEWED",
+    "TERMINAL_EVENTS",
     "LeaseEvent",
     "Overlap",
     "Report",

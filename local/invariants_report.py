@@ -30,6 +30,9 @@ def summary_line(report: Report) -> str:
         f"{report.duplicates} duplicates" + (f" ({dup_causes})" if dup_causes else ""),
         f"unowned {sum(unowned):.2f}s total, max {max(unowned, default=0.0):.2f}s per stream",
     ]
+    late = sum(s.late_writes for s in report.streams.values())
+    if late:
+        parts.append(f"{late} late writes (older epoch after newer; a consumer drops them)")
     if report.malformed_lines:
         parts.append(f"{report.malformed_lines} malformed lines")
     return "invariants: " + ", ".join(parts)

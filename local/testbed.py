@@ -9,9 +9,9 @@ watching costs the store nothing) and hands the evidence to :mod:`local.invarian
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -23,7 +23,7 @@ from urllib.parse import quote
 from local.invariant_inputs import LeaseEvent
 from local.invariants import EXPIRED, Report, Window, check, load_records, segments_of
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
-from local.worker_process import WorkerProcess
+from local.worker_process import ApiProcess, WorkerProcess
 from streamlease.cli.client import ApiClient
 from streamlease.settings import Settings
 
@@ -71,6 +71,8 @@ class Testbed:
     (SIGTERM, then SIGKILL) and the servers are shut down.
     """
 
+    __test__ = False  # not a pytest test class, whatever its name
+
     def __init__(self, settings: Settings, run_dir: Path, *, rate: float = 5.0) -> None:
         self.run_dir = run_dir
         self.sink_dir = run_dir / "sink"
@@ -87,8 +89,8 @@ class Testbed:
     # --- lifecycle -------------------------------------------------------------------------
 
     def __enter__(self) -> Testbed:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.sink_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (self.run_dir, self.sink_dir, self.run_dir / "health"):
+            directory.mkdir(parents=True, exist_ok=True)
         sim_context = run_in_thread(default_rate=self.rate)
         self.upstream = sim_context.__enter__()
 
@@ -110,21 +112,14 @@ class Testbed:
             cleanup()
 
     def _start_api(self) -> None:
-        from lambdas import api, runtime
-        from local.api_adapter import ApiAdapter, load_resources, make_server
-
-        runtime.configure(self.settings)
-        api.logger.setLevel("WARNING")  # the API's request logs would drown the output
-        server = make_server(ApiAdapter(api.handler, load_resources()), "127.0.0.1", 0)
-        thread = threading.Thread(target=server.serve_forever, name="local-api", daemon=True)
-        thread.start()
-        self.api = ApiClient(f"http://127.0.0.1:{server.server_port}")
-
-        def shutdown() -> None:
-            server.shutdown()
-            server.server_close()
-
-        self._cleanups.append(shutdown)
+        # A process of its own, like API Gateway + Lambda: its logs go to a file, not to ours.
+        # Production's DynamoDB timeout: the API is not what the scaled timers are about.
+        api_settings = dataclasses.replace(
+            self.settings, dynamodb_timeout_seconds=Settings().dynamodb_timeout_seconds
+        )
+        api = ApiProcess.start(api_settings, self.run_dir / "logs" / "api.log")
+        self._cleanups.append(api.stop)
+        self.api = ApiClient(api.url)
 
     # --- workers ---------------------------------------------------------------------------
 
@@ -156,6 +151,15 @@ class Testbed:
         self.workers.append(worker)
         return worker
 
+    def wait_workers_live(self, count: int, timeout_seconds: float) -> float:
+        """Wait until the fleet (``GET /workers``) lists at least ``count`` live workers."""
+        return self.wait_for(
+            lambda: len(self.api.list_workers()) >= count,
+            timeout_seconds,
+            f"{count} workers live",
+            every=0.25,
+        )
+
     def live_workers(self) -> list[WorkerProcess]:
         """Workers whose process still runs (paused ones included)."""
         return [w for w in self.workers if w.alive]
@@ -169,12 +173,20 @@ class Testbed:
             worker.stop(self.settings.shutdown_budget_seconds + 5)
 
     def reap(self, worker: WorkerProcess) -> dict[str, Any]:
-        """Run the reaper handler for ``worker``'s task, as ECS would after the task stopped."""
+        """Run the reaper handler for ``worker``'s task, as ECS would after the task stopped.
+
+        In this process (a Lambda cold start is not what is measured); its log lines and
+        metrics go to ``logs/reaper.log``.
+        """
         from lambdas import reaper, runtime
 
-        result: dict[str, Any] = reaper.handler(
-            reaper.stopped_task_event(worker.settings.task_arn), runtime.LocalContext()
-        )
+        runtime.configure(self.settings)
+        reaper.logger.setLevel("WARNING")
+        log = self.run_dir / "logs" / "reaper.log"
+        with open(log, "a", encoding="utf-8") as out, contextlib.redirect_stdout(out):
+            result: dict[str, Any] = reaper.handler(
+                reaper.stopped_task_event(worker.settings.task_arn), runtime.LocalContext()
+            )
         return result
 
     # --- streams ---------------------------------------------------------------------------
@@ -252,6 +264,26 @@ class Testbed:
 
         return self.wait_for(all_owned, timeout_seconds, f"all {len(wanted)} streams owned")
 
+    def wait_taken_over(
+        self, stream_ids: Iterable[str], from_worker: str, timeout_seconds: float
+    ) -> float:
+        """Wait until each of ``stream_ids`` has a live holder other than ``from_worker`` (a
+        killed worker stays the holder on paper until its deadline)."""
+        ids = set(stream_ids)
+
+        def moved() -> bool:
+            owners = self.owners()
+            return all(owners.get(s) not in (None, from_worker) for s in ids)
+
+        return self.wait_for(moved, timeout_seconds, f"{len(ids)} streams taken over")
+
+    def holdings(self) -> dict[str, set[str]]:
+        """Worker id → the streams it holds now (live workers only, empty sets included)."""
+        out: dict[str, set[str]] = {w.worker_id: set() for w in self.live_workers()}
+        for stream_id, worker_id in self.owners().items():
+            out.setdefault(worker_id, set()).add(stream_id)
+        return out
+
     def wait_none_owned(self, stream_ids: Iterable[str], timeout_seconds: float) -> float:
         """Wait until none of ``stream_ids`` has a live holder."""
         ids = set(stream_ids)
@@ -273,13 +305,15 @@ class Testbed:
     def report(self, **kwargs: Any) -> Report:
         """Check the invariants on everything recorded so far (see :func:`local.invariants.check`).
 
-        Defaults: the wanted windows of the API calls made here, seqs start at 1, payloads
-        must be the simulator's.
+        Defaults: the wanted windows of the API calls made here, the times workers were seen
+        dead, seqs start at 1, payloads must be the simulator's.
         """
         self.tail.refresh()
         records, malformed = load_records(self.sink_dir)
+        exits = {w.worker_id: w.exited_mono for w in self.workers if w.exited_mono is not None}
         options: dict[str, Any] = {
             "wanted": self.wanted,
+            "worker_exits": exits,
             "expected_first_seq": 1,
             "verify_payload": _simulator_payload,
             "malformed_lines": malformed + self.tail.malformed,

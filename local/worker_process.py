@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from streamlease.settings import Settings
+from streamlease.settings import ENV_PREFIX, Settings
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 PRODUCTION_LEASE_SECONDS: Final = Settings().lease_seconds
@@ -97,6 +97,58 @@ def reference_settings(ours: Settings) -> Settings:
     )
 
 
+def child_env(settings: Settings) -> dict[str, str]:
+    """The environment of a child process: ours (AWS variables included) with ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update(settings.to_env())
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class ApiProcess:
+    """``python -m local.api_adapter`` on a free port, its output in a log file."""
+
+    READY: Final = "local API ready at "
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str) -> None:
+        self.process = process
+        self.url = url
+
+    @classmethod
+    def start(cls, settings: Settings, log_path: Path, timeout_seconds: float = 60.0) -> ApiProcess:
+        """Start it and wait for its ready line. Raises ``RuntimeError`` if it never comes."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "local.api_adapter", "--host", "127.0.0.1", "--port", "0"],
+                cwd=REPO_ROOT,
+                env=child_env(settings),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline and process.poll() is None:
+            text = log_path.read_text(encoding="utf-8", errors="replace")
+            for line in text.splitlines():
+                if line.startswith(cls.READY):
+                    return cls(process, line[len(cls.READY) :].strip())
+            time.sleep(0.05)
+        process.kill()
+        process.wait()
+        raise RuntimeError(f"local API did not start: see {log_path}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
 class WorkerProcess:
     """A worker subprocess. ``worker_id`` is fixed by the caller, so events can be matched."""
 
@@ -112,6 +164,8 @@ class WorkerProcess:
         self.settings = settings
         self.log_path = log_path
         self.started_mono = time.monotonic()
+        self.exited_mono: float | None = None
+        """A monotonic time by which the process had certainly exited (set once seen dead)."""
         self.paused = False
 
     @classmethod
@@ -125,15 +179,12 @@ class WorkerProcess:
     ) -> WorkerProcess:
         """Start ``python <command>`` with ``settings`` in its environment (plus this process's
         AWS variables). ``settings.worker_id`` should be set so events can be attributed."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEASE_")}
-        env.update(settings.to_env())
-        env["PYTHONUNBUFFERED"] = "1"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
                 [sys.executable, *command],
                 cwd=REPO_ROOT,
-                env=env,
+                env=child_env(settings),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -153,7 +204,11 @@ class WorkerProcess:
     @property
     def alive(self) -> bool:
         """True until the process has exited."""
-        return self.process.poll() is None
+        if self.process.poll() is None:
+            return True
+        if self.exited_mono is None:
+            self.exited_mono = time.monotonic()
+        return False
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` if it still runs (SIGSTOP/SIGCONT are tracked in :attr:`paused`)."""
@@ -168,7 +223,7 @@ class WorkerProcess:
     def kill(self) -> None:
         """``kill -9`` and reap it."""
         self.signal(signal.SIGKILL)
-        self.process.wait()
+        self.wait()
 
     def terminate(self, timeout_seconds: float | None = None) -> int | None:
         """SIGTERM (graceful drain) and wait up to ``timeout_seconds``; returns the exit status,
@@ -181,9 +236,12 @@ class WorkerProcess:
     def wait(self, timeout_seconds: float | None = None) -> int | None:
         """Wait for exit; the exit status, or ``None`` if still running after the timeout."""
         try:
-            return self.process.wait(timeout_seconds)
+            code = self.process.wait(timeout_seconds)
         except subprocess.TimeoutExpired:
             return None
+        if self.exited_mono is None:
+            self.exited_mono = time.monotonic()
+        return code
 
     def stop(self, grace_seconds: float) -> int:
         """SIGTERM, then SIGKILL after ``grace_seconds``. Returns the exit status."""

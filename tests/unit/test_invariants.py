@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from local.invariants import (
+    EXITED,
     EXPIRED,
     LeaseEvent,
     SinkRecord,
@@ -143,20 +145,63 @@ def test_a_repeat_within_one_epoch_is_a_violation() -> None:
     assert not report.ok
 
 
-def test_a_record_of_an_older_epoch_after_a_newer_one_is_a_stale_write() -> None:
-    """The sink-side view of an overlap: the old holder wrote after the new one had."""
-    events = hold("s", 1, "w1", 0.0, end="released", end_at=1.0) + hold("s", 2, "w2", 2.0)
-    records = recs("s", 1, [1, 2]) + recs("s", 2, [3]) + recs("s", 1, [4]) + recs("s", 2, [5])
+def test_a_late_write_of_an_older_epoch_is_dropped_not_a_violation() -> None:
+    """A holder frozen between its deadline check and its write appends an old-epoch record
+    after the new holder's; a consumer fencing by epoch drops it, and the new holder replayed it."""
+    events = hold("s", 1, "w1", 0.0, end="fenced", end_at=1.0) + hold("s", 2, "w2", 2.0)
+    records = recs("s", 1, [1, 2]) + recs("s", 2, [3, 4]) + recs("s", 1, [3]) + recs("s", 2, [5])
     report = check(events, records)
-    assert report.streams["s"].stale_writes == 1
-    assert not report.ok
+    assert report.ok, report.format()
+    assert report.streams["s"].late_writes == 1
+    assert report.duplicates == 0  # the late record is not what a consumer keeps
 
 
-def test_stale_writes_compare_records_of_one_file_only() -> None:
+def test_a_late_write_whose_message_nobody_replayed_is_a_gap() -> None:
+    """Dropping the late record loses seq 3 if the new holder resumed after it."""
+    events = hold("s", 1, "w1", 0.0, end="fenced", end_at=1.0) + hold("s", 2, "w2", 2.0)
+    records = recs("s", 1, [1, 2]) + recs("s", 2, [4]) + recs("s", 1, [3]) + recs("s", 2, [5])
+    report = check(events, records)
+    assert [(g.after_seq, g.missing) for g in report.streams["s"].seq_gaps] == [(2, 1)]
+
+
+def test_late_writes_compare_records_of_one_file_only() -> None:
     """Order across files means nothing (per-worker files are appended independently)."""
     events = hold("s", 1, "w1", 0.0, end="released", end_at=1.0) + hold("s", 2, "w2", 2.0)
     records = recs("s", 2, [3], source="b") + recs("s", 1, [1, 2], source="a")
-    assert check(events, records).streams["s"].stale_writes == 0
+    assert check(events, records).streams["s"].late_writes == 0
+
+
+def timed(ev: LeaseEvent, wall_offset_s: float = 1000.0) -> LeaseEvent:
+    """The event with a wall-clock stamp ``wall_offset_s`` ahead of its monotonic one."""
+    return dataclasses.replace(ev, wall_ms=round((ev.mono + wall_offset_s) * 1000))
+
+
+def test_a_record_received_after_its_holders_deadline_is_a_violation() -> None:
+    """Receive times (wall clock) are placed on the monotonic clock through the holder's events:
+    a message received after the deadline was delivered outside the lease."""
+    events = [timed(e) for e in hold("s", 1, "w1", 0.0, 1)]  # deadline 2.0
+    inside = SinkRecord("s", 1, 1, "w1", received_at_ms=1_001_900)
+    outside = SinkRecord("s", 1, 2, "w1", received_at_ms=1_002_300)
+    report = check(events, [inside, outside])
+    assert report.streams["s"].records_outside_lease == 1
+    assert "received outside their lease" in report.violations()[0]
+
+
+def test_a_record_of_an_epoch_without_lease_events_is_a_violation() -> None:
+    """Nothing may be delivered under an epoch its holder never logged acquiring."""
+    report = check(hold("s", 1, "w1", 0.0), recs("s", 1, [1]) + recs("s", 2, [2]))
+    assert report.streams["s"].records_outside_lease == 1
+
+
+def test_a_dead_workers_segments_end_when_it_was_seen_dead() -> None:
+    """The reaper frees a killed worker's leases before their deadlines: not an overlap, because
+    the process had exited (the testbed tells the checker when it saw it dead)."""
+    events = hold("s", 1, "w1", 0.0, 2) + hold("s", 2, "w2", 1.5)  # w1's deadline: 2.5
+    assert check(events, []).overlaps == 1
+    report = check(events, [], worker_exits={"w1": 1.2})
+    assert report.ok
+    assert report.takeovers[0].from_end_reason == EXITED
+    assert report.takeovers[0].unowned_seconds == pytest.approx(0.3)
 
 
 def test_unowned_time_runs_from_first_acquisition_to_the_end_of_observation() -> None:

@@ -1,0 +1,98 @@
+"""Chaos: the world around the workers fails. DynamoDB gone for longer than a lease, upstreams
+that keep dropping, and streams started and stopped through the API while workers die."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from chaos_support import (
+    LEASE_SECONDS,
+    STREAMS,
+    assert_invariants,
+    finish,
+    recovery_timeout,
+    start_fleet,
+)
+
+from local.moto_server import set_dynamodb_down
+from local.testbed import Testbed
+from local.upstream_sim import ALL_STREAMS
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+
+
+def test_dynamodb_unreachable_for_longer_than_a_lease(bed: Testbed) -> None:
+    """Every holder fences itself before its lease can lapse; after the outage the streams are
+    owned again and resume from their checkpoints: no overlap, no gap."""
+    ids = start_fleet(bed)
+    endpoint = bed.settings.aws_endpoint_url
+    set_dynamodb_down(endpoint, True)
+    try:
+        bed.wait_for(lambda: not bed.owners(), 3 * LEASE_SECONDS + 10, "every holder fenced itself")
+        time.sleep(LEASE_SECONDS / 2)
+    finally:
+        set_dynamodb_down(endpoint, False)
+    bed.wait_all_owned(ids, recovery_timeout(bed.settings))
+    report = finish(bed)
+    assert_invariants(bed, report)
+    fenced = {e.stream_id for e in bed.tail.events if e.event == "fenced"}
+    assert fenced == set(ids), "some holder never fenced during the outage"
+
+
+def test_upstream_flapping_repeats_and_loses_nothing(bed: Testbed) -> None:
+    """Every upstream connection drops after a few messages for several seconds (TCP aborts and
+    1012 closes alternating); the holder reconnects from its last seq + 1 each time."""
+    ids = start_fleet(bed)
+    before = sum(bed.upstream.stats(s).accepted for s in ids)
+    for round_number in range(4):
+        if round_number % 2 == 0:
+            bed.upstream.set_fault(ALL_STREAMS, drop_after=3)
+        else:
+            bed.upstream.set_fault(ALL_STREAMS, close_code=1012, close_after=2)
+        for stream_id in ids:  # faults apply to new connections: make every stream reconnect
+            bed.upstream.disconnect(stream_id, close_code=None if round_number % 2 == 0 else 1012)
+        time.sleep(1.5)
+    bed.upstream.clear_faults()
+    reconnects = sum(bed.upstream.stats(s).accepted for s in ids) - before
+    assert reconnects >= 2 * len(ids), f"the upstream did not flap ({reconnects} reconnects)"
+    bed.wait_all_owned(ids, recovery_timeout(bed.settings))
+    time.sleep(1.0)
+    report = finish(bed)
+    assert_invariants(bed, report, duplicates_allowed_after=())
+    assert report.duplicates == 0
+
+
+def test_start_stop_churn_through_the_api_while_workers_die(bed: Testbed) -> None:
+    """Streams are stopped, restarted and created through the API while two workers are
+    killed: stopped streams end unowned, every wanted stream ends owned, and no invariant
+    breaks across the whole mess."""
+    ids = start_fleet(bed)
+    rng = random.Random(11)
+    running, stopped = list(ids), []
+    kills_at = {6, 14}
+    for step in range(20):
+        if step in kills_at:
+            victim = rng.choice(bed.live_workers())
+            victim.kill()
+            bed.reap(victim)  # what ECS's task-stopped event does; frees stopped streams too
+            bed.add_worker()
+        action = rng.random()
+        if action < 0.4 and len(running) > STREAMS // 2:
+            stream = running.pop(rng.randrange(len(running)))
+            bed.stop_stream(stream)
+            stopped.append(stream)
+        elif action < 0.75 and stopped:
+            stream = stopped.pop(rng.randrange(len(stopped)))
+            bed.start_stream(stream)
+            running.append(stream)
+        else:
+            running += bed.create_streams(1, prefix="n")
+        time.sleep(0.3)
+    bed.wait_all_owned(running, recovery_timeout(bed.settings))
+    bed.wait_none_owned(stopped, recovery_timeout(bed.settings))
+    report = finish(bed)
+    assert_invariants(bed, report)
+    stopped_streams = {s: bed.api.get_stream(s) for s in stopped}
+    assert all(not s.get("owner") for s in stopped_streams.values()), stopped_streams
