@@ -54,6 +54,24 @@ class Acquirer:
         self._ctx = ctx
         self._holdings = holdings
         self._renewals = renewals
+        self._was_behind = False
+
+    def may_acquire(self) -> bool:
+        """Whether this worker takes streams at all now: not shutting down, and its renewals
+        keep up (see :meth:`Renewals.is_behind`). Logs when the latter changes."""
+        if self._ctx.shutdown_requested.is_set():
+            return False
+        behind = self._renewals.is_behind()
+        if behind != self._was_behind:
+            self._was_behind = behind
+            if behind:
+                logger.warning(
+                    "renewals behind, taking no streams",
+                    behind_seconds=round(self._renewals.behind_seconds(), 3),
+                )
+            else:
+                logger.info("renewals caught up, taking streams again")
+        return not behind
 
     async def try_acquire(self, stream_id: str, *, source: str) -> Outcome:
         """Try to take ``stream_id``; ``source`` (command, orphan, takeover) is for logs only.
@@ -65,6 +83,8 @@ class Acquirer:
             return Outcome.NO_ROOM
         if stream_id in self._holdings:
             return Outcome.HELD
+        if not self.may_acquire():
+            return Outcome.NO_ROOM
         if not self._holdings.reserve(stream_id):
             return Outcome.NO_ROOM
         try:
@@ -76,6 +96,9 @@ class Acquirer:
             self._holdings.cancel_reservation(stream_id)
             logger.info("acquire unanswered", stream_id=stream_id, error=describe(exc))
             return Outcome.UNANSWERED
+        except asyncio.CancelledError:
+            self._holdings.cancel_reservation(stream_id)
+            raise
         self._start(lease, deadline, source)
         return Outcome.WON
 
@@ -89,14 +112,31 @@ class Acquirer:
         ctx = self._ctx
         settings = ctx.settings
         sent_mono, sent_wall = time.monotonic(), wall_ms()
-        lease = await asyncio.to_thread(
-            ctx.store.acquire, stream_id, ctx.worker_id, settings.lease_ms
+        call = asyncio.ensure_future(
+            asyncio.to_thread(ctx.store.acquire, stream_id, ctx.worker_id, settings.lease_ms)
         )
+        try:
+            lease = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            await self._give_back_late(call)
+            raise
         granted_seconds = min(settings.lease_seconds, (lease.expires_at_ms - sent_wall) / 1000.0)
         deadline = rules.fence_deadline_mono(
             sent_mono, granted_seconds, settings.fence_margin_seconds
         )
         return lease, deadline
+
+    async def _give_back_late(self, call: asyncio.Future[Lease]) -> None:
+        """The caller was cancelled (shutdown) while its acquire was in flight: if the acquire
+        won after all, release that lease at once rather than leave it unheld for a lease."""
+        try:
+            async with asyncio.timeout(self._ctx.settings.dynamodb_timeout_seconds * 3):
+                lease = await call
+            await asyncio.to_thread(
+                self._ctx.store.release, lease.stream_id, self._ctx.worker_id, lease.epoch
+            )
+        except Exception as exc:  # lost, unanswered, or it never won: nothing to give back
+            logger.debug("late acquire not given back", error=describe(exc))
 
     def _start(self, lease: Lease, deadline: float, source: str) -> None:
         ctx = self._ctx

@@ -140,7 +140,10 @@ class CommandPoller:
         """Receive and handle commands until cancelled; any error pauses, then polling goes on."""
         holdings = self._holdings
         while not self._ctx.shutdown_requested.is_set():
-            if not rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity):
+            if not (
+                self._acquirer.may_acquire()
+                and rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity)
+            ):
                 # Look again when a stream leaves or the rebalancer may have recounted.
                 await holdings.wait_changed(IDLE_CHECK_SECONDS)
                 continue

@@ -98,6 +98,8 @@ class Reconciler:
         orphans = [v for v in views if v.expires_at_ms < cutoff]
         suspects = [v for v in views if v.expires_at_ms >= cutoff and v.owner != ctx.worker_id]
         self._view.orphans = len(orphans)
+        if not self._acquirer.may_acquire():
+            return 0
         holdings = self._holdings
         room = room_for(
             len(orphans) + len(suspects),

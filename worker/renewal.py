@@ -57,6 +57,18 @@ class Renewals:
     def __len__(self) -> int:
         return len(self._holders)
 
+    def behind_seconds(self, now_mono: float | None = None) -> float:
+        """How long the most overdue renewal has been due without succeeding (0: on time)."""
+        oldest = self._schedule.oldest_slot()
+        now = time.monotonic() if now_mono is None else now_mono
+        return 0.0 if oldest is None else max(0.0, now - oldest)
+
+    def is_behind(self, now_mono: float | None = None) -> bool:
+        """True when some lease missed a whole heartbeat: DynamoDB is slow or failing, or this
+        process is starved. A worker in that state takes no new streams: each one would add
+        renewals to a loop that cannot keep up, and its leases would start fencing."""
+        return self.behind_seconds(now_mono) > self._schedule.interval_seconds
+
     def track(self, holder: StreamHolder, now_mono: float | None = None) -> float:
         """Start renewing ``holder``'s lease; returns its first due time (monotonic)."""
         key = (holder.stream_id, holder.epoch)

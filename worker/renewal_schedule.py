@@ -114,6 +114,12 @@ class RenewalSchedule(Generic[K]):
         entry.due = at
         self._reschedule(key, entry)
 
+    def oldest_slot(self) -> float | None:
+        """The earliest planned renewal not yet done (a slot only advances on success), or
+        None when nothing is scheduled. ``now - oldest_slot()`` is how far renewals are behind.
+        """
+        return min((entry.slot for entry in self._entries.values()), default=None)
+
     def slot_of(self, key: K) -> float | None:
         """The planned renewal time of ``key`` (for tests and diagnostics)."""
         entry = self._entries.get(key)

@@ -23,6 +23,7 @@ from worker_helpers import (
     upstream,
 )
 
+from local.invariants import EXPIRED
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import WorkerProcess
 
@@ -87,10 +88,15 @@ def test_kill_9_owner_is_taken_over_within_about_a_lease(
     report = fleet.report()
     assert report.ok, report.format()
     assert report.missing == 0
+    crashed = [t for t in report.takeovers if t.from_end_reason == EXPIRED]
+    assert {t.from_worker for t in crashed} == {victim.worker_id}
+    assert len(crashed) == len(held)
     for takeover in report.takeovers:
-        assert takeover.from_worker == victim.worker_id
-        # Repeats come only from after the last checkpoint (one heartbeat, plus some slack).
-        assert takeover.duplicates <= RATE * (2 * HEARTBEAT_SECONDS + 0.5)
+        if takeover in crashed:
+            # Repeats come only from after the last checkpoint (a heartbeat, plus some slack).
+            assert takeover.duplicates <= RATE * (2 * HEARTBEAT_SECONDS + 0.5)
+        else:  # handoffs while the two workers balanced out repeat nothing
+            assert takeover.duplicates == 0
 
 
 def test_sigterm_hands_every_stream_off_with_no_repeat(
@@ -126,8 +132,10 @@ def test_sigstop_past_the_lease_fences_itself_and_never_overlaps(
     fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
 ) -> None:
     """A worker frozen (SIGSTOP) for longer than its lease loses its streams to the other; when
-    it wakes (SIGCONT) it delivers nothing more under its old epochs: each of its holders ends
-    fenced or lost, no two holders overlap, and no stale record lands in the sink."""
+    it wakes (SIGCONT) it takes nothing more from its old upstreams: each of its holders ends
+    fenced or lost, no two holders overlap, every record was received inside its lease.
+    (A write frozen between the deadline check and the disk may still land on waking; it
+    carries its old epoch, which consumers drop — the checker counts it as a late write.)"""
     frozen, other = two_workers_sharing(fleet, streams, upstream)
     held = fleet.held_by(frozen)
     assert held
@@ -151,5 +159,5 @@ def test_sigstop_past_the_lease_fences_itself_and_never_overlaps(
     report = fleet.report()
     assert report.ok, report.format()
     assert report.missing == 0
-    assert all(s.stale_writes == 0 for s in report.streams.values())
+    assert all(s.records_outside_lease == 0 for s in report.streams.values())
     assert frozen.alive, "a worker that lost its leases keeps running (it can take new ones)"
