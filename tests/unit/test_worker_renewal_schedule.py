@@ -106,3 +106,37 @@ def test_the_retry_delay_is_a_jittered_quarter_heartbeat() -> None:
     low, high = retry_delay_seconds(4.0, 0.0), retry_delay_seconds(4.0, 0.999)
     assert 0.4 < low < high < 1.6
     assert retry_delay_seconds(0.01, 0.5) >= 0.05
+
+
+def test_the_oldest_slot_says_how_far_renewals_are_behind() -> None:
+    """A slot moves on only when its renewal succeeds: retries during an outage leave it where
+    it was, so ``now - oldest_slot`` grows until DynamoDB answers again."""
+    schedule: RenewalSchedule[str] = RenewalSchedule(H)
+    assert schedule.oldest_slot() is None
+    schedule.add("a", now=0.0)
+    schedule.add("b", now=0.0)
+    assert schedule.oldest_slot() == pytest.approx(2.5)
+    for key, _ in schedule.pop_due(5.0):
+        schedule.retry(key, at=6.0)
+    assert schedule.oldest_slot() == pytest.approx(2.5)
+    schedule.pop_due(6.0)
+    schedule.succeeded("b", now=6.1)
+    assert schedule.oldest_slot() == pytest.approx(5.0)
+
+
+def test_a_worker_whose_renewals_fall_a_heartbeat_behind_takes_no_streams() -> None:
+    """Admission control: more than one heartbeat behind, ``is_behind`` says stop acquiring."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from streamlease.settings import Settings
+    from worker.renewal import Renewals
+
+    renewals = Renewals(cast(Any, SimpleNamespace(settings=Settings(heartbeat_seconds=H))))
+    holder = cast(Any, SimpleNamespace(stream_id="a", epoch=1))
+    renewals.track(holder, now_mono=0.0)  # due at 5.0
+    assert not renewals.is_behind(now_mono=9.9)
+    assert renewals.is_behind(now_mono=10.1)
+    assert renewals.behind_seconds(now_mono=10.1) == pytest.approx(5.1)
+    renewals.untrack("a", 1)
+    assert not renewals.is_behind(now_mono=100.0)
