@@ -28,6 +28,7 @@ from bench.write_units import (
     read_units,
     write_cost,
 )
+from streamlease.schema import PK, STREAM_PREFIX, WORKER_PREFIX
 
 _PARAMS_KEY = "bench_request_params"
 
@@ -40,6 +41,11 @@ class RequestCounter:
         self._membership = IndexMembership()
         self.requests: Counter[str] = Counter()
         """Logical calls by ``"<Operation> ok|failed"`` (failed: an error answer)."""
+        self.by_target: Counter[str] = Counter()
+        """Logical calls by ``"<Operation> <target>"``: target ``stream``/``worker`` item or
+        the index queried (``table`` for a query of the table itself)."""
+        self.write_units_by_target: Counter[str] = Counter()
+        """Write units (table + indexes) by ``stream``/``worker`` item."""
         self.attempts: Counter[str] = Counter()
         """HTTP attempts by operation (retries included)."""
         self.write_units: Counter[str] = Counter()
@@ -86,13 +92,16 @@ class RequestCounter:
         params = context.get(_PARAMS_KEY, {})
         ok = http_response is not None and http_response.status_code < 300
         code = (parsed or {}).get("Error", {}).get("Code", "") if not ok else ""
+        target = _target(params)
         with self._lock:
             self.requests[f"{operation} {'ok' if ok else 'failed'}"] += 1
+            self.by_target[f"{operation} {target}"] += 1
             if operation in WRITE_OPERATIONS and (ok or code == "ConditionalCheckFailedException"):
                 cost = write_cost(operation, params, ok, self._membership)
                 self.write_units["table"] += cost.base
                 for name, units in cost.index.items():
                     self.write_units[name] += units
+                self.write_units_by_target[target] += cost.total
             elif operation in READ_OPERATIONS and ok:
                 size = len(http_response.content or b"")
                 self.read_units += read_units(operation, params, size)
@@ -104,6 +113,8 @@ class RequestCounter:
         with self._lock:
             return {
                 "requests": dict(self.requests),
+                "by_target": dict(self.by_target),
+                "write_units_by_target": dict(self.write_units_by_target),
                 "attempts": dict(self.attempts),
                 "write_units": dict(self.write_units),
                 "read_units": self.read_units,
@@ -138,11 +149,26 @@ def write_requests(snapshot: dict[str, Any]) -> int:
 def diff(later: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
     """``later − earlier`` of two snapshots (counts taken in a steady window)."""
     out: dict[str, Any] = {}
-    for field in ("requests", "attempts", "write_units"):
+    for field in ("requests", "by_target", "write_units_by_target", "attempts", "write_units"):
         a, b = later.get(field, {}), earlier.get(field, {})
         out[field] = {k: a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)}
     out["read_units"] = later.get("read_units", 0.0) - earlier.get("read_units", 0.0)
     return out
+
+
+def _target(params: Any) -> str:
+    """What a request is about: a ``stream`` or ``worker`` item, or the index it queries."""
+    if "IndexName" in params:
+        return str(params["IndexName"])
+    key = params.get("Key") or params.get("Item") or {}
+    value = key.get(PK, "")
+    if isinstance(value, dict):
+        value = next(iter(value.values()), "")
+    if str(value).startswith(STREAM_PREFIX):
+        return "stream"
+    if str(value).startswith(WORKER_PREFIX):
+        return "worker"
+    return "table"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,183 @@
+"""Throughput: one whole worker against a bare websockets client, same simulator, same run.
+
+The simulator runs in its own process (:func:`bench.upstream_throughput.simulator_process`).
+Against it, in turn: the bare ``websockets`` client of :mod:`bench.upstream_throughput` (receive
+only, in this process), and one ``python -m worker`` holding the same number of streams with its
+real lease, renewals + checkpoints and the ``null`` sink (measured the way
+:mod:`bench.worker_scale` does: CPU from ``/proc``, messages from the worker's metric flushes).
+Memory per held stream is the worker's resident-set growth from no streams to N, divided by N.
+
+The worker here renews every 15 s (lease 60 s): 1,000 streams at the production 5 s would need
+200 renewals/s, more than the local moto server answers; renewal cost is the scale section's.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bench import upstream_throughput, worker_scale
+from bench.common import Table
+from bench.context import BenchContext
+from local.upstream_sim import raise_open_file_limit
+from local.worker_process import WorkerProcess
+
+THROUGHPUT_LEASE_SECONDS: Final = 60.0
+FLAT_OUT_STREAMS: Final = 10
+BARE: Final = upstream_throughput.BARE
+
+
+@dataclass
+class Run:
+    """One client over one measured window."""
+
+    client: str
+    streams: int
+    rate: float
+    messages: int
+    seconds: float
+    cpu_seconds: float
+    renewals: int = 0
+    rss_per_stream_kib: float | None = None
+
+    @property
+    def per_second(self) -> float:
+        """Messages per second over the window."""
+        return self.messages / self.seconds if self.seconds else float("nan")
+
+    @property
+    def cpu_us_per_message(self) -> float:
+        """Client CPU (user + system) per message, µs."""
+        return self.cpu_seconds / self.messages * 1e6 if self.messages else float("nan")
+
+
+def _rss_kib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return float(line.split()[1])
+    return float("nan")
+
+
+def _wait_started(worker: WorkerProcess, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while '"worker started"' not in worker.log_tail(200):
+        if time.monotonic() > deadline or not worker.alive:
+            raise RuntimeError(f"worker did not start:\n{worker.log_tail()}")
+        time.sleep(0.1)
+    time.sleep(1.0)  # past start-up allocations (clients, thread pool)
+
+
+def worker_run(
+    ctx: BenchContext, port: int, streams: int, rate: float, seconds: float
+) -> tuple[Run, worker_scale.Window]:
+    """One worker holding ``streams`` streams at ``rate`` msg/s (0: flat out), null sink."""
+    name = f"tp{streams}"
+    lease = THROUGHPUT_LEASE_SECONDS
+    settings = ctx.resources(
+        name,
+        worker_id=f"bench-{name}/1-{uuid.uuid4().hex[:4]}",
+        lease_seconds=lease,
+        heartbeat_seconds=lease / 4,
+        fence_margin_seconds=lease / 10,
+        capacity=streams + 10,
+        sink="null",
+        allow_insecure_ws=True,
+        allow_loopback_upstreams=True,
+        metrics_flush_seconds=worker_scale.FLUSH_SECONDS,
+        health_file=str(ctx.work_dir / f"{name}.health"),
+    )
+    worker = WorkerProcess.start(settings, name, ctx.work_dir / f"{name}.log")
+    try:
+        _wait_started(worker)
+        rss_empty = _rss_kib(worker.pid)
+        ids = [f"{name}-{i:05d}" for i in range(streams)]
+        worker_scale.seed(settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={rate:g}")
+        ctx.progress.update(f"worker: {streams} streams at {rate:g} msg/s", force=True)
+        window = worker_scale.measure(worker, streams, seconds)
+        rss_full = _rss_kib(worker.pid)
+    finally:
+        worker.stop(settings.shutdown_budget_seconds + 10)
+    run = Run(
+        "worker (lease + checkpoint + null sink)",
+        streams,
+        rate,
+        window.messages,
+        window.seconds,
+        window.cpu_seconds,
+        renewals=window.renewals,
+        # Flat out, every receive queue is full: that is buffer, not the cost of a stream.
+        rss_per_stream_kib=(rss_full - rss_empty) / streams if rate else None,
+    )
+    return run, window
+
+
+def bare_run(port: int, sim_pid: int, streams: int, rate: float, seconds: float) -> Run:
+    """The bare websockets client of :mod:`bench.upstream_throughput`, same simulator."""
+    r = upstream_throughput.measure(
+        BARE, port, sim_pid, streams=streams, rate=rate, duration=seconds
+    )
+    return Run(BARE, streams, rate, r.messages, r.seconds, r.cpu_seconds)
+
+
+def run(ctx: BenchContext) -> list[Table]:
+    """The throughput section: at N × 10 msg/s and flat out, bare client vs whole worker."""
+    streams = 100 if ctx.quick else 1000
+    seconds = 3.0 if ctx.quick else 15.0
+    loads = [(streams, 10.0)] if ctx.quick else [(streams, 10.0), (FLAT_OUT_STREAMS, 0.0)]
+    raise_open_file_limit()
+    runs: list[tuple[Run, Run]] = []
+    with upstream_throughput.simulator_process() as (port, sim_pid):
+        for n, rate in loads:
+            ctx.progress.update(f"bare client: {n} streams at {rate:g} msg/s", force=True)
+            bare = bare_run(port, sim_pid, n, rate, seconds)
+            worker, window = worker_run(ctx, port, n, rate, seconds)
+            runs.append((bare, worker))
+            if rate:
+                ctx.shared["throughput_window"] = window
+    table = Table(
+        "Throughput: one worker vs a bare websockets client (same simulator, same run)",
+        [
+            "load",
+            "client",
+            "msgs/s",
+            "CPU µs/msg",
+            "CPU % of a core",
+            "worker / bare CPU per msg",
+            "memory per held stream",
+        ],
+    )
+    for bare, worker in runs:
+        load = (
+            f"{bare.streams:,} × {bare.rate:g} msg/s" if bare.rate else f"{bare.streams} × flat out"
+        )
+        ratio = worker.cpu_us_per_message / bare.cpu_us_per_message
+        table.add(
+            load,
+            bare.client,
+            bare.per_second,
+            bare.cpu_us_per_message,
+            100 * bare.cpu_seconds / bare.seconds,
+            None,
+            None,
+        )
+        rss = None if worker.rss_per_stream_kib is None else f"{worker.rss_per_stream_kib:.0f} KiB"
+        table.add(
+            load,
+            worker.client,
+            worker.per_second,
+            worker.cpu_us_per_message,
+            100 * worker.cpu_seconds / worker.seconds,
+            f"{ratio:.2f}×",
+            rss,
+        )
+    table.notes += [
+        "CPU is user + system time of the client process over the window (100 % = one core);"
+        " the worker's includes its renewals, keepalives and loops.",
+        f"Worker: lease {THROUGHPUT_LEASE_SECONDS:g} s / heartbeat"
+        f" {THROUGHPUT_LEASE_SECONDS / 4:g} s here (the local moto server cannot renew 1,000"
+        " leases every 5 s); null sink; memory = resident-set growth from 0 to N streams / N.",
+    ]
+    return [table]
