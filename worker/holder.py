@@ -191,11 +191,13 @@ class StreamHolder:
                 await self._give_back()
             elif self.end_reason is EndReason.FENCED:
                 await self._release_lapsed()
-        except Exception as exc:  # a bug must not take the worker down; the lease lapses
+        except Exception as exc:  # a bug must not take the worker down
             logger.exception(
                 "holder failed", stream_id=self.stream_id, epoch=self.epoch, error=describe(exc)
             )
             self._halt_delivery()
+            self._renewals.untrack(self.stream_id, self.epoch)
+            await self._release_lapsed()  # conditional on owner and epoch: safe in any state
         finally:
             self._renewals.untrack(self.stream_id, self.epoch)
 
@@ -316,7 +318,8 @@ class StreamHolder:
                 await asyncio.sleep(RELEASE_RETRY_SECONDS)
 
     async def _release_lapsed(self) -> None:
-        """After fencing, free the lease if it is still ours, so a takeover need not wait.
+        """After fencing (or a failure), free the lease if it is still ours, so a takeover
+        need not wait.
 
         One attempt, short: the condition (owner and epoch) makes it safe whoever holds it now.
         The checkpoint written is the acknowledged seq, which is durable in the sink.

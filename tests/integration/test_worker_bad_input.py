@@ -38,10 +38,12 @@ def test_malformed_commands_are_deleted_logged_and_the_worker_keeps_going(
     worker = fleet.start()
     for body in POISON:
         streams.send(body)
+    # An idle worker polls (a worker at its fair share would leave commands to others).
+    fleet.wait(lambda: streams.queue_depth() == 0, 20, "every poison message deleted")
     (stream_id,) = new_ids(1)
     streams.put(stream_id, upstream.url_for(stream_id))
     fleet.wait_seq(stream_id, 5)
-    fleet.wait(lambda: streams.queue_depth() == 0, 10, "every command deleted")
+    fleet.wait(lambda: streams.queue_depth() == 0, 10, "the start command deleted")
 
     assert streams.queue_depth(dead_letter=True) == 0
     logs = fleet.log_records(worker)
