@@ -26,6 +26,7 @@ import argparse
 import collections
 import contextlib
 import errno
+import inspect
 import json
 import os
 import queue
@@ -117,7 +118,7 @@ def serialise_sqs_backend() -> None:
         return call
 
     for name, member in list(vars(models.SQSBackend).items()):
-        if not name.startswith("_") and callable(member) and not isinstance(member, type):
+        if not name.startswith("_") and inspect.isfunction(member):
             setattr(models.SQSBackend, name, locked(member))
 
     original_wait = models.Queue.wait_for_messages
