@@ -12,8 +12,11 @@ simulator's own work does not count):
 
 Production timers (lease 20 s, heartbeat 5 s), null sink. Renewal lag (how late each renewal
 was sent after its due time) comes from the worker's own per-interval summaries: p50 is the
-median of the intervals' medians, p99 the worst interval's p99, max the overall maximum.
-Moto answers ~180 DynamoDB requests/s here, so N is bounded near 900 at a 5 s heartbeat.
+median of the intervals' medians, p99 the worst interval's p99, max the overall maximum. The
+renewal call time (write round trip) shows whether the store or the worker is the limit: the
+serialised moto server answers ~180 DynamoDB requests/s on an idle core, fewer on a busy
+machine, and a worker whose renewals fall a heartbeat behind stops taking streams and lets
+the late leases fence (counted below) rather than overlap.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class Window:
     lag_p50s: list[float]
     lag_p99s: list[float]
     lag_max: float
+    call_p50s: list[float]
+    call_p99s: list[float]
+    leases_lost: int
+    held_at_end: int
     seconds: float
 
 
@@ -121,6 +128,10 @@ def measure(worker: WorkerProcess, streams: int, seconds: float) -> Window:
         lag_p50s=[r["renewal_lag_ms_p50"] for r in records],
         lag_p99s=[r["renewal_lag_ms_p99"] for r in records],
         lag_max=max(r["renewal_lag_ms_max"] for r in records),
+        call_p50s=[r["renewal_call_ms_p50"] for r in records],
+        call_p99s=[r["renewal_call_ms_p99"] for r in records],
+        leases_lost=sum(r["counters"]["LeasesLost"] for r in records),
+        held_at_end=records[-1]["active_connections"],
         seconds=end - start,
     )
 
@@ -199,6 +210,14 @@ def report(streams: int, rate: float, idle: Window, busy: Window) -> str:
         ("renewal lag p99 (busy, worst interval)", f"{max(busy.lag_p99s):.1f} ms"),
         ("renewal lag max (busy)", f"{busy.lag_max:.1f} ms"),
         ("renewal lag p99 / max (idle)", f"{max(idle.lag_p99s):.1f} / {idle.lag_max:.1f} ms"),
+        (
+            "renewal call p50 / worst p99 (busy)",
+            f"{statistics.median(busy.call_p50s):.1f} / {max(busy.call_p99s):.1f} ms",
+        ),
+        (
+            "leases fenced in the window (busy / idle)",
+            f"{busy.leases_lost} / {idle.leases_lost} (held at end: {busy.held_at_end})",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"| {'measure':<{width}} | value |", f"|{'-' * (width + 2)}|-------|"]

@@ -38,7 +38,11 @@ COUNTERS: Final = (
     WorkerMetric.SEQ_GAPS,
     WorkerMetric.MALFORMED_FRAMES,
 )
-LATENCIES: Final = (WorkerMetric.RENEWAL_LAG_MS, WorkerMetric.EVENT_LOOP_LAG_MS)
+RENEWAL_CALL_MS: Final = "RenewalCallMs"
+"""Round trip of each renewal write as the worker sees it (DynamoDB plus the thread pool).
+Logged with every flush, not emitted: CloudWatch has DynamoDB's own latency metrics."""
+EMITTED_LATENCIES: Final = (WorkerMetric.RENEWAL_LAG_MS, WorkerMetric.EVENT_LOOP_LAG_MS)
+LATENCIES: Final = (*EMITTED_LATENCIES, RENEWAL_CALL_MS)
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
@@ -144,8 +148,8 @@ class EmfPublisher:
             unit=MetricUnit.Count,
             value=snapshot.active_connections,
         )
-        for name, summary in snapshot.latencies.items():
-            for value in summary.emitted:
+        for name in EMITTED_LATENCIES:
+            for value in snapshot.latencies[name].emitted:
                 add(name=name, unit=MetricUnit.Milliseconds, value=value)
         self._metrics.flush_metrics()
         sys.stdout.flush()
@@ -157,6 +161,7 @@ def flush(metrics: WorkerMetrics, publisher: EmfPublisher) -> Snapshot:
     publisher.publish(snapshot)
     lag = snapshot.latencies[WorkerMetric.RENEWAL_LAG_MS]
     loop_lag = snapshot.latencies[WorkerMetric.EVENT_LOOP_LAG_MS]
+    call = snapshot.latencies[RENEWAL_CALL_MS]
     logger.info(
         "metrics flushed",
         active_connections=snapshot.active_connections,
@@ -166,6 +171,8 @@ def flush(metrics: WorkerMetrics, publisher: EmfPublisher) -> Snapshot:
         renewal_lag_ms_p99=round(lag.p99, 2),
         renewal_lag_ms_max=round(lag.max, 2),
         loop_lag_ms_max=round(loop_lag.max, 2),
+        renewal_call_ms_p50=round(call.p50, 2),
+        renewal_call_ms_p99=round(call.p99, 2),
     )
     return snapshot
 

@@ -21,12 +21,13 @@ import random
 import time
 from typing import Final
 
-from streamlease.errors import LeaseLost, StoreError, StreamStopped
+from streamlease.errors import LeaseLost, StreamStopped
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.holder import EndReason, StreamHolder
 from worker.lease_events import LeaseEvent
 from worker.logs import describe, logger
+from worker.metrics import RENEWAL_CALL_MS
 from worker.renewal_schedule import RenewalSchedule
 
 MAX_IN_FLIGHT: Final = 16
@@ -132,12 +133,11 @@ class Renewals:
                 )
                 holder.request_end(EndReason.LOST)
                 return
-            except StoreError as exc:
+            except Exception as exc:  # StoreError, or a bug in a dependency: retry soon
                 self._retry(key, holder, exc)
                 return
-            except Exception as exc:  # a bug in a dependency: keep renewing the others
-                self._retry(key, holder, exc)
-                return
+            finally:
+                ctx.metrics.observe(RENEWAL_CALL_MS, (time.monotonic() - sent) * 1000.0)
             deadline = holder.extend(sent)
             if key not in self._holders:
                 return
