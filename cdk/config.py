@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from streamlease import telemetry
+from streamlease.schema import COMMAND_MAX_RECEIVES
 
 
 class NetworkingMode(StrEnum):
@@ -81,7 +82,7 @@ class DeploymentConfig:
     provisioned_read: CapacityRange = CapacityRange(5, 100)
     provisioned_write: CapacityRange = CapacityRange(5, 500)
     command_visibility_timeout_seconds: int = 30
-    command_max_receives: int = 5
+    command_max_receives: int = COMMAND_MAX_RECEIVES
     """A command received this often without being deleted moves to the dead-letter queue."""
 
     # --- control plane and operations ---

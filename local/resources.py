@@ -16,10 +16,9 @@ from typing import Any, Final
 from botocore.exceptions import ClientError
 
 from streamlease import aws
-from streamlease.schema import create_table_kwargs
+from streamlease.schema import COMMAND_MAX_RECEIVES, create_table_kwargs
 from streamlease.settings import Settings
 
-COMMAND_MAX_RECEIVES: Final = 5
 """A command received this often without being deleted moves to the DLQ (as in the CDK app)."""
 DEAD_LETTER_RETENTION_SECONDS: Final = 14 * 24 * 3600
 COMMAND_RETENTION_SECONDS: Final = 24 * 3600

@@ -203,6 +203,9 @@ class CommandType(StrEnum):
 
 COMMAND_VERSION: Final = 1
 
+COMMAND_MAX_RECEIVES: Final = 5
+"""Deliveries of one command before it moves to the dead-letter queue (poison messages)."""
+
 
 @dataclass(frozen=True)
 class Command:
@@ -237,7 +240,8 @@ class Command:
             raise ValueError("command is not JSON") from exc
         if not isinstance(data, dict):
             raise ValueError("command is not a JSON object")
-        if data.get("v") != COMMAND_VERSION:
+        version = data.get("v")
+        if type(version) is not int or version != COMMAND_VERSION:
             raise ValueError("unsupported command version")
         stream_id = data.get("stream_id")
         generation = data.get("generation")

@@ -104,6 +104,8 @@ def body_with(**changes: object) -> str:
         (body_with(v=_MISSING), "version"),
         (body_with(v=2), "version"),
         (body_with(v="1"), "version"),
+        (body_with(v=True), "version"),
+        (body_with(v=1.0), "version"),
         (body_with(stream_id=_MISSING), "stream_id"),
         (body_with(stream_id=""), "stream_id"),
         (body_with(stream_id=7), "stream_id"),
