@@ -137,25 +137,30 @@ class Settings:
     local_respawn_seconds: float = 2.0
 
     def __post_init__(self) -> None:
+        # Messages name the environment variables: that is where an operator sets them.
+        def var(name: str) -> str:
+            return ENV_PREFIX + name.upper()
+
         problems = []
         for name in ("lease_seconds", "heartbeat_seconds", "reconcile_seconds"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                problems.append(f"{name} must be a positive number of seconds, got {value}")
-        if self.heartbeat_seconds >= self.lease_seconds:
-            problems.append("heartbeat_seconds must be shorter than lease_seconds")
+                problems.append(f"{var(name)} must be a positive number of seconds, got {value}")
         if self.fence_margin_seconds < 0 or self.fence_margin_seconds >= self.lease_seconds:
-            problems.append("fence_margin_seconds must be in [0, lease_seconds)")
-        if self.clock_skew_seconds < 0:
-            problems.append("clock_skew_seconds must not be negative")
-        if self.capacity < 1:
-            problems.append("capacity must be at least 1")
-        if self.shed_batch < 1:
-            problems.append("shed_batch must be at least 1")
-        if self.receive_queue_size < 1:
-            problems.append("receive_queue_size must be at least 1")
-        if self.sink_max_attempts < 1:
-            problems.append("sink_max_attempts must be at least 1")
+            problems.append(
+                f"{var('fence_margin_seconds')} must be at least 0 and below {var('lease_seconds')}"
+            )
+        elif self.heartbeat_seconds >= self.lease_seconds - self.fence_margin_seconds:
+            problems.append(
+                f"{var('heartbeat_seconds')} must be shorter than {var('lease_seconds')} minus"
+                f" {var('fence_margin_seconds')}, or a holder fences itself before it renews"
+            )
+        for name in ("clock_skew_seconds",):
+            if getattr(self, name) < 0:
+                problems.append(f"{var(name)} must not be negative")
+        for name in ("capacity", "shed_batch", "receive_queue_size", "sink_max_attempts"):
+            if getattr(self, name) < 1:
+                problems.append(f"{var(name)} must be at least 1")
         if problems:
             raise ConfigError("; ".join(problems))
 

@@ -106,17 +106,23 @@ def test_a_value_that_does_not_parse_names_its_variable(variable, value):
     ],
 )
 def test_a_value_that_breaks_a_rule_names_the_setting(environ, field):
-    """Values that parse but make no sense are refused, naming the setting."""
-    with pytest.raises(ConfigError, match=field):
+    """Values that parse but make no sense are refused, naming the variable that sets them."""
+    with pytest.raises(ConfigError, match=env_name(field)):
         Settings.from_env(environ)
+
+
+def test_a_heartbeat_that_cannot_beat_the_fence_is_refused():
+    """A holder must renew before its own fencing deadline: heartbeat < lease - margin."""
+    with pytest.raises(ConfigError, match="fences itself before it renews"):
+        Settings(lease_seconds=1.0, heartbeat_seconds=0.8, fence_margin_seconds=0.3)
 
 
 def test_every_broken_rule_is_reported_at_once():
     """An operator fixes all problems in one go, not one per restart."""
     with pytest.raises(ConfigError) as error:
         Settings(capacity=0, shed_batch=0)
-    assert "capacity" in str(error.value)
-    assert "shed_batch" in str(error.value)
+    assert "STREAMLEASE_CAPACITY" in str(error.value)
+    assert "STREAMLEASE_SHED_BATCH" in str(error.value)
 
 
 def test_overrides_win_over_the_environment():
