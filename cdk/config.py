@@ -6,12 +6,13 @@ parts it needs as constructor arguments and reads nothing else.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 
 from streamlease import telemetry
+from streamlease.errors import ConfigError
 from streamlease.schema import COMMAND_MAX_RECEIVES
+from streamlease.settings import Settings
 
 
 class NetworkingMode(StrEnum):
@@ -94,14 +95,16 @@ class DeploymentConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.capacity_per_worker < 1:
-            problems.append("capacity_per_worker must be at least 1")
-        for name in ("lease_seconds", "heartbeat_seconds", "reconcile_seconds"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                problems.append(f"{name} must be a positive number of seconds")
-        if self.heartbeat_seconds >= self.lease_seconds:
-            problems.append("heartbeat_seconds must be shorter than lease_seconds")
+        try:
+            # The worker's own rules decide whether these lease timings can work at all.
+            Settings(
+                capacity=self.capacity_per_worker,
+                lease_seconds=self.lease_seconds,
+                heartbeat_seconds=self.heartbeat_seconds,
+                reconcile_seconds=self.reconcile_seconds,
+            )
+        except ConfigError as exc:
+            problems.append(str(exc))
         if not 1 <= self.min_tasks <= self.max_tasks:
             problems.append("tasks need 1 <= min_tasks <= max_tasks")
         if not 0 < self.target_load_fraction < 1:

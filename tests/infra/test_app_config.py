@@ -75,7 +75,7 @@ def test_command_line_strings_parse_to_typed_values() -> None:
         ({"streamlease:minTasks": "two"}, "streamlease:minTasks"),
         ({"streamlease:networking": "hybrid"}, "streamlease:networking"),
         ({"streamlease:minTasks": 5, "streamlease:maxTasks": 3}, "min_tasks <= max_tasks"),
-        ({"streamlease:heartbeatSeconds": 30}, "heartbeat_seconds must be shorter"),
+        ({"streamlease:heartbeatSeconds": 30}, "STREAMLEASE_HEARTBEAT_SECONDS must be shorter"),
         ({"streamlease:targetLoadFraction": 1.2}, "target_load_fraction"),
         ({"streamlease:provisionedRead": [50, 5]}, "streamlease:provisionedRead"),
     ],
