@@ -14,6 +14,7 @@ import importlib
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
@@ -83,7 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             except Exception as exc:  # one broken section must not hide the others' figures
                 progress.clear()
                 failed.append(name)
-                produced = [Table(f"{name}: failed", ["error"], [[f"{type(exc).__name__}: {exc}"]])]
+                traceback.print_exc(file=sys.stderr)
+                first_line = (str(exc).splitlines() or [""])[0]
+                produced = [
+                    Table(f"{name}: failed", ["error"], [[f"{type(exc).__name__}: {first_line}"]])
+                ]
             progress.update(f"done in {time.monotonic() - section_start:.0f} s", force=True)
             progress.clear()
             for table in produced:

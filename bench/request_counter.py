@@ -73,7 +73,7 @@ class RequestCounter:
             counter.attach(client)
             return client
 
-        botocore.session.Session.create_client = create_client  # type: ignore[method-assign]
+        setattr(botocore.session.Session, "create_client", create_client)  # noqa: B010
 
     def _keep_params(self, params: Any, context: Any, **_: Any) -> None:
         context[_PARAMS_KEY] = dict(params)

@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from bench import upstream_throughput, worker_scale
 from bench.common import Table
@@ -41,6 +41,8 @@ class Run:
     seconds: float
     cpu_seconds: float
     renewals: int = 0
+    held: int | None = None
+    """Fewest streams the worker held during the window (None: not a worker)."""
     rss_per_stream_kib: float | None = None
 
     @property
@@ -70,9 +72,50 @@ def _wait_started(worker: WorkerProcess, timeout: float = 60.0) -> None:
     time.sleep(1.0)  # past start-up allocations (clients, thread pool)
 
 
+@dataclass
+class Window:
+    """What one measuring window saw of a worker (from its metric flushes and ``/proc``)."""
+
+    cpu_seconds: float
+    messages: int
+    renewals: int
+    lag_max: float
+    held_min: int
+    seconds: float
+
+
+def _measure(worker: WorkerProcess, streams: int, seconds: float, ramp_seconds: float) -> Window:
+    """Like :func:`bench.worker_scale.measure`, but a worker that never holds all ``streams``
+    (CPU-bound, fencing) is measured anyway, and the fewest streams it held is recorded."""
+    seen = 0
+    deadline = time.monotonic() + ramp_seconds
+    while time.monotonic() < deadline:
+        new, seen = worker_scale.flush_lines(worker, seen)
+        if any(r.get("active_connections") == streams for r in new):
+            break
+        if not worker.alive:
+            raise RuntimeError(f"worker exited:\n{worker.log_tail()}")
+        time.sleep(0.2)
+    start_cpu, start = worker_scale.cpu_seconds(worker.pid), time.monotonic()
+    records: list[dict[str, Any]] = []
+    while time.monotonic() - start < seconds or not records:
+        time.sleep(0.1)
+        new, seen = worker_scale.flush_lines(worker, seen)
+        records += new
+    end_cpu, end = worker_scale.cpu_seconds(worker.pid), time.monotonic()
+    return Window(
+        cpu_seconds=end_cpu - start_cpu,
+        messages=sum(r["counters"]["MessagesReceived"] for r in records),
+        renewals=sum(r["renewals"] for r in records),
+        lag_max=max(r["renewal_lag_ms_max"] for r in records),
+        held_min=min(int(r.get("active_connections", 0)) for r in records),
+        seconds=end - start,
+    )
+
+
 def worker_run(
     ctx: BenchContext, port: int, streams: int, rate: float, seconds: float
-) -> tuple[Run, worker_scale.Window]:
+) -> tuple[Run, Window]:
     """One worker holding ``streams`` streams at ``rate`` msg/s (0: flat out), null sink."""
     name = f"tp{streams}"
     lease = THROUGHPUT_LEASE_SECONDS
@@ -96,7 +139,7 @@ def worker_run(
         ids = [f"{name}-{i:05d}" for i in range(streams)]
         worker_scale.seed(settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={rate:g}")
         ctx.progress.update(f"worker: {streams} streams at {rate:g} msg/s", force=True)
-        window = worker_scale.measure(worker, streams, seconds)
+        window = _measure(worker, streams, seconds, ramp_seconds=30 + streams * 0.06)
         rss_full = _rss_kib(worker.pid)
     finally:
         worker.stop(settings.shutdown_budget_seconds + 10)
@@ -108,8 +151,9 @@ def worker_run(
         window.seconds,
         window.cpu_seconds,
         renewals=window.renewals,
+        held=window.held_min,
         # Flat out, every receive queue is full: that is buffer, not the cost of a stream.
-        rss_per_stream_kib=(rss_full - rss_empty) / streams if rate else None,
+        rss_per_stream_kib=(rss_full - rss_empty) / max(1, window.held_min) if rate else None,
     )
     return run, window
 
@@ -129,12 +173,14 @@ def run(ctx: BenchContext) -> list[Table]:
     loads = [(streams, 10.0)] if ctx.quick else [(streams, 10.0), (FLAT_OUT_STREAMS, 0.0)]
     raise_open_file_limit()
     runs: list[tuple[Run, Run]] = []
+    lags: list[float] = []
     with upstream_throughput.simulator_process() as (port, sim_pid):
         for n, rate in loads:
             ctx.progress.update(f"bare client: {n} streams at {rate:g} msg/s", force=True)
             bare = bare_run(port, sim_pid, n, rate, seconds)
             worker, window = worker_run(ctx, port, n, rate, seconds)
             runs.append((bare, worker))
+            lags.append(window.lag_max)
             if rate:
                 ctx.shared["throughput_window"] = window
     table = Table(
@@ -147,9 +193,10 @@ def run(ctx: BenchContext) -> list[Table]:
             "CPU % of a core",
             "worker / bare CPU per msg",
             "memory per held stream",
+            "renewal lag max",
         ],
     )
-    for bare, worker in runs:
+    for (bare, worker), lag in zip(runs, lags, strict=True):
         load = (
             f"{bare.streams:,} × {bare.rate:g} msg/s" if bare.rate else f"{bare.streams} × flat out"
         )
@@ -162,16 +209,21 @@ def run(ctx: BenchContext) -> list[Table]:
             100 * bare.cpu_seconds / bare.seconds,
             None,
             None,
+            None,
         )
         rss = None if worker.rss_per_stream_kib is None else f"{worker.rss_per_stream_kib:.0f} KiB"
+        client = worker.client
+        if worker.held is not None and worker.held < worker.streams:
+            client += f" — held only {worker.held:,} of {worker.streams:,} at times"
         table.add(
             load,
-            worker.client,
+            client,
             worker.per_second,
             worker.cpu_us_per_message,
             100 * worker.cpu_seconds / worker.seconds,
             f"{ratio:.2f}×",
             rss,
+            f"{lag:,.0f} ms",
         )
     table.notes += [
         "CPU is user + system time of the client process over the window (100 % = one core);"

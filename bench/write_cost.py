@@ -84,7 +84,7 @@ def run(ctx: BenchContext) -> list[Table]:
             "write requests / stream-h",
             "write units / stream-h",
             "of which index units",
-            "worker-item + reconcile write units / stream-h",
+            "worker-item write units / stream-h",
             "read units / stream-h",
             f"$ / month per {PER_STREAMS:,} streams",
         ],

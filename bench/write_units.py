@@ -45,7 +45,9 @@ class WriteCost:
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas outside parentheses (``if_not_exists(a, :z) + :one`` stays whole)."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

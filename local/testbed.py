@@ -173,19 +173,24 @@ class Testbed:
             worker.stop(self.settings.shutdown_budget_seconds + 5)
 
     def reap(self, worker: WorkerProcess) -> dict[str, Any]:
-        """Run the reaper handler for ``worker``'s task, as ECS would after the task stopped.
+        """Run the reaper handler for ``worker``'s task, as ECS would after the task stopped."""
+        return self.reap_task(worker.settings.task_arn)
 
-        In this process (a Lambda cold start is not what is measured); its log lines and
-        metrics go to ``logs/reaper.log``.
+    def reap_task(self, task_arn: str) -> dict[str, Any]:
+        """Run the reaper handler for a stopped ECS task.
+
+        In this process (a Lambda cold start is not what is measured: call it once with an
+        unknown task to warm it up); its log lines and metrics go to ``logs/reaper.log``.
         """
         from lambdas import reaper, runtime
 
-        runtime.configure(self.settings)
+        if runtime.current().settings != self.settings:
+            runtime.configure(self.settings)
         reaper.logger.setLevel("WARNING")
         log = self.run_dir / "logs" / "reaper.log"
         with open(log, "a", encoding="utf-8") as out, contextlib.redirect_stdout(out):
             result: dict[str, Any] = reaper.handler(
-                reaper.stopped_task_event(worker.settings.task_arn), runtime.LocalContext()
+                reaper.stopped_task_event(task_arn), runtime.LocalContext()
             )
         return result
 
