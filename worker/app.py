@@ -32,7 +32,7 @@ from streamlease.settings import Settings
 from worker import logs
 from worker.acquisition import Acquirer
 from worker.blocking import DEFAULT_THREADS, install_executor
-from worker.commands import CommandPoller, CommandQueue
+from worker.commands import CommandPoller, CommandQueue, given_away_window_seconds
 from worker.context import WorkerContext
 from worker.fleet import FleetView, WorkerItem
 from worker.holder import EndReason
@@ -74,7 +74,9 @@ class Worker:
         the events, when given, are those the signal handlers set."""
         self.settings = settings
         self.queue = CommandQueue(sqs, settings.queue_url, settings.poll_wait_seconds)
-        self.holdings = Holdings(settings.capacity)
+        self.holdings = Holdings(
+            settings.capacity, given_away_window_seconds(settings.reconcile_seconds)
+        )
         self.metrics = WorkerMetrics(lambda: self.holdings.active_count)
         self.ctx = WorkerContext(
             settings=settings,

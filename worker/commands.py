@@ -171,11 +171,10 @@ class CommandPoller:
             )
             await self._queue.delete(receipt)
             return
-        window = given_away_window_seconds(self._ctx.settings.reconcile_seconds)
-        if self._holdings.given_away_recently(command.stream_id, window):
+        if self._holdings.given_away_recently(command.stream_id):
             # This worker's own handoff: leave it to the others for a while. Not visibility 0,
             # or a worker alone on the queue would receive it again at once, in a tight loop.
-            await self._queue.give_back(receipt, window)
+            await self._queue.give_back(receipt, self._holdings.given_away_seconds)
             return
         try:
             outcome = await self._acquirer.try_acquire(

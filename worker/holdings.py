@@ -17,9 +17,11 @@ from worker.holder import EndReason, StreamHolder
 class Holdings:
     """Held streams by id, reservations, and streams recently given away."""
 
-    def __init__(self, capacity: int) -> None:
-        """``capacity``: most streams held plus reserved at once."""
+    def __init__(self, capacity: int, given_away_seconds: float) -> None:
+        """``capacity``: most streams held plus reserved at once; ``given_away_seconds``: how
+        long a stream this worker handed off is left to the others."""
         self.capacity = capacity
+        self.given_away_seconds = given_away_seconds
         self._holders: dict[str, StreamHolder] = {}
         self._reserved: set[str] = set()
         self._given_away: dict[str, float] = {}
@@ -103,17 +105,19 @@ class Holdings:
 
     def note_given_away(self, stream_id: str, now_mono: float | None = None) -> None:
         """Remember that this worker handed ``stream_id`` off (so it does not take it back)."""
-        self._given_away[stream_id] = time.monotonic() if now_mono is None else now_mono
+        now = time.monotonic() if now_mono is None else now_mono
+        if len(self._given_away) > 2 * self.capacity:  # forget what is past the window
+            cutoff = now - self.given_away_seconds
+            self._given_away = {s: at for s, at in self._given_away.items() if at > cutoff}
+        self._given_away[stream_id] = now
 
-    def given_away_recently(
-        self, stream_id: str, window_seconds: float, now_mono: float | None = None
-    ) -> bool:
-        """True when this worker handed ``stream_id`` off less than ``window_seconds`` ago."""
+    def given_away_recently(self, stream_id: str, now_mono: float | None = None) -> bool:
+        """True when this worker handed ``stream_id`` off less than ``given_away_seconds`` ago."""
         at = self._given_away.get(stream_id)
         if at is None:
             return False
         now = time.monotonic() if now_mono is None else now_mono
-        if now - at >= window_seconds:
+        if now - at >= self.given_away_seconds:
             del self._given_away[stream_id]
             return False
         return True

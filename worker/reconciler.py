@@ -25,7 +25,6 @@ from streamlease import rules
 from streamlease.lease_store import wall_ms
 from streamlease.model import LeaseView
 from worker.acquisition import Acquirer, Outcome
-from worker.commands import given_away_window_seconds
 from worker.context import WorkerContext
 from worker.fleet import FleetView
 from worker.holdings import Holdings
@@ -120,12 +119,11 @@ class Reconciler:
         return won
 
     def _candidates(self, views: list[LeaseView]) -> list[str]:
-        window = given_away_window_seconds(self._ctx.settings.reconcile_seconds)
         return [
             v.stream_id
             for v in views
             if v.stream_id not in self._holdings
-            and not self._holdings.given_away_recently(v.stream_id, window)
+            and not self._holdings.given_away_recently(v.stream_id)
         ]
 
     def _schedule(self, chosen: list[str], suspects: list[LeaseView], now_ms: int) -> None:
