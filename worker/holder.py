@@ -3,12 +3,12 @@
 A :class:`StreamHolder` is created by :mod:`worker.acquisition` after a won acquire and runs as
 one task in the worker's stream TaskGroup until its lease ends. Inside it:
 
-- *receive*: upstream messages (resuming at ``last_seq + 1``) into a bounded queue, so a slow sink
-  slows reading instead of growing memory;
+- *receive* (:class:`~worker.upstream_feed.UpstreamFeed`): upstream messages (resuming at
+  ``last_seq + 1``) into a bounded queue, so a slow sink slows reading instead of growing memory;
 - *deliver*: batches from the queue into the sink, each batch only while the holder is inside its
   self-fencing deadline; ``acked_seq`` — the checkpoint every renewal carries — moves only after
   the sink acknowledged a batch;
-- *report*: upstream failures into ``last_error`` (rate-limited);
+- *report* (the feed too): upstream failures into ``last_error`` (rate-limited);
 - *watch*: waits for an end request or the fencing deadline, whichever comes first.
 
 How it ends (:class:`EndReason`) decides the order of the last steps; see :meth:`run`.
@@ -18,27 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
 import time
 from enum import StrEnum
 from typing import Final, Protocol
 
 from streamlease import rules
-from streamlease.errors import LeaseLost, StoreError, UpstreamRejected
+from streamlease.errors import LeaseLost, StoreError
 from streamlease.model import Lease
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.lease_events import LeaseEvent
 from worker.logs import describe, logger
 from worker.sinks import SinkRecord
-from worker.upstream import (
-    CLOSE_TIMEOUT_SECONDS,
-    UpstreamEvent,
-    UpstreamEventKind,
-    UpstreamMessage,
-    UpstreamReader,
-)
+from worker.upstream import CLOSE_TIMEOUT_SECONDS, UpstreamMessage
+from worker.upstream_feed import UpstreamFeed
 
 MAX_BATCH_RECORDS: Final = 500
 """Most records handed to the sink in one write."""
@@ -46,10 +40,6 @@ SINK_RETRY_BASE_SECONDS: Final = 0.1
 SINK_RETRY_MAX_SECONDS: Final = 2.0
 RELEASE_RETRY_SECONDS: Final = 0.2
 """Pause between release attempts that got no answer (until the fencing deadline)."""
-ERROR_REPEAT_SECONDS: Final = 60.0
-"""The same ``last_error`` text is written again at most this often."""
-ERROR_MIN_GAP_SECONDS: Final = 1.0
-"""At most one ``last_error`` write per stream per this many seconds."""
 BEST_EFFORT_RELEASE_SECONDS: Final = 2.0
 """How long a fenced holder tries to release its lapsed lease before giving up."""
 
@@ -125,10 +115,14 @@ class StreamHolder:
         )
         self._stop_delivering = False
         self._draining = False
-        self._reader: UpstreamReader | None = None
         self._failure: str | None = None
-        self._pending_error: str | None = None
-        self._error_ready = asyncio.Event()
+        self._feed = UpstreamFeed(
+            lease,
+            ctx,
+            self._queue,
+            on_failed=lambda detail: self.request_end(EndReason.FAILED, detail),
+            on_lost=lambda: self.request_end(EndReason.LOST),
+        )
 
     # --- what other tasks call -----------------------------------------------------------
 
@@ -178,9 +172,9 @@ class StreamHolder:
         """
         try:
             async with asyncio.TaskGroup() as tasks:
-                receiver = tasks.create_task(self._receive())
+                receiver = tasks.create_task(self._feed.receive())
                 deliverer = tasks.create_task(self._deliver())
-                reporter = tasks.create_task(self._report_errors())
+                reporter = tasks.create_task(self._feed.report_errors())
                 await self._watch()
                 reporter.cancel()
                 if self.end_reason in GRACEFUL:
@@ -217,7 +211,7 @@ class StreamHolder:
     ) -> None:
         receiver.cancel()
         code = 1000 if self.end_reason is EndReason.STOPPED else 1001
-        await self._close_upstream(code)
+        await self._feed.close(code)
         self._draining = True
         self._wake_deliverer()
         remaining = self.deadline_mono - time.monotonic()
@@ -237,7 +231,7 @@ class StreamHolder:
         self._renewals.untrack(self.stream_id, self.epoch)
         await self._quiesce(deliverer)
         self._record_abrupt_end()
-        await self._close_upstream(1001)
+        await self._feed.close(1001)
 
     def _record_abrupt_end(self) -> None:
         """The holder delivers nothing more: count it, log it, and write the lease event."""
@@ -335,116 +329,6 @@ class StreamHolder:
                 )
         except (LeaseLost, StoreError, TimeoutError):
             return
-
-    async def _close_upstream(self, code: int) -> None:
-        reader = self._reader
-        if reader is None:
-            return
-        try:
-            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS + 1.0):
-                await reader.close(code)
-        except Exception as exc:  # the socket is gone either way
-            logger.debug("upstream close failed", stream_id=self.stream_id, error=describe(exc))
-
-    # --- receive -------------------------------------------------------------------------------
-
-    async def _receive(self) -> None:
-        """Upstream → queue, reopening the reader when the upstream ended or refused us.
-
-        A refused stream (``UpstreamRejected``: 4xx, a redirect, a forbidden address) stays
-        held, parked, with ``last_error`` set, and is tried again every ``backoff_max_seconds``:
-        handing it to another worker would only make the whole fleet knock on the same door.
-        """
-        settings = self._settings
-        last_seq = self.lease.last_seq
-        ended_in_a_row = 0
-        metrics = self._ctx.metrics
-        queue = self._queue
-        while True:
-            reader = UpstreamReader(
-                self.stream_id,
-                self.lease.ws_url,
-                settings,
-                last_seq=last_seq,
-                on_event=self._on_upstream_event,
-            )
-            self._reader = reader
-            try:
-                async for message in reader:
-                    metrics.incr(WorkerMetric.MESSAGES_RECEIVED)
-                    await queue.put(message)
-            except UpstreamRejected:
-                pause = settings.backoff_max_seconds
-            except Exception as exc:
-                self.request_end(EndReason.FAILED, describe(exc))
-                return
-            else:
-                if not reader.upstream_ended:
-                    return  # closed by this holder
-                ended_in_a_row = 1 if reader.stats.messages else ended_in_a_row + 1
-                pause = rules.backoff_seconds(
-                    ended_in_a_row - 1,
-                    settings.backoff_base_seconds,
-                    settings.backoff_max_seconds,
-                    random.random(),
-                )
-            last_seq = reader.last_seq
-            await asyncio.sleep(pause)
-
-    def _on_upstream_event(self, event: UpstreamEvent) -> None:
-        """Called synchronously by the reader: count, log, and queue ``last_error`` writes."""
-        kind = event.kind
-        metrics = self._ctx.metrics
-        if kind is UpstreamEventKind.MALFORMED:
-            metrics.incr(WorkerMetric.MALFORMED_FRAMES)
-        elif kind is UpstreamEventKind.GAP:
-            metrics.incr(WorkerMetric.SEQ_GAPS)
-            logger.info(
-                "upstream seq gap", stream_id=self.stream_id, seq=event.seq, missing=event.missing
-            )
-        elif kind is UpstreamEventKind.CONNECTED:
-            logger.info("upstream connected", stream_id=self.stream_id, attempt=event.attempt)
-        else:
-            if kind is UpstreamEventKind.RETRYING:
-                metrics.incr(WorkerMetric.RECONNECTS)
-            logger.info(
-                "upstream failed",
-                stream_id=self.stream_id,
-                kind=kind.value,
-                error=event.error,
-                status=event.status,
-                close_code=event.close_code,
-                retry_in_seconds=round(event.delay_seconds, 3),
-            )
-            self._pending_error = event.error
-            self._error_ready.set()
-
-    async def _report_errors(self) -> None:
-        """Write upstream failures to ``last_error``: new texts soon, repeats rarely."""
-        last_text: str | None = None
-        last_at = -math.inf
-        while True:
-            await self._error_ready.wait()
-            self._error_ready.clear()
-            text = self._pending_error
-            now = time.monotonic()
-            if not text or (text == last_text and now - last_at < ERROR_REPEAT_SECONDS):
-                continue
-            try:
-                await asyncio.to_thread(
-                    self._ctx.store.record_error,
-                    self.stream_id,
-                    self._ctx.worker_id,
-                    self.epoch,
-                    text,
-                )
-            except LeaseLost:
-                self.request_end(EndReason.LOST)
-                return
-            except StoreError:
-                continue
-            last_text, last_at = text, now
-            await asyncio.sleep(ERROR_MIN_GAP_SECONDS)
 
     # --- deliver -------------------------------------------------------------------------------
 

@@ -1,0 +1,174 @@
+"""The upstream side of one held stream: reader → bounded queue, and failures → ``last_error``.
+
+An :class:`UpstreamFeed` belongs to one :class:`~worker.holder.StreamHolder`. It opens a
+:class:`~worker.upstream.UpstreamReader` resuming after the lease's checkpoint, puts messages on
+the holder's bounded queue (a slow sink slows reading, never grows memory), counts what the
+reader reports, and writes upstream failures into the stream item's ``last_error`` — new texts
+soon, repeats rarely, never more than one write a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import Final
+
+from streamlease import rules
+from streamlease.errors import LeaseLost, StoreError, UpstreamRejected
+from streamlease.model import Lease
+from streamlease.telemetry import WorkerMetric
+from worker.context import WorkerContext
+from worker.logs import describe, logger
+from worker.upstream import (
+    CLOSE_TIMEOUT_SECONDS,
+    UpstreamEvent,
+    UpstreamEventKind,
+    UpstreamMessage,
+    UpstreamReader,
+)
+
+ERROR_REPEAT_SECONDS: Final = 60.0
+"""The same ``last_error`` text is written again at most this often."""
+ERROR_MIN_GAP_SECONDS: Final = 1.0
+"""At most one ``last_error`` write per stream per this many seconds."""
+
+
+class UpstreamFeed:
+    """Reads one stream's upstream into a queue and reports its failures."""
+
+    def __init__(
+        self,
+        lease: Lease,
+        ctx: WorkerContext,
+        queue: asyncio.Queue[UpstreamMessage | None],
+        *,
+        on_failed: Callable[[str], None],
+        on_lost: Callable[[], None],
+    ) -> None:
+        """``on_failed(detail)``: the feed broke unexpectedly; ``on_lost()``: writing
+        ``last_error`` showed the lease is no longer ours."""
+        self._lease = lease
+        self._ctx = ctx
+        self._queue = queue
+        self._on_failed = on_failed
+        self._on_lost = on_lost
+        self._reader: UpstreamReader | None = None
+        self._pending_error: str | None = None
+        self._error_ready = asyncio.Event()
+
+    async def receive(self) -> None:
+        """Upstream → queue until cancelled, reopening the reader when the upstream ended the
+        stream (1000/1001: reconnect with backoff) or refused it.
+
+        A refused stream (``UpstreamRejected``: 4xx, a redirect, a forbidden address) stays
+        held, parked, with ``last_error`` set, and is tried again every ``backoff_max_seconds``:
+        handing it to another worker would only make the whole fleet knock on the same door.
+        """
+        settings = self._ctx.settings
+        metrics = self._ctx.metrics
+        queue = self._queue
+        last_seq = self._lease.last_seq
+        ended_in_a_row = 0
+        while True:
+            reader = UpstreamReader(
+                self._lease.stream_id,
+                self._lease.ws_url,
+                settings,
+                last_seq=last_seq,
+                on_event=self._on_event,
+            )
+            self._reader = reader
+            try:
+                async for message in reader:
+                    metrics.incr(WorkerMetric.MESSAGES_RECEIVED)
+                    await queue.put(message)
+            except UpstreamRejected:
+                pause = settings.backoff_max_seconds
+            except Exception as exc:
+                self._on_failed(describe(exc))
+                return
+            else:
+                if not reader.upstream_ended:
+                    return  # closed by the holder
+                ended_in_a_row = 1 if reader.stats.messages else ended_in_a_row + 1
+                pause = rules.backoff_seconds(
+                    ended_in_a_row - 1,
+                    settings.backoff_base_seconds,
+                    settings.backoff_max_seconds,
+                    random.random(),
+                )
+            last_seq = reader.last_seq
+            await asyncio.sleep(pause)
+
+    async def close(self, code: int) -> None:
+        """Close the connection with ``code`` (1000 stopped, 1001 going away); never raises."""
+        reader = self._reader
+        if reader is None:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS + 1.0):
+                await reader.close(code)
+        except Exception as exc:  # the socket is gone either way
+            logger.debug(
+                "upstream close failed", stream_id=self._lease.stream_id, error=describe(exc)
+            )
+
+    def _on_event(self, event: UpstreamEvent) -> None:
+        """Called synchronously by the reader: count, log, and queue ``last_error`` writes."""
+        kind = event.kind
+        metrics = self._ctx.metrics
+        stream_id = self._lease.stream_id
+        if kind is UpstreamEventKind.MALFORMED:
+            metrics.incr(WorkerMetric.MALFORMED_FRAMES)
+        elif kind is UpstreamEventKind.GAP:
+            metrics.incr(WorkerMetric.SEQ_GAPS)
+            logger.info(
+                "upstream seq gap", stream_id=stream_id, seq=event.seq, missing=event.missing
+            )
+        elif kind is UpstreamEventKind.CONNECTED:
+            logger.info("upstream connected", stream_id=stream_id, attempt=event.attempt)
+        else:
+            if kind is UpstreamEventKind.RETRYING:
+                metrics.incr(WorkerMetric.RECONNECTS)
+            logger.info(
+                "upstream failed",
+                stream_id=stream_id,
+                kind=kind.value,
+                error=event.error,
+                status=event.status,
+                close_code=event.close_code,
+                retry_in_seconds=round(event.delay_seconds, 3),
+            )
+            self._pending_error = event.error
+            self._error_ready.set()
+
+    async def report_errors(self) -> None:
+        """Write upstream failures to ``last_error`` until cancelled."""
+        last_text: str | None = None
+        last_at = -math.inf
+        lease = self._lease
+        while True:
+            await self._error_ready.wait()
+            self._error_ready.clear()
+            text = self._pending_error
+            now = time.monotonic()
+            if not text or (text == last_text and now - last_at < ERROR_REPEAT_SECONDS):
+                continue
+            with contextlib.suppress(StoreError):  # the next failure tries again
+                try:
+                    await asyncio.to_thread(
+                        self._ctx.store.record_error,
+                        lease.stream_id,
+                        self._ctx.worker_id,
+                        lease.epoch,
+                        text,
+                    )
+                except LeaseLost:
+                    self._on_lost()
+                    return
+                last_text, last_at = text, now
+                await asyncio.sleep(ERROR_MIN_GAP_SECONDS)
