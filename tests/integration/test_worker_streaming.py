@@ -7,6 +7,7 @@ simulator, with timers scaled to a 1 s lease.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -128,3 +129,23 @@ def test_health_check_follows_the_event_loop(fleet: Fleet, settings: Settings) -
     assert worker.terminate(20) == 0
     fleet.wait(lambda: time.time() - os.stat(health_file).st_mtime > 1.5, 5, "health file aged")
     assert check() == 1
+
+
+def test_a_second_signal_still_releases_and_exits_cleanly(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """SIGTERM then SIGINT right after: the worker skips draining its queues but still
+    releases every lease (with the last acknowledged checkpoint) and exits 0."""
+    worker = fleet.start()
+    ids = new_ids(2)
+    for stream_id in ids:
+        streams.put(stream_id, upstream.url_for(stream_id))
+    for stream_id in ids:
+        fleet.wait_seq(stream_id, 5)
+    worker.signal(signal.SIGTERM)
+    worker.signal(signal.SIGINT)
+    assert worker.wait(20) == 0
+    for stream_id in ids:
+        item = streams.read(stream_id)
+        assert item.owner is None
+        assert item.last_seq <= max(fleet.seqs(stream_id))
