@@ -102,12 +102,17 @@ def streams_to_shed(held: int, share: int, slack: int, batch: int) -> int:
 
 
 def may_take_more(held: int, share: int, capacity: int) -> bool:
-    """Whether a worker should poll for start commands: below both its fair share and capacity.
+    """Whether a worker should poll for start and handoff commands: not above its fair share,
+    and below capacity.
 
-    A share of 0 (no streams known at the last count) still lets an empty worker poll, so the
-    first stream of a new fleet is not left to the reconciler.
+    A worker exactly *at* its share still polls. The share is counted from worker items and
+    the last reconcile, so it lags the streams just created or just released by a draining
+    peer; if workers at their share stopped polling, a balanced fleet would leave those
+    commands to the next reconcile round instead of answering them within a second. Taking one
+    more leaves a worker at share + 1, which the rebalancer's slack tolerates; workers above
+    their share stay out, so a worker that just joined (far below its share) still gets most.
     """
-    return held < min(max(share, 1), capacity)
+    return held <= share and held < capacity
 
 
 def free_capacity(held: int, capacity: int) -> int:

@@ -58,6 +58,10 @@ class Settings:
     capacity: int = 100
     """Most streams one worker holds."""
     rebalance_seconds: float = 10.0
+    fleet_recount_seconds: float = 1.0
+    """How often a worker re-reads the worker items. A peer that starts DRAINING raises everyone
+    else's fair share; seeing it within this long is what lets its handoffs be polled for at
+    once instead of waiting for reconciliation (one small query of the worker items)."""
     rebalance_slack: int = 1
     """A worker sheds only when it holds more than fair share + slack."""
     shed_batch: int = 2

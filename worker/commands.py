@@ -120,7 +120,7 @@ class CommandQueue:
 
 
 class CommandPoller:
-    """Receives commands while this worker is below its fair share and capacity."""
+    """Receives commands while this worker is not above its fair share and below capacity."""
 
     def __init__(
         self,

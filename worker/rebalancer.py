@@ -1,8 +1,8 @@
 """Rebalancing: recount the fleet, and shed streams when this worker holds far above its share.
 
-Every worker heartbeat (or ``rebalance_seconds`` if shorter) the worker lists the live worker
-items and recomputes the fair share (:func:`worker.fleet.update_view`; the command poller and the
-reconciler read it). Every ``rebalance_seconds`` (jittered), when it holds more than share +
+Every ``fleet_recount_seconds`` (or ``rebalance_seconds`` if shorter) the worker lists the live
+worker items and recomputes the fair share (:func:`worker.fleet.update_view`; the command poller
+and the reconciler read it). Every ``rebalance_seconds`` (jittered), when it holds more than share +
 slack, it hands off a few streams (release + handoff) that it has held for at least
 ``min_tenure_seconds``. A few at a time, so the fleet converges without a herd.
 """
@@ -46,9 +46,10 @@ def choose_to_shed(
     return rng.sample(eligible, min(count, len(eligible)))
 
 
-def recount_seconds(rebalance_seconds: float, worker_heartbeat_seconds: float) -> float:
-    """How often the fleet view is recounted: as often as worker items change, at most."""
-    return min(rebalance_seconds, worker_heartbeat_seconds)
+def recount_seconds(rebalance_seconds: float, fleet_recount_seconds: float) -> float:
+    """How often the fleet view is recounted: every ``fleet_recount_seconds``, and at least as
+    often as the rebalancer sheds."""
+    return min(rebalance_seconds, fleet_recount_seconds)
 
 
 class Rebalancer:
@@ -69,7 +70,7 @@ class Rebalancer:
         handoffs instead of leaving them to the next reconcile round.
         """
         settings = self._ctx.settings
-        recount = recount_seconds(settings.rebalance_seconds, settings.worker_heartbeat_seconds)
+        recount = recount_seconds(settings.rebalance_seconds, settings.fleet_recount_seconds)
         next_shed = time.monotonic()
         while True:
             try:

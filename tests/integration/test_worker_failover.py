@@ -14,6 +14,7 @@ from worker_helpers import (
     HEARTBEAT_SECONDS,
     LEASE_SECONDS,
     RATE,
+    START_TIMEOUT,
     Fleet,
     Streams,
     fleet,
@@ -26,6 +27,7 @@ from worker_helpers import (
 from local.invariants import EXPIRED
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import WorkerProcess
+from streamlease.lease_store import LeaseStore
 
 __all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
 
@@ -125,6 +127,51 @@ def test_sigterm_hands_every_stream_off_with_no_repeat(
     report = fleet.report()
     assert report.ok, report.format()
     assert report.missing == 0
+    assert report.duplicates == 0
+
+
+def test_sigterm_handoffs_are_taken_at_once_not_left_to_reconciliation(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """A peer already at its fair share still takes a leaving worker's streams about a second
+    after their release: it sees the DRAINING worker item at its next fleet recount
+    (``fleet_recount_seconds``, production value) and polls for the handoff commands. Reconcile
+    (30 s), worker heartbeats (5 s) and rebalancing (30 s) are too slow here to explain it."""
+    slow = {
+        "reconcile_seconds": 30.0,
+        "worker_heartbeat_seconds": 5.0,
+        "worker_ttl_seconds": 20.0,
+        "rebalance_seconds": 30.0,
+        "fleet_recount_seconds": 1.0,
+    }
+    first, second = fleet.start(**slow), fleet.start(**slow)
+    store = LeaseStore(streams.dynamodb, streams.settings.table_name)
+    fleet.wait(
+        lambda: {first.worker_id, second.worker_id} <= {w.worker_id for w in store.list_workers()},
+        START_TIMEOUT,
+        "both workers registered",
+    )
+    ids = new_ids(STREAMS)
+    for stream_id in ids:
+        streams.put(stream_id, upstream.url_for(stream_id))
+    fleet.wait_owned(ids)
+    fleet.wait(
+        lambda: fleet.held_by(first) and fleet.held_by(second), 10, "both workers hold streams"
+    )
+    leaving = first if len(fleet.held_by(first)) >= len(fleet.held_by(second)) else second
+    staying = second if leaving is first else first
+    held = fleet.held_by(leaving)
+    for stream_id in ids:
+        fleet.wait_seq(stream_id, 5)
+
+    assert leaving.terminate(20) == 0
+    fleet.wait(lambda: held <= set(fleet.held_by(staying)), 10, "streams handed off")
+    for stream_id in held:
+        released = max(e.mono for e in fleet.events("released", stream_id))
+        delay = takeover_seconds(fleet, stream_id, leaving.worker_id, staying.worker_id, released)
+        assert delay < 2.0, f"{stream_id} idle {delay:.2f} s after its release"
+    report = fleet.report()
+    assert report.ok, report.format()
     assert report.duplicates == 0
 
 

@@ -185,14 +185,15 @@ def test_shedding_never_drops_below_fair_share_nor_exceeds_the_batch(held, share
         (1, 0, 100, False),
         (0, 1, 100, True),
         (2, 3, 100, True),
-        (3, 3, 100, False),  # at fair share
-        (4, 3, 100, False),
+        (3, 3, 100, True),  # at fair share: the share lags new and handed-off streams
+        (4, 3, 100, False),  # above it: leave commands to emptier workers
         (2, 10, 2, False),  # at capacity
         (1, 10, 2, True),
+        (5, 5, 5, False),  # at share but at capacity
     ],
 )
-def test_may_take_more_below_both_share_and_capacity(held, share, capacity, polls):
-    """A worker polls only while below min(max(share, 1), capacity)."""
+def test_may_take_more_up_to_share_and_below_capacity(held, share, capacity, polls):
+    """A worker polls while not above its fair share and below its capacity."""
     assert rules.may_take_more(held, share, capacity) is polls
 
 

@@ -76,9 +76,9 @@ def test_timers_are_jittered_by_twenty_percent() -> None:
     assert 11.9 < jittered(10.0, 0.999) < 12.0
 
 
-def test_the_fleet_is_recounted_at_worker_heartbeat_pace() -> None:
-    assert recount_seconds(rebalance_seconds=10.0, worker_heartbeat_seconds=5.0) == 5.0
-    assert recount_seconds(rebalance_seconds=0.5, worker_heartbeat_seconds=5.0) == 0.5
+def test_the_fleet_is_recounted_every_fleet_recount_interval() -> None:
+    assert recount_seconds(rebalance_seconds=10.0, fleet_recount_seconds=1.0) == 1.0
+    assert recount_seconds(rebalance_seconds=0.5, fleet_recount_seconds=1.0) == 0.5
 
 
 def test_a_handed_off_stream_is_left_to_others_for_three_reconcile_rounds() -> None:
