@@ -65,7 +65,7 @@ synth: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## synthesize the CloudFormation tem
 deploy: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## deploy both stacks to the AWS account in your credentials
 	$(CDK) deploy --all
 
-destroy: $(STAMP) $(NODE_STAMP) ## remove the stateless stack (the stateful one is retained)
+destroy: $(STAMP) $(NODE_STAMP) ## delete both stacks (the table, queues and sink stream are retained)
 	$(CDK) destroy --all
 
 $(LAMBDA_DEPS_STAMP): requirements.lock | $(STAMP)
