@@ -18,6 +18,10 @@ RATE: Final = 5.0
 """Messages per second per stream."""
 WORKERS: Final = 3
 STREAMS: Final = 33
+MAX_REPEATS_PER_TAKEOVER: Final = RATE * (LEASE_SECONDS + LEASE_SECONDS / 4)
+"""A holder that could not hand over delivered at most until its deadline (its last good
+renewal + lease − margin) past the checkpoint that renewal wrote; a heartbeat of slack covers
+the checkpoint being taken as the renewal was sent."""
 CRASH_ENDINGS: Final = frozenset({EXPIRED, EXITED, "fenced", "lost"})
 """How a holder ends when it could not hand over cleanly: only then may a takeover repeat."""
 
@@ -52,9 +56,10 @@ def assert_invariants(
     report: Report,
     *,
     duplicates_allowed_after: Iterable[str] = CRASH_ENDINGS,
-    max_duplicates_per_takeover: float = RATE * LEASE_SECONDS,
+    max_duplicates_per_takeover: float = MAX_REPEATS_PER_TAKEOVER,
 ) -> None:
-    """No overlap, no gap, no stale write; duplicates only after the given endings, bounded."""
+    """No overlap, no gap, no record outside its lease; repeats only after the given endings,
+    and bounded per takeover."""
     allowed = set(duplicates_allowed_after)
     problems = report.violations()
     for t in report.takeovers:
