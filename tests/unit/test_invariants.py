@@ -299,3 +299,10 @@ def test_a_holder_reacquiring_its_own_lapsed_epoch_may_replay_from_the_checkpoin
     assert (takeover.from_epoch, takeover.to_epoch, takeover.from_end_reason) == (3, 3, "fenced")
     assert takeover.duplicates == 3
     assert [s.acquisition for s in report.streams["s"].segments] == [0, 1]
+
+
+def test_records_of_a_stream_with_no_lease_events_at_all_are_not_placed() -> None:
+    """A sink read on its own (no event log) checks seqs only: nothing to place records in."""
+    report = check([], recs("s", 1, [1, 2, 4]))
+    assert report.streams["s"].records_outside_lease == 0
+    assert report.missing == 1
