@@ -96,6 +96,20 @@ def segments_of(events: Sequence[LeaseEvent]) -> list[Segment]:
     return out
 
 
+def current_owners(events: Iterable[LeaseEvent], at: float) -> dict[str, str]:
+    """Stream → worker id of every holder still inside a delivery segment at monotonic ``at``
+    (its last renewal's fencing deadline has not passed and it has not let go)."""
+    holders: dict[tuple[str, int, str], list[LeaseEvent]] = {}
+    for ev in events:
+        holders.setdefault((ev.stream_id, ev.epoch, ev.worker_id), []).append(ev)
+    out: dict[str, str] = {}
+    for (stream_id, _, worker_id), held in holders.items():
+        for seg in segments_of(held):
+            if seg.start <= at < seg.end and seg.end_reason == EXPIRED:
+                out[stream_id] = worker_id
+    return out
+
+
 def _segment(
     first: LeaseEvent | None, start: float, end: float, reason: str, acquisition: int
 ) -> Segment:
@@ -376,6 +390,7 @@ __all__ = [
     "Window",
     "check",
     "check_files",
+    "current_owners",
     "load_events",
     "load_records",
     "segments_of",

@@ -21,7 +21,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from local.invariant_inputs import LeaseEvent
-from local.invariants import EXPIRED, Report, Window, check, load_records, segments_of
+from local.invariants import Report, Window, check, current_owners, load_records
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
 from local.worker_process import ApiProcess, WorkerProcess
 from streamlease.cli.client import ApiClient
@@ -235,16 +235,7 @@ class Testbed:
     def owners(self, at: float | None = None) -> dict[str, str]:
         """Stream → worker id of every holder that may deliver at ``at`` (default: now)."""
         self.tail.refresh()
-        now = time.monotonic() if at is None else at
-        holders: dict[tuple[str, int, str], list[LeaseEvent]] = {}
-        for ev in self.tail.events:
-            holders.setdefault((ev.stream_id, ev.epoch, ev.worker_id), []).append(ev)
-        out: dict[str, str] = {}
-        for (stream_id, _, worker_id), events in holders.items():
-            for seg in segments_of(events):
-                if seg.start <= now < seg.end and seg.end_reason == EXPIRED:
-                    out[stream_id] = worker_id
-        return out
+        return current_owners(self.tail.events, time.monotonic() if at is None else at)
 
     def wait_for(
         self, condition: Callable[[], bool], timeout_seconds: float, what: str, every: float = 0.1

@@ -196,19 +196,10 @@ class Fleet:
 
     def owners(self) -> dict[str, str]:
         """Stream → worker id of every holder that may deliver now (from the lease events)."""
-        from local.invariants import EXPIRED, segments_of
+        from local.invariants import current_owners
 
         self.tail.refresh()
-        now = time.monotonic()
-        holders: dict[tuple[str, int, str], list[Any]] = {}
-        for ev in self.tail.events:
-            holders.setdefault((ev.stream_id, ev.epoch, ev.worker_id), []).append(ev)
-        out: dict[str, str] = {}
-        for (stream_id, _, worker_id), events in holders.items():
-            for seg in segments_of(events):
-                if seg.start <= now < seg.end and seg.end_reason == EXPIRED:
-                    out[stream_id] = worker_id
-        return out
+        return current_owners(self.tail.events, time.monotonic())
 
     def held_by(self, worker: WorkerProcess) -> set[str]:
         """Streams ``worker`` holds now."""
