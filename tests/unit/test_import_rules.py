@@ -58,7 +58,7 @@ def violations(package: str, root: Path = ROOT) -> list[str]:
             if top not in ALLOWED[package]:
                 found.append(f"{filename}: {module}")
             elif package == "cdk" and rest.split(".")[0] not in CDK_STREAMLEASE_MODULES:
-                found.append(f"{filename}: {module} (cdk may use only names modules)")
+                found.append(f"{filename}: {module} (cdk may import only names and settings)")
     return found
 
 
@@ -112,5 +112,5 @@ def test_cdk_may_not_import_the_lease_store(tmp_path):
     )
 
     assert violations("cdk", tmp_path) == [
-        "cdk/stack.py: streamlease.lease_store.LeaseStore (cdk may use only names modules)"
+        "cdk/stack.py: streamlease.lease_store.LeaseStore (cdk may import only names and settings)"
     ]
