@@ -50,7 +50,8 @@ from worker.sinks import Sink, load_sink
 EXIT_OK: Final = 0
 EXIT_BUDGET_EXCEEDED: Final = 1
 EXIT_RESERVE_SECONDS: Final = 5.0
-"""Part of the shutdown budget kept for flushing metrics and deleting the worker item."""
+"""Part of the shutdown budget kept for flushing metrics and deleting the worker item (at most
+a tenth of the budget, so a short budget still leaves most of it for draining)."""
 HURRY_SECONDS: Final = 5.0
 """After a second signal, how long holders still get to release."""
 DRAIN_CHECK_SECONDS: Final = 0.2
@@ -166,7 +167,8 @@ class Worker:
     async def _drain(self, takers: list[asyncio.Task[None]]) -> int:
         """Shutdown steps 1-3 (see the module docstring); returns the exit status."""
         settings = self.settings
-        deadline = self._shutdown_started + settings.shutdown_budget_seconds - EXIT_RESERVE_SECONDS
+        budget = settings.shutdown_budget_seconds
+        deadline = self._shutdown_started + budget - min(EXIT_RESERVE_SECONDS, budget / 10)
         for task in takers:
             task.cancel()
         await asyncio.gather(*takers, return_exceptions=True)
