@@ -21,7 +21,8 @@ from typing import Any, Final
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 
-from lambdas import dynamo, runtime
+from lambdas import runtime
+from streamlease import dynamo
 from streamlease.lease_store import wall_ms
 from streamlease.schema import (
     BY_KIND,

@@ -23,8 +23,9 @@ from typing import Any, Final
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 
-from lambdas import dynamo, runtime
+from lambdas import runtime
 from lambdas.commands import handoff_command, send_command
+from streamlease import dynamo
 from streamlease.errors import LeaseLost, StoreError
 from streamlease.model import LeaseView, Stream
 from streamlease.schema import (

@@ -13,16 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import BotoCoreError, ClientError
-
-from streamlease import rules
-from streamlease.errors import StateConflict, StoreError, StreamNotFound
+from streamlease import dynamo, rules
+from streamlease.errors import StateConflict, StreamNotFound
 from streamlease.model import Stream, iso_ms
 from streamlease.schema import PK, STREAM_PREFIX, DesiredState, StreamAttr, stream_key
 
 _A = StreamAttr
-_CONDITION_FAILED: Final = "ConditionalCheckFailedException"
 _MAX_SCAN_CALLS: Final = 8
 """Most Scan calls one list request makes before it returns a (possibly short) page."""
 
@@ -63,8 +59,6 @@ class StreamRepo:
         self._table = table_name
         self._skew_ms = clock_skew_ms
         self._clock_ms = clock_ms
-        self._ser = TypeSerializer()
-        self._de = TypeDeserializer()
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -94,12 +88,12 @@ class StreamRepo:
         try:
             self._request(
                 "put_item",
-                Item=self._values(item),
+                Item=dynamo.serialize(item),
                 ConditionExpression="attribute_not_exists(#pk)",
                 ExpressionAttributeNames={"#pk": PK},
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except _ConditionFailed as failed:
+        except dynamo.ConditionFailed as failed:
             old = failed.old
             if old is None:  # deleted again in between: nothing to compare with
                 raise StreamConflict(
@@ -140,7 +134,7 @@ class StreamRepo:
                     "#uat": _A.UPDATED_AT,
                     "#uby": _A.UPDATED_BY,
                 },
-                ExpressionAttributeValues=self._values(
+                ExpressionAttributeValues=dynamo.serialize(
                     {
                         ":target": target.value,
                         ":other": other.value,
@@ -152,11 +146,11 @@ class StreamRepo:
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             ).get("Attributes", {})
-        except _ConditionFailed as failed:
+        except dynamo.ConditionFailed as failed:
             if failed.old is None:
                 raise StreamNotFound(stream_id) from None
             return Stream.from_item(failed.old), False
-        return Stream.from_item(self._plain(attributes)), True
+        return Stream.from_item(dynamo.plain(attributes)), True
 
     def delete(self, stream_id: str) -> None:
         """Delete a STOPPED stream that nobody holds (no owner, or an owner whose lease lapsed).
@@ -179,7 +173,7 @@ class StreamRepo:
                     "#owner": _A.LEASE_OWNER,
                     "#exp": _A.LEASE_EXPIRES_AT_MS,
                 },
-                ExpressionAttributeValues=self._values(
+                ExpressionAttributeValues=dynamo.serialize(
                     {
                         ":stopped": DesiredState.STOPPED.value,
                         ":cutoff": rules.acquire_cutoff_ms(now, self._skew_ms),
@@ -187,7 +181,7 @@ class StreamRepo:
                 ),
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except _ConditionFailed as failed:
+        except dynamo.ConditionFailed as failed:
             if failed.old is None:
                 raise StreamNotFound(stream_id) from None
             stream = Stream.from_item(failed.old)
@@ -210,7 +204,7 @@ class StreamRepo:
         item = response.get("Item")
         if item is None:
             raise StreamNotFound(stream_id)
-        return Stream.from_item(self._plain(item))
+        return Stream.from_item(dynamo.plain(item))
 
     def page(
         self, state: DesiredState | None, limit: int, start_key: Mapping[str, str] | None
@@ -231,21 +225,21 @@ class StreamRepo:
         request: dict[str, Any] = {
             "FilterExpression": condition,
             "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": self._values(values),
+            "ExpressionAttributeValues": dynamo.serialize(values),
         }
         if start_key is not None:
-            request["ExclusiveStartKey"] = self._values(start_key)
+            request["ExclusiveStartKey"] = dynamo.serialize(start_key)
         streams: list[Stream] = []
         last_key: dict[str, Any] | None = None
         for _ in range(_MAX_SCAN_CALLS):
             request["Limit"] = limit - len(streams)
             response = self._request("scan", **request)
-            streams += [Stream.from_item(self._plain(i)) for i in response.get("Items", [])]
+            streams += [Stream.from_item(dynamo.plain(i)) for i in response.get("Items", [])]
             last_key = response.get("LastEvaluatedKey")
             if not last_key or len(streams) >= limit:
                 break
             request["ExclusiveStartKey"] = last_key
-        next_key = None if not last_key else {k: str(v) for k, v in self._plain(last_key).items()}
+        next_key = None if not last_key else {k: str(v) for k, v in dynamo.plain(last_key).items()}
         return Page(streams=streams, next_key=next_key)
 
     # --- plumbing ----------------------------------------------------------------------------
@@ -253,34 +247,6 @@ class StreamRepo:
     def _key(self, stream_id: str) -> dict[str, Any]:
         return {PK: {"S": stream_key(stream_id)}}
 
-    def _values(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: self._ser.serialize(v) for k, v in values.items()}
-
-    def _plain(self, item: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: self._de.deserialize(v) for k, v in item.items()}
-
     def _request(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        """One DynamoDB call on the table; ClientError becomes a domain error here."""
-        try:
-            result: dict[str, Any] = getattr(self._client, operation)(
-                TableName=self._table, **kwargs
-            )
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            if error.get("Code") == _CONDITION_FAILED:
-                old = exc.response.get("Item")
-                raise _ConditionFailed(None if old is None else self._plain(old)) from None
-            raise StoreError(
-                f"DynamoDB {operation} failed: {error.get('Code', 'Unknown')}"
-            ) from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"DynamoDB {operation} failed: {type(exc).__name__}") from exc
-        return result
-
-
-class _ConditionFailed(Exception):
-    """Internal: the condition did not hold; ``old`` is the item as it was (None if absent)."""
-
-    def __init__(self, old: dict[str, Any] | None) -> None:
-        super().__init__("condition failed")
-        self.old = old
+        """One DynamoDB call on the table (errors as :func:`streamlease.dynamo.call` says)."""
+        return dynamo.call(self._client, operation, TableName=self._table, **kwargs)

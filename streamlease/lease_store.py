@@ -15,12 +15,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import BotoCoreError, ClientError
-
-from streamlease import rules
+from streamlease import dynamo, rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
 from streamlease.model import Lease, LeaseView, Stream, WorkerInfo, iso_ms
 from streamlease.schema import (
@@ -36,21 +33,12 @@ from streamlease.schema import (
     worker_key,
 )
 
-_CONDITION_FAILED: Final = "ConditionalCheckFailedException"
 _A = StreamAttr
 
 
 def wall_ms() -> int:
     """Wall-clock milliseconds since the epoch (the clock DynamoDB conditions compare)."""
     return time.time_ns() // 1_000_000
-
-
-class _ConditionFailed(Exception):
-    """Internal: the condition did not hold; ``old`` is the item as it was (None if absent)."""
-
-    def __init__(self, old: dict[str, Any] | None) -> None:
-        super().__init__("condition failed")
-        self.old = old
 
 
 class LeaseStore:
@@ -69,8 +57,6 @@ class LeaseStore:
         self._table = table_name
         self._skew_ms = clock_skew_ms
         self._clock_ms = clock_ms
-        self._ser = TypeSerializer()
-        self._de = TypeDeserializer()
 
     # --- leases ------------------------------------------------------------------------------
 
@@ -88,7 +74,7 @@ class LeaseStore:
         try:
             item = self._take(stream_id, owner, lease_ms, now, cutoff, previous=None)
             return _lease_from(item, previous_owner=None)
-        except _ConditionFailed as failed:
+        except dynamo.ConditionFailed as failed:
             old = failed.old
         except StoreError:
             return self._resolve_unknown_acquire(stream_id, owner, now, lease_ms)
@@ -101,7 +87,7 @@ class LeaseStore:
         try:
             item = self._take(stream_id, owner, lease_ms, now, cutoff, previous=old)
             return _lease_from(item, previous_owner=previous)
-        except _ConditionFailed as failed:
+        except dynamo.ConditionFailed as failed:
             mine = self._owned_by_me(stream_id, owner, failed.old, now, lease_ms)
             if mine is not None:
                 return dataclasses.replace(mine, previous_owner=previous)
@@ -213,7 +199,7 @@ class LeaseStore:
                     ":started": DesiredState.STARTED.value,
                 },
             )
-        except _ConditionFailed as failed:
+        except dynamo.ConditionFailed as failed:
             old = failed.old
             if _held(old, owner, epoch) and _state(old) == DesiredState.STOPPED:
                 raise StreamStopped(stream_id, epoch) from None
@@ -252,7 +238,7 @@ class LeaseStore:
                 f"{_A.LEASE_OWNER} = :me AND {_A.LEASE_EPOCH} = :epoch",
                 values,
             )
-        except _ConditionFailed as failed:
+        except dynamo.ConditionFailed as failed:
             old = failed.old
             if old is None:
                 return False
@@ -276,7 +262,7 @@ class LeaseStore:
                 f"{_A.LEASE_OWNER} = :me AND {_A.LEASE_EPOCH} = :epoch",
                 {":err": message[:500], ":iso": iso_ms(now), ":me": owner, ":epoch": epoch},
             )
-        except _ConditionFailed as failed:
+        except dynamo.ConditionFailed as failed:
             raise LeaseLost(stream_id, epoch, _loss_reason(failed.old, owner, epoch)) from None
 
     # --- reads -------------------------------------------------------------------------------
@@ -298,7 +284,7 @@ class LeaseStore:
             "IndexName": BY_STATE_EXPIRY.name,
             "KeyConditionExpression": "#s = :started AND #e < :bound",
             "ExpressionAttributeNames": {"#s": _A.DESIRED_STATE, "#e": _A.LEASE_EXPIRES_AT_MS},
-            "ExpressionAttributeValues": self._values(
+            "ExpressionAttributeValues": dynamo.serialize(
                 {":started": DesiredState.STARTED.value, ":bound": bound_ms}
             ),
         }
@@ -310,7 +296,7 @@ class LeaseStore:
             "IndexName": BY_OWNER.name,
             "KeyConditionExpression": "#o = :w",
             "ExpressionAttributeNames": {"#o": _A.LEASE_OWNER},
-            "ExpressionAttributeValues": self._values({":w": worker_id}),
+            "ExpressionAttributeValues": dynamo.serialize({":w": worker_id}),
         }
         return [LeaseView.from_item(item) for item in self._query(query, None)]
 
@@ -320,8 +306,7 @@ class LeaseStore:
         """Write (heartbeat) a worker item. Worker ids are unique per incarnation: no condition."""
         self._call(
             "put_item",
-            TableName=self._table,
-            Item={k: self._ser.serialize(v) for k, v in info.to_item().items()},
+            Item=dynamo.serialize(info.to_item()),
         )
 
     def list_workers(self, *, now_ms: int | None = None) -> list[WorkerInfo]:
@@ -331,46 +316,26 @@ class LeaseStore:
             "IndexName": BY_KIND.name,
             "KeyConditionExpression": "#k = :kind AND #e > :now",
             "ExpressionAttributeNames": {"#k": WorkerAttr.KIND, "#e": WorkerAttr.EXPIRES_AT_MS},
-            "ExpressionAttributeValues": self._values({":kind": WORKER_KIND, ":now": now}),
+            "ExpressionAttributeValues": dynamo.serialize({":kind": WORKER_KIND, ":now": now}),
         }
         return [WorkerInfo.from_item(item) for item in self._query(query, None)]
 
     def remove_worker(self, worker_id: str) -> None:
         """Delete a worker item (on clean exit)."""
-        self._call("delete_item", TableName=self._table, Key=self._key(worker_key(worker_id)))
+        self._call("delete_item", Key=self._key(worker_key(worker_id)))
 
     # --- plumbing ----------------------------------------------------------------------------
 
     def _key(self, pk: str) -> dict[str, Any]:
         return {PK: {"S": pk}}
 
-    def _values(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: self._ser.serialize(v) for k, v in values.items()}
-
-    def _plain(self, item: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: self._de.deserialize(v) for k, v in item.items()}
-
     def _get(self, pk: str, *, consistent: bool) -> dict[str, Any] | None:
-        response = self._call(
-            "get_item", TableName=self._table, Key=self._key(pk), ConsistentRead=consistent
-        )
+        response = self._call("get_item", Key=self._key(pk), ConsistentRead=consistent)
         item = response.get("Item")
-        return None if item is None else self._plain(item)
+        return None if item is None else dynamo.plain(item)
 
     def _query(self, query: dict[str, Any], limit: int | None) -> Iterator[dict[str, Any]]:
-        request = {"TableName": self._table, **query}
-        seen = 0
-        while True:
-            if limit is not None:
-                request["Limit"] = limit - seen
-            page = self._call("query", **request)
-            for item in page.get("Items", []):
-                yield self._plain(item)
-                seen += 1
-            start = page.get("LastEvaluatedKey")
-            if not start or (limit is not None and seen >= limit):
-                return
-            request["ExclusiveStartKey"] = start
+        return dynamo.items(self._client, "query", limit=limit, TableName=self._table, **query)
 
     def _update(
         self,
@@ -381,39 +346,21 @@ class LeaseStore:
         *,
         returns: str = "NONE",
     ) -> dict[str, Any]:
-        """One conditional UpdateItem. Raises _ConditionFailed carrying the old item."""
-        try:
-            response = self._client.update_item(
-                TableName=self._table,
-                Key=self._key(pk),
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeValues=self._values(values),
-                ReturnValues=returns,
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
-                old = exc.response.get("Item")
-                raise _ConditionFailed(None if old is None else self._plain(old)) from None
-            raise _store_error("update_item", exc) from exc
-        except BotoCoreError as exc:
-            raise _store_error("update_item", exc) from exc
-        return self._plain(response.get("Attributes", {}))
+        """One conditional UpdateItem. Raises :class:`dynamo.ConditionFailed` carrying the old
+        item, :class:`StoreError` when unanswered."""
+        response = self._call(
+            "update_item",
+            Key=self._key(pk),
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeValues=dynamo.serialize(values),
+            ReturnValues=returns,
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        return dynamo.plain(response.get("Attributes", {}))
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            result: dict[str, Any] = getattr(self._client, operation)(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise _store_error(operation, exc) from exc
-        return result
-
-
-def _store_error(operation: str, exc: Exception) -> StoreError:
-    if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code", "Unknown")
-        return StoreError(f"DynamoDB {operation} failed: {code}")
-    return StoreError(f"DynamoDB {operation} failed: {type(exc).__name__}")
+        return dynamo.call(self._client, operation, TableName=self._table, **kwargs)
 
 
 def _state(old: Mapping[str, Any] | None) -> str | None:

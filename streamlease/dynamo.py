@@ -1,4 +1,9 @@
-"""Small DynamoDB read helpers for the reaper and the auditor: errors translated, pages followed."""
+"""DynamoDB plumbing shared by the lease store, the API's stream repository, the reaper and the
+auditor: values converted, errors translated into :mod:`streamlease.errors`, pages followed.
+
+A failed condition is not an error here but :class:`ConditionFailed`, carrying the item as it
+was (the callers ask for ``ReturnValuesOnConditionCheckFailure=ALL_OLD``) so each can say why.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease.errors import StoreError
 
+_CONDITION_FAILED: Final = "ConditionalCheckFailedException"
 _SER: Final = TypeSerializer()
 _DE: Final = TypeDeserializer()
 BATCH_GET_MAX: Final = 100
@@ -28,12 +34,26 @@ def plain(item: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _DE.deserialize(v) for k, v in item.items()}
 
 
+class ConditionFailed(Exception):
+    """A conditional write's condition did not hold; ``old`` is the item as it was (None if
+    there was none)."""
+
+    def __init__(self, old: dict[str, Any] | None) -> None:
+        super().__init__("condition failed")
+        self.old = old
+
+
 def call(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
-    """One DynamoDB call; ``ClientError``/``BotoCoreError`` become :class:`StoreError`."""
+    """One DynamoDB call. Raises :class:`ConditionFailed` when a condition did not hold and
+    :class:`StoreError` for anything else DynamoDB or the network did (``ClientError``,
+    ``BotoCoreError``)."""
     try:
         result: dict[str, Any] = getattr(client, operation)(**kwargs)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "Unknown")
+        if code == _CONDITION_FAILED:
+            old = exc.response.get("Item")
+            raise ConditionFailed(None if old is None else plain(old)) from None
         raise StoreError(f"DynamoDB {operation} failed: {code}") from exc
     except BotoCoreError as exc:
         raise StoreError(f"DynamoDB {operation} failed: {type(exc).__name__}") from exc
@@ -53,13 +73,20 @@ def count(client: Any, operation: str, **request: Any) -> int:
         request["ExclusiveStartKey"] = start
 
 
-def items(client: Any, operation: str, **request: Any) -> Iterator[dict[str, Any]]:
-    """Every item of a Query or Scan, as plain values, following the pages."""
+def items(
+    client: Any, operation: str, *, limit: int | None = None, **request: Any
+) -> Iterator[dict[str, Any]]:
+    """The items of a Query or Scan as plain values, following the pages; at most ``limit``
+    (None: all)."""
     request = dict(request)
-    while True:
+    seen = 0
+    while limit is None or seen < limit:
+        if limit is not None:
+            request["Limit"] = limit - seen
         page = call(client, operation, **request)
         for item in page.get("Items", []):
             yield plain(item)
+            seen += 1
         start = page.get("LastEvaluatedKey")
         if not start:
             return
