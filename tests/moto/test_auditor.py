@@ -6,43 +6,21 @@ import json
 from typing import Any
 
 import pytest
-from boto3.dynamodb.types import TypeSerializer
 from control_plane_support import load_event
+from stream_items import put_stream as put_item
 
 from lambdas import auditor, runtime
 from streamlease.lease_store import LeaseStore, wall_ms
-from streamlease.model import WorkerInfo, iso_ms
-from streamlease.schema import PK, DesiredState, StreamAttr, WorkerState, stream_key
+from streamlease.model import WorkerInfo
+from streamlease.schema import PK, DesiredState, StreamAttr, WorkerState
 
 NOW = 1_800_000_000_000
 A = StreamAttr
 
 
-def put_stream(
-    dynamodb: Any,
-    table: str,
-    stream_id: str,
-    *,
-    state: DesiredState = DesiredState.STARTED,
-    owner: str | None = None,
-    expires_ms: int = 0,
-    updated_ms: int = NOW,
-) -> None:
-    """A stream item as the control plane and the workers leave it."""
-    item: dict[str, Any] = {
-        PK: stream_key(stream_id),
-        A.DESIRED_STATE: state.value,
-        A.WS_URL: "wss://feed.example.com/",
-        A.LEASE_EXPIRES_AT_MS: expires_ms,
-        A.LEASE_EPOCH: 1 if owner else 0,
-        A.LAST_SEQ: 0,
-        A.GENERATION: 1,
-        A.UPDATED_AT: iso_ms(updated_ms),
-    }
-    if owner:
-        item[A.LEASE_OWNER] = owner
-    serializer = TypeSerializer()
-    dynamodb.put_item(TableName=table, Item={k: serializer.serialize(v) for k, v in item.items()})
+def put_stream(dynamodb: Any, table: str, stream_id: str, **fields: Any) -> None:
+    """A stream item last updated at ``NOW`` unless told otherwise."""
+    put_item(dynamodb, table, stream_id, **{"updated_ms": NOW, **fields})
 
 
 def worker(worker_id: str, expires_ms: int) -> WorkerInfo:

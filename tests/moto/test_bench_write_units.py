@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from stream_items import put_stream
 
 from bench.request_counter import RequestCounter, write_requests
 from bench.write_units import changed_attributes
@@ -19,39 +20,11 @@ from streamlease.schema import (
     BY_KIND,
     BY_OWNER,
     BY_STATE_EXPIRY,
-    PK,
-    DesiredState,
-    StreamAttr,
     WorkerState,
-    stream_key,
 )
 
 NOW = 1_800_000_000_000
 LEASE_MS = 20_000
-
-
-def put_stream(
-    dynamodb: Any,
-    table: str,
-    stream_id: str,
-    *,
-    owner: str = "",
-    expires_ms: int = 0,
-    epoch: int = 0,
-) -> None:
-    """A stream item as the control plane writes it, optionally leased."""
-    item = {
-        PK: {"S": stream_key(stream_id)},
-        StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
-        StreamAttr.WS_URL: {"S": f"wss://upstream.example/{stream_id}"},
-        StreamAttr.LEASE_EXPIRES_AT_MS: {"N": str(expires_ms)},
-        StreamAttr.LEASE_EPOCH: {"N": str(epoch)},
-        StreamAttr.LAST_SEQ: {"N": "0"},
-        StreamAttr.GENERATION: {"N": "1"},
-    }
-    if owner:
-        item[StreamAttr.LEASE_OWNER] = {"S": owner}
-    dynamodb.put_item(TableName=table, Item=item)
 
 
 @pytest.fixture

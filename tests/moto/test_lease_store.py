@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from boto3.dynamodb.types import TypeSerializer
 from botocore.exceptions import ReadTimeoutError
+from stream_items import put_stream
 
 from streamlease import rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
@@ -22,36 +22,6 @@ LEASE_MS = 20_000
 HEARTBEAT_MS = 5_000
 SKEW_MS = 1_000
 A = StreamAttr
-
-
-def put_stream(
-    dynamodb: Any,
-    table: str,
-    stream_id: str,
-    *,
-    state: DesiredState = DesiredState.STARTED,
-    owner: str | None = None,
-    expires_ms: int = 0,
-    epoch: int = 0,
-    last_seq: int = 0,
-    takeovers: int = 0,
-) -> None:
-    """Write a stream item the way the control plane creates it, optionally leased."""
-    item: dict[str, Any] = {
-        PK: stream_key(stream_id),
-        A.STREAM_ID: stream_id,
-        A.DESIRED_STATE: state.value,
-        A.WS_URL: f"wss://upstream.example/{stream_id}",
-        A.LEASE_EXPIRES_AT_MS: expires_ms,
-        A.LEASE_EPOCH: epoch,
-        A.LAST_SEQ: last_seq,
-        A.GENERATION: 1,
-        A.TAKEOVERS: takeovers,
-    }
-    if owner is not None:
-        item[A.LEASE_OWNER] = owner
-    ser = TypeSerializer()
-    dynamodb.put_item(TableName=table, Item={k: ser.serialize(v) for k, v in item.items()})
 
 
 @pytest.fixture

@@ -1,0 +1,41 @@
+"""Stream items written straight into the table, as the control plane and workers leave them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamlease import dynamo
+from streamlease.model import iso_ms
+from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
+
+
+def put_stream(
+    dynamodb: Any,
+    table: str,
+    stream_id: str,
+    *,
+    state: DesiredState = DesiredState.STARTED,
+    owner: str | None = None,
+    expires_ms: int = 0,
+    epoch: int = 0,
+    last_seq: int = 0,
+    takeovers: int = 0,
+    updated_ms: int | None = None,
+) -> None:
+    """Write a stream item the way the control plane creates it, optionally leased by ``owner``."""
+    item: dict[str, Any] = {
+        PK: stream_key(stream_id),
+        StreamAttr.STREAM_ID: stream_id,
+        StreamAttr.DESIRED_STATE: state.value,
+        StreamAttr.WS_URL: f"wss://upstream.example/{stream_id}",
+        StreamAttr.LEASE_EXPIRES_AT_MS: expires_ms,
+        StreamAttr.LEASE_EPOCH: epoch,
+        StreamAttr.LAST_SEQ: last_seq,
+        StreamAttr.GENERATION: 1,
+        StreamAttr.TAKEOVERS: takeovers,
+    }
+    if updated_ms is not None:
+        item[StreamAttr.UPDATED_AT] = iso_ms(updated_ms)
+    if owner:
+        item[StreamAttr.LEASE_OWNER] = owner
+    dynamodb.put_item(TableName=table, Item=dynamo.serialize(item))
