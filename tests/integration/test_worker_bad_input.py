@@ -7,17 +7,11 @@ from worker_helpers import (
     Fleet,
     Streams,
     assert_no_gap,
-    fleet,
     new_ids,
-    settings,
-    streams,
-    upstream,
 )
 
 from local.upstream_sim import UpstreamSimulator
 from streamlease.telemetry import WorkerMetric
-
-__all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
 
 pytestmark = pytest.mark.slow
 

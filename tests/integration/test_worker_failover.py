@@ -17,19 +17,13 @@ from worker_helpers import (
     START_TIMEOUT,
     Fleet,
     Streams,
-    fleet,
     new_ids,
-    settings,
-    streams,
-    upstream,
 )
 
 from local.invariants import EXPIRED
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import WorkerProcess
 from streamlease.lease_store import LeaseStore
-
-__all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
 
 pytestmark = pytest.mark.slow
 

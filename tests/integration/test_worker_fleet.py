@@ -9,17 +9,11 @@ import pytest
 from worker_helpers import (
     Fleet,
     Streams,
-    fleet,
     new_ids,
-    settings,
-    streams,
-    upstream,
 )
 
 from local.invariants import Report
 from local.upstream_sim import UpstreamSimulator
-
-__all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
 
 pytestmark = pytest.mark.slow
 

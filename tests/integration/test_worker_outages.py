@@ -14,19 +14,13 @@ from worker_helpers import (
     Fleet,
     Streams,
     assert_no_gap,
-    fleet,
     new_ids,
-    settings,
-    streams,
-    upstream,
 )
 
 from local.moto_server import set_dynamodb_fault
 from local.upstream_sim import UpstreamSimulator
 from streamlease.schema import SinkField
 from streamlease.settings import Settings
-
-__all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
 
 pytestmark = pytest.mark.slow
 

@@ -18,11 +18,7 @@ from worker_helpers import (
     Fleet,
     Streams,
     assert_no_gap,
-    fleet,
     new_ids,
-    settings,
-    streams,
-    upstream,
 )
 
 from local.upstream_sim import UpstreamSimulator
@@ -30,8 +26,6 @@ from streamlease import aws
 from streamlease.lease_store import LeaseStore
 from streamlease.schema import SinkField, WorkerState
 from streamlease.settings import Settings
-
-__all__ = ["fleet", "settings", "streams", "upstream"]  # fixtures used below
 
 pytestmark = pytest.mark.slow
 
