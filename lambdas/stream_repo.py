@@ -8,13 +8,13 @@ never touched — a holder learns about a stop through its renewal condition (DE
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from streamlease import dynamo, rules
 from streamlease.errors import StateConflict, StreamNotFound
+from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, iso_ms
 from streamlease.schema import PK, STREAM_PREFIX, DesiredState, StreamAttr, stream_key
 
@@ -39,10 +39,6 @@ class Page:
     next_key: dict[str, str] | None
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class StreamRepo:
     """Stream items as the API sees them. Share one per process (the client is thread-safe)."""
 
@@ -52,7 +48,7 @@ class StreamRepo:
         table_name: str,
         *,
         clock_skew_ms: int = 1000,
-        clock_ms: Callable[[], int] = _wall_ms,
+        clock_ms: Callable[[], int] = wall_ms,
     ) -> None:
         """``client``: a boto3 DynamoDB client; ``clock_ms``: wall milliseconds (tests pin it)."""
         self._client = client

@@ -30,24 +30,13 @@ import pytest
 
 from local.moto_server import MotoProcess, set_dynamodb_fault
 from local.resources import create_resources
+from local.worker_process import DUMMY_AWS_ENV
 from streamlease import aws
 from streamlease.lease_store import LeaseStore
 from streamlease.settings import ENV_PREFIX, Settings
 
-_DUMMY_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SECURITY_TOKEN": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-    # Never read a developer's ~/.aws: a missing file is an empty one to botocore.
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "NO_PROXY": "127.0.0.1,localhost",
-    "no_proxy": "127.0.0.1,localhost",
-}
+# Never a developer's credentials or ~/.aws (a missing file is an empty one to botocore).
+_DUMMY_AWS = {**DUMMY_AWS_ENV, "AWS_SECURITY_TOKEN": "testing"}
 _CLEARED_PREFIXES = ("AWS_ENDPOINT_URL", ENV_PREFIX)
 _CLEARED = (
     "AWS_PROFILE",
