@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 import pytest
 from worker_helpers import (
@@ -31,11 +32,18 @@ STREAMS = 4
 
 
 def two_workers_sharing(
-    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator, **overrides: Any
 ) -> tuple[WorkerProcess, WorkerProcess]:
-    """Two workers that both hold some of ``STREAMS`` delivering streams; returns (the busier
-    worker, the other)."""
-    first, second = fleet.start(), fleet.start()
+    """Two workers (started with ``overrides``) that both hold some of ``STREAMS`` delivering
+    streams; returns (the busier worker, the other). Streams are created once both workers are
+    registered, so neither takes them all before the other is up."""
+    first, second = fleet.start(**overrides), fleet.start(**overrides)
+    store = LeaseStore(streams.dynamodb, streams.settings.table_name)
+    fleet.wait(
+        lambda: {first.worker_id, second.worker_id} <= {w.worker_id for w in store.list_workers()},
+        START_TIMEOUT,
+        "both workers registered",
+    )
     ids = new_ids(STREAMS)
     for stream_id in ids:
         streams.put(stream_id, upstream.url_for(stream_id))
@@ -138,25 +146,8 @@ def test_sigterm_handoffs_are_taken_at_once_not_left_to_reconciliation(
         "rebalance_seconds": 30.0,
         "fleet_recount_seconds": 1.0,
     }
-    first, second = fleet.start(**slow), fleet.start(**slow)
-    store = LeaseStore(streams.dynamodb, streams.settings.table_name)
-    fleet.wait(
-        lambda: {first.worker_id, second.worker_id} <= {w.worker_id for w in store.list_workers()},
-        START_TIMEOUT,
-        "both workers registered",
-    )
-    ids = new_ids(STREAMS)
-    for stream_id in ids:
-        streams.put(stream_id, upstream.url_for(stream_id))
-    fleet.wait_owned(ids)
-    fleet.wait(
-        lambda: fleet.held_by(first) and fleet.held_by(second), 10, "both workers hold streams"
-    )
-    leaving = first if len(fleet.held_by(first)) >= len(fleet.held_by(second)) else second
-    staying = second if leaving is first else first
+    leaving, staying = two_workers_sharing(fleet, streams, upstream, **slow)
     held = fleet.held_by(leaving)
-    for stream_id in ids:
-        fleet.wait_seq(stream_id, 5)
 
     assert leaving.terminate(20) == 0
     fleet.wait(lambda: held <= set(fleet.held_by(staying)), 10, "streams handed off")
