@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -96,18 +97,31 @@ def segments_of(events: Sequence[LeaseEvent]) -> list[Segment]:
     return out
 
 
-def current_owners(events: Iterable[LeaseEvent], at: float) -> dict[str, str]:
+def current_owners(
+    events: Iterable[LeaseEvent], at: float, *, worker_exits: Mapping[str, float] | None = None
+) -> dict[str, str]:
     """Stream → worker id of every holder still inside a delivery segment at monotonic ``at``
-    (its last renewal's fencing deadline has not passed and it has not let go)."""
+    (its last renewal's fencing deadline has not passed and it has not let go).
+
+    ``worker_exits``: worker id → a monotonic time by which its process had exited; a dead
+    worker holds nothing from then on, even before its deadline (the reaper frees its leases
+    early, as in :func:`check`). When two segments of one stream still cover ``at`` (a holder
+    that died or froze, and the one that took over), the newer epoch is the holder.
+    """
     holders: dict[tuple[str, int, str], list[LeaseEvent]] = {}
     for ev in events:
         holders.setdefault((ev.stream_id, ev.epoch, ev.worker_id), []).append(ev)
-    out: dict[str, str] = {}
-    for (stream_id, _, worker_id), held in holders.items():
-        for seg in segments_of(held):
-            if seg.start <= at < seg.end and seg.end_reason == EXPIRED:
-                out[stream_id] = worker_id
-    return out
+    exits = worker_exits or {}
+    newest: dict[str, tuple[int, str]] = {}
+    for (stream_id, epoch, worker_id), held in holders.items():
+        if exits.get(worker_id, math.inf) <= at:
+            continue
+        covers = any(
+            seg.start <= at < seg.end and seg.end_reason == EXPIRED for seg in segments_of(held)
+        )
+        if covers and epoch > newest.get(stream_id, (-1, ""))[0]:
+            newest[stream_id] = (epoch, worker_id)
+    return {stream_id: worker_id for stream_id, (_, worker_id) in newest.items()}
 
 
 def _segment(

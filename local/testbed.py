@@ -233,9 +233,25 @@ class Testbed:
     # --- observation -----------------------------------------------------------------------
 
     def owners(self, at: float | None = None) -> dict[str, str]:
-        """Stream → worker id of every holder that may deliver at ``at`` (default: now)."""
+        """Stream → worker id of every holder that may deliver at ``at`` (default: now).
+
+        A worker seen dead holds nothing, whatever its last deadline said: a killed worker whose
+        leases the reaper freed must not look like the holder once their new holder lets go.
+        """
         self.tail.refresh()
-        return current_owners(self.tail.events, time.monotonic() if at is None else at)
+        return current_owners(
+            self.tail.events,
+            time.monotonic() if at is None else at,
+            worker_exits=self.worker_exits(),
+        )
+
+    def worker_exits(self) -> dict[str, float]:
+        """Worker id → a monotonic time by which its process had exited (dead workers only)."""
+        exits = {}
+        for worker in self.workers:
+            if not worker.alive and worker.exited_mono is not None:
+                exits[worker.worker_id] = worker.exited_mono
+        return exits
 
     def wait_for(
         self, condition: Callable[[], bool], timeout_seconds: float, what: str, every: float = 0.1
@@ -264,7 +280,7 @@ class Testbed:
         self, stream_ids: Iterable[str], from_worker: str, timeout_seconds: float
     ) -> float:
         """Wait until each of ``stream_ids`` has a live holder other than ``from_worker`` (a
-        killed worker stays the holder on paper until its deadline)."""
+        frozen worker stays the holder on paper until its deadline; a dead one holds nothing)."""
         ids = set(stream_ids)
 
         def moved() -> bool:
@@ -306,10 +322,9 @@ class Testbed:
         """
         self.tail.refresh()
         records, malformed = load_records(self.sink_dir)
-        exits = {w.worker_id: w.exited_mono for w in self.workers if w.exited_mono is not None}
         options: dict[str, Any] = {
             "wanted": self.wanted,
-            "worker_exits": exits,
+            "worker_exits": self.worker_exits(),
             "expected_first_seq": 1,
             "verify_payload": _simulator_payload,
             "malformed_lines": malformed + self.tail.malformed,

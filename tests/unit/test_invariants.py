@@ -15,6 +15,7 @@ from local.invariants import (
     SinkRecord,
     check,
     check_files,
+    current_owners,
     load_events,
     load_records,
     segments_of,
@@ -306,3 +307,23 @@ def test_records_of_a_stream_with_no_lease_events_at_all_are_not_placed() -> Non
     report = check([], recs("s", 1, [1, 2, 4]))
     assert report.streams["s"].records_outside_lease == 0
     assert report.missing == 1
+
+
+def test_a_dead_worker_owns_nothing_once_its_successor_lets_go() -> None:
+    """Killed and reaped, then its successor drained: the stream has no owner, although the dead
+    worker's last deadline has not passed (it must not look like the stream's new holder)."""
+    killed = hold("s", 1, "w1", 0.0, 2)  # deadline 2.5; seen dead at 1.2
+    assert current_owners(killed + hold("s", 2, "w2", 1.5), 1.8, worker_exits={"w1": 1.2}) == {
+        "s": "w2"
+    }
+    events = killed + hold("s", 2, "w2", 1.5, end="released", end_at=2.0)
+    assert current_owners(events, 2.1) == {"s": "w1"}  # on paper only, until 2.5
+    assert current_owners(events, 2.1, worker_exits={"w1": 1.2}) == {}
+
+
+def test_of_two_holders_still_on_paper_the_newer_epoch_owns_the_stream() -> None:
+    """A frozen holder's deadline outlives its successor's acquisition: the successor owns it,
+    in whatever order the two workers' logs were read."""
+    frozen, successor = hold("s", 1, "w1", 0.0, 2), hold("s", 2, "w2", 1.5)
+    assert current_owners(frozen + successor, 2.0) == {"s": "w2"}
+    assert current_owners(successor + frozen, 2.0) == {"s": "w2"}
