@@ -100,8 +100,9 @@ def segments_of(events: Sequence[LeaseEvent]) -> list[Segment]:
 def current_owners(
     events: Iterable[LeaseEvent], at: float, *, worker_exits: Mapping[str, float] | None = None
 ) -> dict[str, str]:
-    """Stream → worker id of every holder still inside a delivery segment at monotonic ``at``
-    (its last renewal's fencing deadline has not passed and it has not let go).
+    """Stream → worker id of every holder inside a delivery segment at monotonic ``at`` (its
+    last renewal's fencing deadline had not passed and it had not let go yet). ``at`` may lie in
+    the past: a holder that let go after it still held the stream then.
 
     ``worker_exits``: worker id → a monotonic time by which its process had exited; a dead
     worker holds nothing from then on, even before its deadline (the reaper frees its leases
@@ -116,9 +117,7 @@ def current_owners(
     for (stream_id, epoch, worker_id), held in holders.items():
         if exits.get(worker_id, math.inf) <= at:
             continue
-        covers = any(
-            seg.start <= at < seg.end and seg.end_reason == EXPIRED for seg in segments_of(held)
-        )
+        covers = any(seg.start <= at < seg.end for seg in segments_of(held))
         if covers and epoch > newest.get(stream_id, (-1, ""))[0]:
             newest[stream_id] = (epoch, worker_id)
     return {stream_id: worker_id for stream_id, (_, worker_id) in newest.items()}

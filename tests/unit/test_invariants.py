@@ -327,3 +327,10 @@ def test_of_two_holders_still_on_paper_the_newer_epoch_owns_the_stream() -> None
     frozen, successor = hold("s", 1, "w1", 0.0, 2), hold("s", 2, "w2", 1.5)
     assert current_owners(frozen + successor, 2.0) == {"s": "w2"}
     assert current_owners(successor + frozen, 2.0) == {"s": "w2"}
+
+
+def test_owners_at_a_past_moment_include_a_holder_that_let_go_since() -> None:
+    """Asked about 1.0 after a release at 1.5, the releasing holder still owned the stream."""
+    events = hold("s", 1, "w1", 0.0, 2, end="released", end_at=1.5)
+    assert current_owners(events, 1.0) == {"s": "w1"}
+    assert current_owners(events, 1.6) == {}
