@@ -1,4 +1,8 @@
-"""``python -m bench [--quick] [--only SECTION ...]``: run the benchmarks, print the tables.
+"""``python -m bench [--quick] [--scale S] [--only SECTION ...]``: run the benchmarks, print the
+tables.
+
+``--scale`` sets the scaled sections' timers (failover, write cost) to production's × S
+(default 0.1: lease 2 s); every table's title says the timers it was measured at.
 
 Every table is printed as markdown when its section ends, and the whole set is written with a
 description of the machine to ``bench/results/latest.md`` (``--quick`` writes
@@ -20,7 +24,8 @@ from pathlib import Path
 from typing import Final
 
 from bench.common import RESULTS_DIR, Progress, Table, machine_description, write_results
-from bench.context import BenchContext, bench_context
+from bench.context import DEFAULT_SCALE, MIN_SCALE, BenchContext, bench_context
+from local.worker_process import PRODUCTION_LEASE_SECONDS
 
 Section = Callable[[BenchContext], list[Table]]
 
@@ -53,6 +58,25 @@ def _section(name: str) -> Section:
     return run
 
 
+def _scale(text: str) -> float:
+    """``--scale``: a number from :data:`MIN_SCALE` to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not MIN_SCALE <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from {MIN_SCALE:g} to 1, got {value:g}")
+    return value
+
+
+def command_line(quick: bool, scale: float) -> str:
+    """The command that reproduces a run (``--only`` aside), as the results header shows it."""
+    options = (" --quick" if quick else "") + (
+        f" --scale {scale:g}" if scale != DEFAULT_SCALE else ""
+    )
+    return f"python -m bench{options}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the chosen sections; returns 0, or 1 if a section failed (the others still run)."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
@@ -60,6 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run only these sections")
     parser.add_argument("--out", type=Path, help="where to write the markdown results")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--scale",
+        type=_scale,
+        default=DEFAULT_SCALE,
+        help=f"timers of the failover and write-cost sections as a fraction of production's"
+        f" (default {DEFAULT_SCALE:g}: lease {PRODUCTION_LEASE_SECONDS * DEFAULT_SCALE:g} s;"
+        f" at least {MIN_SCALE:g})",
+    )
     args = parser.parse_args(argv)
     names = args.only or list(SECTIONS)
     out = args.out or RESULTS_DIR / ("quick.md" if args.quick else "latest.md")
@@ -68,14 +100,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = [
         "# streamlease benchmarks",
         "",
-        f"`python -m bench{' --quick' if args.quick else ''}` at revision {_git_revision()},"
+        f"`{command_line(args.quick, args.scale)}` at revision {_git_revision()},"
         f" {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
         *[f"- {line}" for line in machine_description()],
+        f"- Timer scale: production × {args.scale:g} (lease"
+        f" {PRODUCTION_LEASE_SECONDS * args.scale:g} s) for the failover and write-cost"
+        " sections; every table's title says the timers it was measured at.",
     ]
     tables: list[Table] = []
     failed = []
-    with bench_context(args.quick, progress, keep=args.keep) as ctx:
+    with bench_context(args.quick, progress, keep=args.keep, scale=args.scale) as ctx:
         for name in names:
             progress.section(name)
             section_start = time.monotonic()

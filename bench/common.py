@@ -115,6 +115,12 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def timers_label(scale: float) -> str:
+    """How a table title states the timers it was measured at: ``timers × 0.1``, or
+    ``production timers`` at scale 1."""
+    return "production timers" if scale == 1 else f"timers × {scale:g}"
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """The ``p``-th percentile (0–100) by linear interpolation; NaN for no values."""
     if not values:

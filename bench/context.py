@@ -1,8 +1,8 @@
 """The stage every measuring section shares: one moto server, fresh resources per preset, scale.
 
-All timers are scaled by one factor (lease 2 s = production's 20 s / 10), the same for our
-defaults and the reference preset; figures are reported in seconds *and* in leases so they
-translate back to production.
+All timers are scaled by one factor, the run's ``--scale`` (default 0.1: lease 2 s = production's
+20 s / 10), the same for our defaults and the reference preset; figures are reported in seconds
+*and* in leases so they translate back to production.
 """
 
 from __future__ import annotations
@@ -28,8 +28,12 @@ from local.worker_process import (
 )
 from streamlease.settings import Settings
 
-LEASE_SECONDS: Final = 2.0
-"""The scaled lease: heartbeat 0.5 s, reconcile 0.5 s (ours) or 6 s (reference)."""
+DEFAULT_SCALE: Final = 0.1
+"""Scaled time / production time by default: lease 2 s, heartbeat 0.5 s, reconcile 0.5 s (ours)
+or 6 s (reference)."""
+MIN_SCALE: Final = 0.1
+"""Below this, floors that do not scale (SQS waits in whole seconds, a 0.5 s DynamoDB timeout,
+the 1 s fleet recount) are as long as the timers they sit beside."""
 OURS: Final = "ours"
 REFERENCE: Final = "reference"
 PRESETS: Final = (OURS, REFERENCE)
@@ -46,15 +50,17 @@ class BenchContext:
     quick: bool
     progress: Progress
     work_dir: Path
+    scale: float = DEFAULT_SCALE
+    """Scaled time / production time (0.1: ten times faster than production)."""
     shared: dict[str, Any] = field(default_factory=dict)
     """Figures one section leaves for a later one (CPU per message for the scale section)."""
     _moto: MotoProcess | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
-    def scale(self) -> float:
-        """Scaled time / production time (0.1: ten times faster than production)."""
-        return LEASE_SECONDS / PRODUCTION_LEASE_SECONDS
+    def lease_seconds(self) -> float:
+        """The scaled lease (production's × :attr:`scale`)."""
+        return PRODUCTION_LEASE_SECONDS * self.scale
 
     @property
     def moto(self) -> MotoProcess:
@@ -73,7 +79,7 @@ class BenchContext:
     def settings(self, preset: str, **overrides: Any) -> Settings:
         """Fresh resources on the moto server with the preset's scaled settings."""
         named = self.resources(preset)
-        ours = scaled_settings(named, lease_seconds=LEASE_SECONDS, metrics_flush_seconds=600.0)
+        ours = scaled_settings(named, lease_seconds=self.lease_seconds, metrics_flush_seconds=600.0)
         chosen = reference_settings(ours) if preset == REFERENCE else ours
         return dataclasses.replace(chosen, **overrides)
 
@@ -87,10 +93,13 @@ class BenchContext:
 
 
 @contextlib.contextmanager
-def bench_context(quick: bool, progress: Progress, keep: bool = False) -> Any:
-    """A :class:`BenchContext` with a scratch directory removed afterwards (unless ``keep``)."""
+def bench_context(
+    quick: bool, progress: Progress, keep: bool = False, scale: float = DEFAULT_SCALE
+) -> Any:
+    """A :class:`BenchContext` at timer ``scale`` with a scratch directory removed afterwards
+    (unless ``keep``)."""
     tmp = tempfile.mkdtemp(prefix="streamlease-bench-")
-    ctx = BenchContext(quick=quick, progress=progress, work_dir=Path(tmp))
+    ctx = BenchContext(quick=quick, progress=progress, work_dir=Path(tmp), scale=scale)
     try:
         yield ctx
     finally:

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Final
 
-from bench.common import Table, percentile
-from bench.context import LEASE_SECONDS, PRESET_LABELS, PRESETS, BenchContext
+from bench.common import Table, percentile, timers_label
+from bench.context import PRESET_LABELS, PRESETS, BenchContext
 from local.invariant_inputs import LeaseEvent
 from local.invariants import load_records
 from local.testbed import ACCOUNT, Testbed
@@ -172,9 +172,10 @@ def run(ctx: BenchContext) -> list[Table]:
     results = {}
     for preset in PRESETS:
         results[preset] = measure(ctx, preset)
-    lease = LEASE_SECONDS
+    lease = ctx.lease_seconds
     table = Table(
-        f"Failover and control latency (scaled: lease {lease:g} s, heartbeat {lease / 4:g} s)",
+        f"Failover and control latency ({timers_label(ctx.scale)}: lease {lease:g} s,"
+        f" heartbeat {lease / 4:g} s)",
         [
             "event",
             "preset",

@@ -17,7 +17,7 @@ import uuid
 from typing import Final
 
 from bench import worker_scale
-from bench.common import Table
+from bench.common import Table, timers_label
 from bench.context import BenchContext
 from local.upstream_sim import raise_open_file_limit, run_in_thread
 from local.worker_process import WorkerProcess
@@ -46,7 +46,7 @@ def run(ctx: BenchContext) -> list[Table]:
         health_file=str(ctx.work_dir / "scale.health"),
     )
     ramp = Table(
-        f"Scale: one worker, idle streams, production timers (heartbeat {heartbeat:g} s)",
+        f"Scale: one worker, idle streams ({timers_label(1)}: heartbeat {heartbeat:g} s)",
         [
             "streams held",
             "renewals/s",
@@ -105,7 +105,8 @@ def run(ctx: BenchContext) -> list[Table]:
 
 def _capacity(ctx: BenchContext, largest: int, per_renewal: list[float], heartbeat: float) -> Table:
     table = Table(
-        "Scale: what one vCPU holds when the store is not the bottleneck", ["measure", "value"]
+        f"Scale: what one vCPU holds when the store is not the bottleneck ({timers_label(1)})",
+        ["measure", "value"],
     )
     table.add("largest N with every renewal on time (local moto)", largest or None)
     # The per-renewal cost at the largest on-time step amortises fixed costs best.

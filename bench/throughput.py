@@ -184,7 +184,9 @@ def run(ctx: BenchContext) -> list[Table]:
             if rate:
                 ctx.shared["throughput_window"] = window
     table = Table(
-        "Throughput: one worker vs a bare websockets client (same simulator, same run)",
+        "Throughput: one worker vs a bare websockets client (same simulator, same run; timers:"
+        f" lease {THROUGHPUT_LEASE_SECONDS:g} s, heartbeat {THROUGHPUT_LEASE_SECONDS / 4:g} s,"
+        " the rest production's)",
         [
             "load",
             "client",

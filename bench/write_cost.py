@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from bench.common import Table
+from bench.common import Table, timers_label
 from bench.context import PRESET_LABELS, PRESETS, BenchContext
 from bench.request_counter import diff
 from bench.write_units import WRITE_OPERATIONS
@@ -78,7 +78,8 @@ def run(ctx: BenchContext) -> list[Table]:
     results = {p: measure(ctx, p, streams, window) for p in PRESETS}
     capacity = Settings().capacity
     per_stream = Table(
-        "Write cost per stream-hour (production timers: heartbeat 5 s)",
+        f"Write cost per stream-hour (measured at {timers_label(ctx.scale)}, lease"
+        f" {ctx.lease_seconds:g} s; converted to production timers: heartbeat 5 s)",
         [
             "preset",
             "write requests / stream-h",
@@ -90,7 +91,8 @@ def run(ctx: BenchContext) -> list[Table]:
         ],
     )
     breakdown = Table(
-        "Where the requests go (per hour, production timers)",
+        f"Where the requests go (per hour; measured at {timers_label(ctx.scale)}, converted to"
+        " production timers)",
         ["preset", "request", "per stream-h", "per worker-h"],
     )
     for preset, d in results.items():
@@ -135,7 +137,7 @@ def run(ctx: BenchContext) -> list[Table]:
     naive = 3600 / Settings().heartbeat_seconds
     naive_dollars = naive * WRITE_PRICE_PER_MILLION / 1e6 * HOURS_PER_MONTH * PER_STREAMS
     per_stream.notes += [
-        f"Measured over {window:.0f} s with {streams} streams on one worker at {1 / ctx.scale:.0f}×"
+        f"Measured over {window:.0f} s with {streams} streams on one worker at {1 / ctx.scale:g}×"
         " speed, counted from the requests the worker sent (botocore hooks), converted to"
         " production timers.",
         f"Prices: DynamoDB on-demand us-east-1, ${WRITE_PRICE_PER_MILLION} per million write"
