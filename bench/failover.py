@@ -5,8 +5,11 @@ Three workers hold N streams. In each round the busiest worker is taken out — 
 (graceful drain) — and a replacement is started after the streams have moved. A stream's
 *unowned time* is from the moment its holder stopped delivering (the kill; for SIGTERM its
 release) to the new holder's acquisition, both read from the workers' lease events on the
-machine's one monotonic clock. Stop latency: ``POST /streams/{id}/stop`` → the holder's
-``stopped`` event. Start latency: ``POST /streams`` → the first record in the sink.
+machine's one monotonic clock. A round waits until every one of the victim's streams has been
+acquired by another worker, as read from every worker's event log (workers added by earlier
+rounds included), or until its timeout: "never" means not within that timeout. Stop latency:
+``POST /streams/{id}/stop`` → the holder's ``stopped`` event. Start latency: ``POST /streams`` →
+the first record in the sink.
 """
 
 from __future__ import annotations
@@ -14,16 +17,19 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
 from bench.common import Table, percentile, timers_label
 from bench.context import PRESET_LABELS, PRESETS, BenchContext
 from local.invariant_inputs import LeaseEvent
+from local.invariant_model import ACQUIRED
 from local.invariants import load_records
 from local.testbed import ACCOUNT, Testbed
 from local.worker_process import WorkerProcess
+from streamlease.settings import Settings
 
 KILL: Final = "kill -9"
 KILL_REAPER: Final = "kill -9 + reaper"
@@ -36,6 +42,19 @@ RATE: Final = 10.0
 WORKERS: Final = 3
 
 Samples = dict[str, list[float]]
+"""Event (or :data:`REAPER_CALL`) → seconds, NaN for "never"."""
+
+
+@dataclass
+class PresetRun:
+    """What one preset's run measured."""
+
+    samples: Samples
+    timeout_seconds: float
+    """How long a round waited for a stream before counting it "never"."""
+    stop_passed_over: int = 0
+    """Streams not stopped after all: the events show no holder at the call (a rebalance had
+    just let go of it)."""
 
 
 def _busiest(bed: Testbed) -> tuple[WorkerProcess, set[str]]:
@@ -59,11 +78,49 @@ def _first(events: Iterable[LeaseEvent], stream_id: str, after: float, **match: 
     return min(times) if times else float("nan")
 
 
-def _takeover_round(
+@dataclass(frozen=True)
+class TakeoverRound:
+    """One round: which worker was taken out, how and when, and what its streams went through."""
+
+    mode: str
+    victim: str
+    started_mono: float
+    """When the victim was killed or sent SIGTERM (monotonic seconds)."""
+    unowned_seconds: dict[str, float]
+    """Per stream the victim held: seconds without an owner; NaN when no other worker acquired
+    it within the round's timeout."""
+
+
+def takeovers(
+    events: Iterable[LeaseEvent], stream_ids: Iterable[str], victim: str, after: float
+) -> dict[str, float]:
+    """Stream → ``mono`` of its first acquisition by a worker other than ``victim`` at or after
+    ``after``; streams not (yet) acquired are left out."""
+    wanted = set(stream_ids)
+    out: dict[str, float] = {}
+    for e in events:
+        if (
+            e.event == ACQUIRED
+            and e.stream_id in wanted
+            and e.worker_id != victim
+            and e.mono >= after
+        ):
+            out[e.stream_id] = min(e.mono, out.get(e.stream_id, math.inf))
+    return out
+
+
+def takeover_round(
     bed: Testbed, mode: str, timeout: float, reaper_seconds: list[float]
-) -> list[float]:
+) -> TakeoverRound:
+    """Take the busiest worker out by ``mode``, wait until its streams are acquired elsewhere
+    (read from the event logs, at most ``timeout`` seconds), then start a replacement.
+
+    The wait is on the very events the figures are computed from: a stream is "never" taken
+    over only if no other worker's log shows it acquired within ``timeout``.
+    """
     victim, held = _busiest(bed)
     old = victim.worker_id
+    already_read = len(bed.tail.events)  # written before t0: the round needs only later ones
     t0 = time.monotonic()
     if mode == SIGTERM:
         victim.terminate(0)
@@ -73,39 +130,46 @@ def _takeover_round(
             reaper_started = time.monotonic()
             bed.reap(victim)
             reaper_seconds.append(time.monotonic() - reaper_started)
+
+    def all_taken() -> bool:
+        bed.tail.refresh()
+        return len(takeovers(bed.tail.events[already_read:], held, old, t0)) == len(held)
+
     with contextlib.suppress(TimeoutError):  # a stream never taken over counts as "never"
-        bed.wait_taken_over(held, old, timeout)
+        bed.wait_for(all_taken, timeout, f"{len(held)} streams of {old} acquired elsewhere")
     if mode == SIGTERM:
         victim.wait(bed.settings.shutdown_budget_seconds + 5)
-    events = bed.tail.events
-    samples = []
+    bed.tail.refresh()
+    events = bed.tail.events[already_read:]
+    acquired = takeovers(events, held, old, t0)
+    unowned = {}
     for stream_id in held:
-        acquired = min(
-            (
-                e.mono
-                for e in events
-                if e.stream_id == stream_id
-                and e.event == "acquired"
-                and e.worker_id != old
-                and e.mono >= t0
-            ),
-            default=float("nan"),
-        )
         stopped_at = t0
         if mode == SIGTERM:
             released = _first(events, stream_id, t0, event="released", worker_id=old)
             stopped_at = t0 if math.isnan(released) else released
-        samples.append(acquired - stopped_at)
+        unowned[stream_id] = acquired.get(stream_id, math.nan) - stopped_at
     bed.add_worker()
-    return samples
+    return TakeoverRound(mode, old, t0, unowned)
 
 
-def _stop_latencies(bed: Testbed, count: int, timeout: float) -> list[float]:
-    """Stop ``count`` streams held by live workers; NaN for one whose holder never reacted."""
-    live = {w.worker_id for w in bed.live_workers()}
-    held = sorted(s for s, owner in bed.owners().items() if owner in live)
-    out = []
-    for stream_id in held[:count]:
+def _stop_latencies(bed: Testbed, count: int, timeout: float) -> tuple[list[float], int]:
+    """Stop ``count`` held streams, one at a time: seconds from the API call to the holder's
+    ``stopped``/``released``/``lost`` event (NaN: its holder never reacted within ``timeout``).
+
+    Also returns how many streams were passed over because the lease events show no holder at
+    the moment of the call (a rebalance had just released it): no stop latency to measure.
+    """
+    out: list[float] = []
+    passed_over = 0
+    stopped: set[str] = set()
+    while len(out) < count and passed_over <= count:
+        live = {w.worker_id for w in bed.live_workers()}
+        held = sorted(s for s, owner in bed.owners().items() if owner in live and s not in stopped)
+        if not held:
+            break
+        stream_id = held[0]
+        stopped.add(stream_id)
         at = bed.stop_stream(stream_id)
 
         def ended(stream_id: str = stream_id, at: float = at) -> float:
@@ -116,13 +180,21 @@ def _stop_latencies(bed: Testbed, count: int, timeout: float) -> list[float]:
             ]
             return min((t for t in times if not math.isnan(t)), default=math.nan)
 
+        def unheld(stream_id: str = stream_id, at: float = at) -> bool:
+            return stream_id not in bed.owners(at)
+
         try:
-            bed.wait_for(lambda: not math.isnan(ended()), timeout, f"stop of {stream_id}")
+            bed.wait_for(
+                lambda: not math.isnan(ended()) or unheld(), timeout, f"stop of {stream_id}"
+            )
         except TimeoutError:
             out.append(math.nan)
             continue
+        if math.isnan(ended()):
+            passed_over += 1
+            continue
         out.append(ended() - at)
-    return out
+    return out, passed_over
 
 
 def _start_latencies(bed: Testbed, count: int, timeout: float) -> list[float]:
@@ -142,36 +214,64 @@ def _start_latencies(bed: Testbed, count: int, timeout: float) -> list[float]:
     return out
 
 
-def measure(ctx: BenchContext, preset: str) -> Samples:
+def round_timeout(settings: Settings) -> float:
+    """How long a round waits for a stream to move before it counts as "never" (seconds)."""
+    return 3 * settings.lease_seconds + 2 * settings.reconcile_seconds + 30
+
+
+def start_fleet(ctx: BenchContext, bed: Testbed, streams: int) -> list[str]:
+    """Start the section's workers and ``streams`` streams; returns their ids once all are
+    owned (and the reaper handler is warm)."""
+    for _ in range(WORKERS):
+        bed.add_worker()
+    ids = bed.create_streams(streams)
+    bed.wait_all_owned(ids, round_timeout(bed.settings))
+    bed.reap_task(f"arn:aws:ecs:us-east-1:{ACCOUNT}:task/local/warm-up")  # not a cold start
+    return ids
+
+
+def run_rounds(
+    ctx: BenchContext,
+    bed: Testbed,
+    ids: Sequence[str],
+    modes: Sequence[str],
+    rounds: int,
+    reaper_seconds: list[float],
+) -> list[TakeoverRound]:
+    """``rounds`` takeover rounds of each mode in turn, each after every stream is owned again."""
+    timeout = round_timeout(bed.settings)
+    out = []
+    for mode in modes:
+        for r in range(rounds):
+            ctx.progress.update(f"{mode}, round {r + 1}/{rounds}", force=True)
+            out.append(takeover_round(bed, mode, timeout, reaper_seconds))
+            with contextlib.suppress(TimeoutError):  # the next round measures what moves
+                bed.wait_all_owned(ids, timeout)
+    return out
+
+
+def measure(ctx: BenchContext, preset: str) -> PresetRun:
     """All five latencies for one preset (see the module docstring)."""
     settings = ctx.settings(preset)
     streams = 12 if ctx.quick else 30
     rounds = 1 if ctx.quick else 2
     samples: Samples = {e: [] for e in (*EVENTS, REAPER_CALL)}
-    timeout = 3 * settings.lease_seconds + 2 * settings.reconcile_seconds + 30
+    timeout = round_timeout(settings)
     with ctx.testbed(f"failover-{preset}", settings, rate=RATE) as bed:
-        for _ in range(WORKERS):
-            bed.add_worker()
-        ids = bed.create_streams(streams)
-        bed.wait_all_owned(ids, timeout)
-        bed.reap_task(f"arn:aws:ecs:us-east-1:{ACCOUNT}:task/local/warm-up")  # not a cold start
-        for mode in (KILL, KILL_REAPER, SIGTERM):
-            for r in range(rounds):
-                ctx.progress.update(f"{preset}: {mode}, round {r + 1}/{rounds}", force=True)
-                samples[mode] += _takeover_round(bed, mode, timeout, samples[REAPER_CALL])
-                with contextlib.suppress(TimeoutError):  # the next round measures what moves
-                    bed.wait_all_owned(ids, timeout)
+        ids = start_fleet(ctx, bed, streams)
+        for done in run_rounds(
+            ctx, bed, ids, (KILL, KILL_REAPER, SIGTERM), rounds, samples[REAPER_CALL]
+        ):
+            samples[done.mode] += list(done.unowned_seconds.values())
         ctx.progress.update(f"{preset}: stop and start latency", force=True)
-        samples[STOP] = _stop_latencies(bed, 3 if ctx.quick else 8, timeout)
+        samples[STOP], passed_over = _stop_latencies(bed, 3 if ctx.quick else 8, timeout)
         samples[START] = _start_latencies(bed, 3 if ctx.quick else 8, timeout)
-    return samples
+    return PresetRun(samples, timeout, passed_over)
 
 
 def run(ctx: BenchContext) -> list[Table]:
     """The failover section: both presets, every event, side by side."""
-    results = {}
-    for preset in PRESETS:
-        results[preset] = measure(ctx, preset)
+    results = {preset: measure(ctx, preset) for preset in PRESETS}
     lease = ctx.lease_seconds
     table = Table(
         f"Failover and control latency ({timers_label(ctx.scale)}: lease {lease:g} s,"
@@ -190,8 +290,9 @@ def run(ctx: BenchContext) -> list[Table]:
     )
     for event in EVENTS:
         for preset in PRESETS:
-            values = [v for v in results[preset][event] if not math.isnan(v)]
-            missed = len(results[preset][event]) - len(values)
+            measured = results[preset].samples[event]
+            values = [v for v in measured if not math.isnan(v)]
+            missed = len(measured) - len(values)
             p50, p99 = percentile(values, 50), percentile(values, 99)
             top = max(values, default=float("nan"))
             table.add(
@@ -205,6 +306,8 @@ def run(ctx: BenchContext) -> list[Table]:
                 p99 / lease,
                 top / lease,
             )
+    timeouts = ", ".join(f"{PRESET_LABELS[p]} {results[p].timeout_seconds:.0f} s" for p in PRESETS)
+    passed_over = sum(r.stop_passed_over for r in results.values())
     table.notes += [
         f"Every timer is production's × {ctx.scale:g} (lease 20 s → {lease:g} s, heartbeat 5 s →"
         f" {lease / 4:g} s, reconcile 5 s → {lease / 4:g} s; reference reconcile 60 s →"
@@ -215,11 +318,19 @@ def run(ctx: BenchContext) -> list[Table]:
         " missed heartbeats (schedule_suspects=false).",
         "Unowned time: kill → new holder's acquire (kill -9), or old holder's release → new"
         " holder's acquire (SIGTERM); from the workers' lease events on one monotonic clock.",
+        "A round waits until every stream of the victim is acquired elsewhere, read from every"
+        f" worker's event log; never = not acquired within the round's timeout ({timeouts}).",
         "kill -9 + reaper: the reaper handler runs in the bench process right after the kill"
         " (warm; p50 of the call itself: "
         + ", ".join(
-            f"{PRESET_LABELS[p]} {percentile(results[p][REAPER_CALL], 50):.2f} s" for p in PRESETS
+            f"{PRESET_LABELS[p]} {percentile(results[p].samples[REAPER_CALL], 50):.2f} s"
+            for p in PRESETS
         )
         + "); on AWS, EventBridge delivery and a Lambda invocation come on top.",
     ]
+    if passed_over:
+        table.notes.append(
+            f"stop: {passed_over} stream(s) passed over, released by a rebalance just before"
+            " the call (no holder to stop)."
+        )
     return [table]
