@@ -2,12 +2,13 @@
 
 Three workers hold N streams. In each round the busiest worker is taken out — ``kill -9``,
 ``kill -9`` followed at once by the reaper (what ECS's task-stopped event triggers), or SIGTERM
-(graceful drain) — and a replacement is started after the streams have moved. A stream's
-*unowned time* is from the moment its holder stopped delivering (the kill; for SIGTERM its
-release) to the new holder's acquisition, both read from the workers' lease events on the
-machine's one monotonic clock. A round waits until every one of the victim's streams has been
-acquired by another worker, as read from every worker's event log (workers added by earlier
-rounds included), or until its timeout: "never" means not within that timeout. Stop latency:
+(graceful drain) — and a replacement is started after the streams have moved; the next round
+begins once the replacement runs and its start-up reconcile is over. A stream's *unowned time*
+is from the moment its holder stopped delivering (the kill; for SIGTERM its release) to the new
+holder's acquisition, both read from the workers' lease events on the machine's one monotonic
+clock. A round waits until every one of the victim's streams has been acquired by another
+worker, as read from every worker's event log (workers added by earlier rounds included), or
+until its timeout: "never" means not within that timeout. Stop latency:
 ``POST /streams/{id}/stop`` → the holder's ``stopped`` event. Start latency: ``POST /streams`` →
 the first record in the sink.
 """
@@ -149,8 +150,19 @@ def takeover_round(
             released = _first(events, stream_id, t0, event="released", worker_id=old)
             stopped_at = t0 if math.isnan(released) else released
         unowned[stream_id] = acquired.get(stream_id, math.nan) - stopped_at
-    bed.add_worker()
+    _replace(bed, timeout)
     return TakeoverRound(mode, old, t0, unowned)
+
+
+def _replace(bed: Testbed, timeout: float) -> None:
+    """Start the victim's replacement and let its start-up reconcile pass. Running into the next
+    round, that reconcile would take the next victim's released streams at a moment set by
+    process start-up, not by the protocol (the reference preset otherwise finds them only at its
+    next reconcile, every three leases)."""
+    replacement = bed.add_worker()
+    with contextlib.suppress(TimeoutError):  # a slow start must not sink the run
+        bed.wait_worker_running(replacement, timeout)
+    time.sleep(bed.settings.heartbeat_seconds)  # ample for one query and a few acquires
 
 
 def _stop_latencies(bed: Testbed, count: int, timeout: float) -> tuple[list[float], int]:

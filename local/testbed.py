@@ -160,6 +160,16 @@ class Testbed:
             every=0.25,
         )
 
+    def wait_worker_running(self, worker: WorkerProcess, timeout_seconds: float) -> float:
+        """Wait until ``worker`` runs its services: its health file exists (it is touched when
+        they start, next to its first reconcile). Returns the seconds waited."""
+        health = Path(worker.settings.health_file)
+        return self.wait_for(
+            lambda: health.exists() or not worker.alive,
+            timeout_seconds,
+            f"{worker.worker_id} running",
+        )
+
     def live_workers(self) -> list[WorkerProcess]:
         """Workers whose process still runs (paused ones included)."""
         return [w for w in self.workers if w.alive]
