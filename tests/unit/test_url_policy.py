@@ -186,6 +186,45 @@ def test_check_address(address: str, policy: UrlPolicy, allowed: bool) -> None:
         assert caught.value.field == "ws_url"
 
 
+# The deprecated 6to4 relay anycast prefix (RFC 7526): 192.88.99.1 in every spelling the
+# policy reads, alone and inside the IPv6 forms that embed it.
+SIX_TO_FOUR_RELAY_SPELLINGS = [
+    "192.88.99.1",
+    "192.88.99.255",
+    "3227017985",  # decimal
+    "0xc0586301",  # hex
+    "0xc0.0x58.0x63.0x1",
+    "0300.0130.0143.01",  # octal
+    "192.88.25345",
+    "::ffff:192.88.99.1",  # v4-mapped
+    "::ffff:c058:6301",
+    "64:ff9b::c058:6301",  # NAT64
+    "2002:c058:6301::1",  # 6to4
+]
+
+
+@pytest.mark.parametrize("address", SIX_TO_FOUR_RELAY_SPELLINGS)
+def test_six_to_four_relay_anycast_is_refused_in_every_mode(address: str) -> None:
+    """192.88.99.0/24 is special-purpose: refused whatever the policy allows and the spelling."""
+    with pytest.raises(UrlRejected) as caught:
+        check_address(address, EVERYTHING)
+    assert "reserved" in str(caught.value)
+
+
+@pytest.mark.parametrize("host", ["192.88.99.1", "3227017985", "0xc0586301", "[2002:c058:6301::1]"])
+def test_six_to_four_relay_anycast_urls_are_refused(host: str) -> None:
+    """A ws_url whose host is a 6to4 relay anycast address is refused before anything connects."""
+    with pytest.raises(UrlRejected) as caught:
+        parse_upstream_url(f"wss://{host}/feed", EVERYTHING)
+    assert caught.value.field == "ws_url"
+
+
+def test_neighbours_of_the_six_to_four_relay_range_stay_public() -> None:
+    """Only the /24 is refused: the addresses around it are ordinary public ones."""
+    for address in ("192.88.98.255", "192.88.100.0"):
+        assert classify_address(ipaddress.ip_address(address)) is AddressClass.PUBLIC
+
+
 def test_check_address_rejects_a_non_address() -> None:
     """A string that is no IP address in any spelling is refused, not resolved."""
     with pytest.raises(UrlRejected):
