@@ -2,8 +2,15 @@
 
 Every write is one conditional request with ``ReturnValuesOnConditionCheckFailure=ALL_OLD``, so a
 failed condition says why without a second read, and concurrent callers cannot lose an update:
-the generation is incremented by DynamoDB, never read-modified-written here. Lease fields are
-never touched — a holder learns about a stop through its renewal condition (DESIGN §4).
+the generation is incremented by DynamoDB, never read-modified-written here. Lease fields of a
+live stream are never touched — a holder learns about a stop through its renewal condition
+(DESIGN §4).
+
+Delete leaves a *tombstone* (``schema.TOMBSTONE_KEEPS``): the item keeps ``lease_epoch`` and
+``generation`` and gets ``deleted_at``; everything else goes, so it is in no index and reads as
+missing. Creating the id again turns the tombstone back into a stream whose epoch and
+generation continue above the old ones, so consumers that drop records of an older epoch never
+drop the new stream's records, and a command or holder of the old stream can never match it.
 """
 
 from __future__ import annotations
@@ -15,12 +22,26 @@ from typing import Any, Final
 from streamlease import dynamo, rules
 from streamlease.errors import StateConflict, StreamNotFound
 from streamlease.lease_store import wall_ms
-from streamlease.model import Stream, iso_ms
-from streamlease.schema import PK, STREAM_PREFIX, DesiredState, StreamAttr, stream_key
+from streamlease.model import Stream, is_tombstone, iso_ms
+from streamlease.schema import (
+    PK,
+    STREAM_PREFIX,
+    TOMBSTONE_KEEPS,
+    DesiredState,
+    StreamAttr,
+    stream_attributes,
+    stream_key,
+)
 
 _A = StreamAttr
+
 _MAX_SCAN_CALLS: Final = 8
 """Most Scan calls one list request makes before it returns a (possibly short) page."""
+
+_NEW_STREAM_EPOCH_BASE: Final = -1
+"""``if_not_exists(lease_epoch, -1) + 1``: 0 for a new id, the tombstone's epoch + 1 otherwise."""
+
+_TOMBSTONE_REMOVES: Final = tuple(a for a in stream_attributes() if a not in TOMBSTONE_KEEPS)
 
 
 class StreamConflict(StateConflict):
@@ -59,39 +80,62 @@ class StreamRepo:
     # --- writes ------------------------------------------------------------------------------
 
     def create(self, stream_id: str, ws_url: str, actor: str) -> tuple[Stream, bool]:
-        """Create ``stream_id`` STARTED at generation 1; returns ``(stream, created)``.
+        """Create ``stream_id`` STARTED; returns ``(stream, created)``.
 
-        An existing stream with the same ``ws_url`` is returned unchanged with ``created``
-        False (a retried create, whatever its state). Raises :class:`StreamConflict` (field
+        One conditional write, taken only where there is no item or a tombstone: a new id
+        starts at epoch 0 and generation 1; a deleted id continues at the tombstone's epoch + 1
+        and generation + 1, with ``last_seq`` 0 (the new epoch tells its records apart). An
+        existing stream with the same ``ws_url`` is returned unchanged with ``created`` False
+        (a retried create, whatever its state). Raises :class:`StreamConflict` (field
         ``ws_url``) when the id exists with another URL, :class:`StoreError` when unanswered.
         """
         now = iso_ms(self._clock_ms())
-        item: dict[str, Any] = {
-            PK: stream_key(stream_id),
-            _A.STREAM_ID: stream_id,
-            _A.DESIRED_STATE: DesiredState.STARTED.value,
-            _A.WS_URL: ws_url,
-            _A.LEASE_EXPIRES_AT_MS: 0,
-            _A.LEASE_EPOCH: 0,
-            _A.LAST_SEQ: 0,
-            _A.GENERATION: 1,
-            _A.TAKEOVERS: 0,
-            _A.CREATED_AT: now,
-            _A.UPDATED_AT: now,
-            _A.CREATED_BY: actor,
-            _A.UPDATED_BY: actor,
-        }
         try:
-            self._request(
-                "put_item",
-                Item=dynamo.serialize(item),
-                ConditionExpression="attribute_not_exists(#pk)",
-                ExpressionAttributeNames={"#pk": PK},
+            attributes = self._request(
+                "update_item",
+                Key=self._key(stream_id),
+                UpdateExpression=(
+                    "SET #id = :id, #state = :started, #url = :url, #exp = :zero, #seq = :zero,"
+                    " #takeovers = :zero, #epoch = if_not_exists(#epoch, :epoch_base) + :one,"
+                    " #gen = if_not_exists(#gen, :zero) + :one, #cat = :now, #uat = :now,"
+                    " #cby = :actor, #uby = :actor"
+                    " REMOVE #deleted"
+                ),
+                ConditionExpression="attribute_not_exists(#pk) OR attribute_exists(#deleted)",
+                ExpressionAttributeNames={
+                    "#pk": PK,
+                    "#deleted": _A.DELETED_AT,
+                    "#id": _A.STREAM_ID,
+                    "#state": _A.DESIRED_STATE,
+                    "#url": _A.WS_URL,
+                    "#exp": _A.LEASE_EXPIRES_AT_MS,
+                    "#seq": _A.LAST_SEQ,
+                    "#takeovers": _A.TAKEOVERS,
+                    "#epoch": _A.LEASE_EPOCH,
+                    "#gen": _A.GENERATION,
+                    "#cat": _A.CREATED_AT,
+                    "#uat": _A.UPDATED_AT,
+                    "#cby": _A.CREATED_BY,
+                    "#uby": _A.UPDATED_BY,
+                },
+                ExpressionAttributeValues=dynamo.serialize(
+                    {
+                        ":id": stream_id,
+                        ":started": DesiredState.STARTED.value,
+                        ":url": ws_url,
+                        ":zero": 0,
+                        ":one": 1,
+                        ":epoch_base": _NEW_STREAM_EPOCH_BASE,
+                        ":now": now,
+                        ":actor": actor,
+                    }
+                ),
+                ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            ).get("Attributes", {})
         except dynamo.ConditionFailed as failed:
             old = failed.old
-            if old is None:  # deleted again in between: nothing to compare with
+            if old is None or is_tombstone(old):  # the condition held a moment ago: a race
                 raise StreamConflict(
                     f"stream {stream_id!r} is being changed concurrently; retry", "id"
                 ) from None
@@ -99,11 +143,11 @@ class StreamRepo:
             if existing.ws_url != ws_url:
                 raise StreamConflict(
                     f"stream {stream_id!r} already exists with a different ws_url; "
-                    "delete it first to change the URL",
+                    "stop and delete it first to change the URL",
                     "ws_url",
                 ) from None
             return existing, False
-        return Stream.from_item(item), True
+        return Stream.from_item(dynamo.plain(attributes)), True
 
     def set_desired_state(
         self, stream_id: str, target: DesiredState, actor: str
@@ -112,7 +156,7 @@ class StreamRepo:
 
         Already in ``target``: the stream is returned unchanged with ``changed`` False
         (idempotent). Of concurrent callers exactly one wins each transition. Raises
-        :class:`StreamNotFound`, :class:`StoreError`.
+        :class:`StreamNotFound` (no item, or a tombstone), :class:`StoreError`.
         """
         other = DesiredState.STOPPED if target is DesiredState.STARTED else DesiredState.STARTED
         try:
@@ -143,34 +187,39 @@ class StreamRepo:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             ).get("Attributes", {})
         except dynamo.ConditionFailed as failed:
-            if failed.old is None:
+            if failed.old is None or is_tombstone(failed.old):
                 raise StreamNotFound(stream_id) from None
             return Stream.from_item(failed.old), False
         return Stream.from_item(dynamo.plain(attributes)), True
 
     def delete(self, stream_id: str) -> None:
-        """Delete a STOPPED stream that nobody holds (no owner, or an owner whose lease lapsed).
+        """Delete a STOPPED stream that nobody holds (no owner, or an owner whose lease lapsed),
+        leaving its tombstone.
 
-        Raises :class:`StreamNotFound`, :class:`StreamConflict` (STARTED, or still leased),
-        :class:`StoreError`.
+        One conditional write: every attribute but ``TOMBSTONE_KEEPS`` is removed and
+        ``deleted_at`` set. Raises :class:`StreamNotFound` (no item, or a tombstone already),
+        :class:`StreamConflict` (STARTED, or still leased), :class:`StoreError`.
         """
         now = self._clock_ms()
+        removed = {f"#r{i}": name for i, name in enumerate(_TOMBSTONE_REMOVES)}
         try:
             self._request(
-                "delete_item",
+                "update_item",
                 Key=self._key(stream_id),
+                UpdateExpression=f"SET #deleted = :deleted_at REMOVE {', '.join(removed)}",
                 ConditionExpression=(
-                    "attribute_exists(#pk) AND #state = :stopped"
-                    " AND (attribute_not_exists(#owner) OR #exp < :cutoff)"
+                    "#state = :stopped AND (attribute_not_exists(#owner) OR #exp < :cutoff)"
                 ),
                 ExpressionAttributeNames={
-                    "#pk": PK,
+                    **removed,
+                    "#deleted": _A.DELETED_AT,
                     "#state": _A.DESIRED_STATE,
                     "#owner": _A.LEASE_OWNER,
                     "#exp": _A.LEASE_EXPIRES_AT_MS,
                 },
                 ExpressionAttributeValues=dynamo.serialize(
                     {
+                        ":deleted_at": iso_ms(now),
                         ":stopped": DesiredState.STOPPED.value,
                         ":cutoff": rules.acquire_cutoff_ms(now, self._skew_ms),
                     }
@@ -178,7 +227,7 @@ class StreamRepo:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except dynamo.ConditionFailed as failed:
-            if failed.old is None:
+            if failed.old is None or is_tombstone(failed.old):
                 raise StreamNotFound(stream_id) from None
             stream = Stream.from_item(failed.old)
             if stream.desired_state is DesiredState.STARTED:
@@ -195,25 +244,28 @@ class StreamRepo:
     # --- reads -------------------------------------------------------------------------------
 
     def get(self, stream_id: str) -> Stream:
-        """The stream, read consistently. Raises :class:`StreamNotFound`, :class:`StoreError`."""
+        """The stream, read consistently. Raises :class:`StreamNotFound` (no item, or a
+        tombstone), :class:`StoreError`."""
         response = self._request("get_item", Key=self._key(stream_id), ConsistentRead=True)
         item = response.get("Item")
-        if item is None:
+        plain = None if item is None else dynamo.plain(item)
+        if plain is None or is_tombstone(plain):
             raise StreamNotFound(stream_id)
-        return Stream.from_item(dynamo.plain(item))
+        return Stream.from_item(plain)
 
     def page(
         self, state: DesiredState | None, limit: int, start_key: Mapping[str, str] | None
     ) -> Page:
         """Up to ``limit`` streams (in ``state`` if given), continuing after ``start_key``.
 
-        A Scan filtered to stream items: its order does not change as leases renew, so paging
-        neither skips nor repeats streams. A page may hold fewer than ``limit`` streams (each
-        request reads at most a bounded amount) while ``next_key`` is not None.
+        A Scan filtered to stream items (tombstones left out): its order does not change as
+        leases renew, so paging neither skips nor repeats streams. A page may hold fewer than
+        ``limit`` streams (each request reads at most a bounded amount) while ``next_key`` is
+        not None.
         """
-        names = {"#pk": PK}
+        names = {"#pk": PK, "#deleted": _A.DELETED_AT}
         values: dict[str, Any] = {":prefix": STREAM_PREFIX}
-        condition = "begins_with(#pk, :prefix)"
+        condition = "begins_with(#pk, :prefix) AND attribute_not_exists(#deleted)"
         if state is not None:
             names["#state"] = _A.DESIRED_STATE
             values[":state"] = state.value

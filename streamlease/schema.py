@@ -81,6 +81,23 @@ class StreamAttr:
     TAKEOVERS: Final = "takeovers"
     LEASE_ACQUIRED_AT_MS: Final = "lease_acquired_at_ms"
     STREAM_ID: Final = "stream_id"
+    DELETED_AT: Final = "deleted_at"
+    """Set only on a tombstone: when the stream was deleted (ISO-8601 UTC)."""
+
+
+def stream_attributes() -> tuple[str, ...]:
+    """Every attribute name of :class:`StreamAttr` (the key ``Pk`` excepted)."""
+    return tuple(
+        value
+        for name, value in vars(StreamAttr).items()
+        if name.isupper() and isinstance(value, str)
+    )
+
+
+TOMBSTONE_KEEPS: Final = (StreamAttr.LEASE_EPOCH, StreamAttr.GENERATION, StreamAttr.DELETED_AT)
+"""What a deleted stream's item keeps (a *tombstone*): the counters a re-created stream of the
+same id continues above, and when it was deleted. Everything else is removed, ``desired_state``
+and ``lease_owner`` with it, so a tombstone is in no stream index."""
 
 
 class WorkerAttr:

@@ -15,11 +15,13 @@ from streamlease.schema import (
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
     PK,
+    TOMBSTONE_KEEPS,
     Command,
     CommandType,
     StreamAttr,
     WorkerAttr,
     create_table_kwargs,
+    stream_attributes,
     stream_id_of,
     stream_key,
     worker_id_of,
@@ -183,3 +185,23 @@ def test_indexes_are_those_the_lease_protocol_queries():
         {"AttributeName": WorkerAttr.EXPIRES_AT_MS, "KeyType": "RANGE"},
     ]
     assert fleet["Projection"] == {"ProjectionType": "ALL"}
+
+
+def test_a_tombstone_keeps_only_the_counters_and_its_time():
+    """What delete keeps is in StreamAttr, and no index key is among it."""
+    assert set(TOMBSTONE_KEEPS) == {
+        StreamAttr.LEASE_EPOCH,
+        StreamAttr.GENERATION,
+        StreamAttr.DELETED_AT,
+    }
+    assert set(TOMBSTONE_KEEPS) <= set(stream_attributes())
+    index_keys = {i.partition_key for i in INDEXES} | {i.sort_key for i in INDEXES}
+    assert index_keys.isdisjoint(TOMBSTONE_KEEPS)
+
+
+def test_stream_attributes_lists_every_stream_attribute_name():
+    """Every StreamAttr constant, each once, the key excepted."""
+    names = stream_attributes()
+    assert len(names) == len(set(names))
+    assert StreamAttr.WS_URL in names and StreamAttr.DELETED_AT in names
+    assert PK not in names
