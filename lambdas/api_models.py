@@ -91,7 +91,9 @@ class StreamList(BaseModel):
     """``GET /streams``: one page; pass ``next_token`` back for the next (null at the end)."""
 
     streams: list[StreamView]
-    next_token: str | None
+    next_token: str | None = Field(
+        description="Opaque token for the next page (pass it back unchanged); null after the last."
+    )
 
 
 class WorkerView(BaseModel):

@@ -166,12 +166,25 @@ BY_KIND: Final = IndexSpec(
 Worker items are small and few, so the index carries them whole: listing the fleet is one query.
 """
 
-INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, BY_KIND)
+BY_STATE: Final = IndexSpec(
+    name="by-state",
+    partition_key=StreamAttr.DESIRED_STATE,
+    sort_key=StreamAttr.STREAM_ID,
+    projected=None,
+)
+"""Listing: the stream ids in one desired state, in id order (``GET /streams``).
+
+Its keys change only when ``desired_state`` does, so lease renewals never write to it. Every
+writer of a stream item sets ``stream_id``; an item without it would never be listed.
+"""
+
+INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, BY_KIND, BY_STATE)
 
 KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
     PK: "S",
     StreamAttr.DESIRED_STATE: "S",
     StreamAttr.LEASE_EXPIRES_AT_MS: "N",
+    StreamAttr.STREAM_ID: "S",
     StreamAttr.LEASE_OWNER: "S",
     WorkerAttr.KIND: "S",
     WorkerAttr.EXPIRES_AT_MS: "N",

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from streamlease.schema import (
     BY_KIND,
     BY_OWNER,
+    BY_STATE,
     BY_STATE_EXPIRY,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
@@ -158,7 +159,8 @@ def test_attribute_definitions_are_exactly_the_key_attributes():
 
 
 def test_indexes_are_those_the_lease_protocol_queries():
-    """by-state-expiry (orphans, suspects), by-owner (what X holds), by-kind (the fleet)."""
+    """by-state-expiry (orphans, suspects), by-owner (what X holds), by-kind (the fleet),
+    by-state (listing)."""
     gsis = {g["IndexName"]: g for g in create_table_kwargs("t")["GlobalSecondaryIndexes"]}
     assert set(gsis) == {index.name for index in INDEXES}
 
@@ -185,6 +187,26 @@ def test_indexes_are_those_the_lease_protocol_queries():
         {"AttributeName": WorkerAttr.EXPIRES_AT_MS, "KeyType": "RANGE"},
     ]
     assert fleet["Projection"] == {"ProjectionType": "ALL"}
+
+    listing = gsis[BY_STATE.name]
+    assert listing["KeySchema"] == [
+        {"AttributeName": StreamAttr.DESIRED_STATE, "KeyType": "HASH"},
+        {"AttributeName": StreamAttr.STREAM_ID, "KeyType": "RANGE"},
+    ]
+    assert listing["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+
+
+def test_listing_index_keys_are_not_lease_attributes():
+    """by-state is keyed on what only the control plane changes, so renewals never write it."""
+    lease_written = {
+        StreamAttr.LEASE_OWNER,
+        StreamAttr.LEASE_EXPIRES_AT_MS,
+        StreamAttr.LEASE_EPOCH,
+        StreamAttr.LAST_SEQ,
+        StreamAttr.LEASE_ACQUIRED_AT_MS,
+        StreamAttr.UPDATED_AT,
+    }
+    assert {BY_STATE.partition_key, BY_STATE.sort_key}.isdisjoint(lease_written)
 
 
 def test_a_tombstone_keeps_only_the_counters_and_its_time():
