@@ -238,7 +238,7 @@ def list_streams(
     operation_id="deleteStream",
     tags=["streams"],
     responses={
-        204: {"description": "Deleted"},
+        204: {"description": "Deleted; no body", "content": {}},
         **_errors(
             HTTPStatus.BAD_REQUEST,
             HTTPStatus.NOT_FOUND,

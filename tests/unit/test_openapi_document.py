@@ -42,3 +42,26 @@ def test_create_body_forbids_unknown_fields() -> None:
     schema = document()["components"]["schemas"]["CreateStream"]
     assert schema["additionalProperties"] is False
     assert schema["required"] == ["id", "ws_url"]
+
+
+def test_delete_is_documented_as_204_without_a_body() -> None:
+    """DELETE answers 204 with no body, and the document says no body."""
+    deleted = document()["paths"]["/streams/{id}"]["delete"]["responses"]["204"]
+    assert "content" not in deleted
+
+
+def test_no_success_without_a_body_documents_one() -> None:
+    """Wherever a 204 is documented, it carries no content."""
+    for operations in document()["paths"].values():
+        for operation in operations.values():
+            assert "content" not in operation["responses"].get("204", {})
+
+
+def test_next_token_is_documented_as_opaque() -> None:
+    """The query parameter and the response field both say the token is opaque."""
+    doc = document()
+    listing = doc["paths"]["/streams"]["get"]
+    parameter = next(p for p in listing["parameters"] if p["name"] == "next_token")
+    assert "opaque" in parameter["description"].lower()
+    field = doc["components"]["schemas"]["StreamList"]["properties"]["next_token"]
+    assert "opaque" in field["description"].lower()
