@@ -19,6 +19,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from lambdas import runtime
 from lambdas.api_models import (
     STREAM_ID_PATTERN,
+    STREAM_ID_RULE,
     CreateStream,
     ErrorBody,
     StreamList,
@@ -39,7 +40,12 @@ logger = Logger(service=API_SERVICE, child=True)
 metrics = runtime.MetricEmitter(API_SERVICE)
 
 StreamId = Annotated[
-    str, Path(pattern=STREAM_ID_PATTERN, description="Stream id.", examples=["btc-usd"])
+    str,
+    Path(
+        pattern=STREAM_ID_PATTERN,
+        description=f"Stream id: {STREAM_ID_RULE}.",
+        examples=["btc-usd"],
+    ),
 ]
 
 _JSON: Final = content_types.APPLICATION_JSON

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+from lambdas.api_models import STREAM_ID_PATTERN, STREAM_ID_RULE
 from lambdas.openapi_document import DEFAULT_PATH, document, render
+from streamlease.url_policy import URL_PATTERN
 
 ROUTES = {
     ("post", "/streams"),
@@ -55,6 +57,30 @@ def test_no_success_without_a_body_documents_one() -> None:
     for operations in document()["paths"].values():
         for operation in operations.values():
             assert "content" not in operation["responses"].get("204", {})
+
+
+def test_ws_url_has_the_url_pattern() -> None:
+    """ws_url's schema carries the shape every accepted URL has."""
+    ws_url = document()["components"]["schemas"]["CreateStream"]["properties"]["ws_url"]
+    assert ws_url["pattern"] == URL_PATTERN
+    assert "wss://" in ws_url["description"]
+
+
+def test_stream_id_rule_is_said_in_words_next_to_its_pattern() -> None:
+    """Body and path ids keep the pattern for machines and spell the rule out for people."""
+    doc = document()
+    body_id = doc["components"]["schemas"]["CreateStream"]["properties"]["id"]
+    path_ids = [
+        parameter["schema"]
+        for operations in doc["paths"].values()
+        for operation in operations.values()
+        for parameter in operation.get("parameters", [])
+        if parameter["name"] == "id"
+    ]
+    assert path_ids
+    for schema in (body_id, *path_ids):
+        assert schema["pattern"] == STREAM_ID_PATTERN
+        assert STREAM_ID_RULE in schema["description"]
 
 
 def test_next_token_is_documented_as_opaque() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from streamlease.errors import UrlRejected
 from streamlease.settings import Settings
 from streamlease.url_policy import (
+    URL_PATTERN,
     AddressClass,
     UrlPolicy,
     check_address,
@@ -407,6 +409,32 @@ def test_arbitrary_text_is_accepted_or_rejected_cleanly(text: str) -> None:
         parse_upstream_url(text, EVERYTHING)
     except UrlRejected as exc:
         assert exc.field == "ws_url"
+
+
+@given(
+    st.one_of(
+        st.text(max_size=80),
+        st.from_regex(r"\A[wW][sS]{1,2}://[ -~]{1,60}\Z"),
+        st.sampled_from(
+            ["wss://feed.example.com/v1?a=1&b=%20", "WSS://Feed.Example.COM:8443/x", "ws://127.1/"]
+        ),
+    )
+)
+def test_every_accepted_url_has_the_documented_shape(url: str) -> None:
+    """URL_PATTERN (the OpenAPI pattern of ws_url) never refuses a URL the policy accepts."""
+    try:
+        parse_upstream_url(url, EVERYTHING)
+    except UrlRejected:
+        return
+    assert re.fullmatch(URL_PATTERN, url)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://feed.example.com/", "wss://a b/", "wss://a\\b/", "wss://caf\u00e9/", "wss://"]
+)
+def test_the_documented_shape_refuses_what_the_policy_refuses_first(url: str) -> None:
+    """Wrong scheme, spaces, backslashes, non-ASCII and an empty rest fail the pattern too."""
+    assert re.fullmatch(URL_PATTERN, url) is None
 
 
 @given(st.from_regex(r"\Awss?://[0-9a-fA-Fx.:\[\]%@]{1,40}(/[a-z]{0,5})?\Z"))
