@@ -271,10 +271,9 @@ class StreamRepo:
         the STARTED partition is listed first, then STOPPED: the page that reaches the end of
         STARTED goes on with STOPPED (one more Query, once per listing), so a short listing is
         one page and an empty table one empty page. A stream whose state changed between the
-        two reads is
-        left out (it is listed in the other partition, or is gone). A page may hold fewer than
-        ``limit`` streams while ``next`` is not None. ``position.state`` must be ``state``
-        when one is given. Raises :class:`StoreError`.
+        two reads is left out (it is listed in the other partition, or is gone). A page may
+        hold fewer than ``limit`` streams while ``next`` is not None. ``position.state`` must
+        be ``state`` when one is given. Raises :class:`StoreError`.
         """
         here = position or ListPosition(state or LISTING_ORDER[0])
         partitions = [here.state] if state is not None else list(LISTING_ORDER)
