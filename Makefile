@@ -44,7 +44,7 @@ run: $(STAMP) ## the whole system on this machine (moto, API, workers, upstream 
 demo: $(STAMP) ## 20 streams, a worker killed and one rolled, then a gap/duplicate report (uses or starts make run)
 	$(PY) -m local.demo
 
-test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, infra (synth + cdk-nag), chaos
+test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, API contract (schemathesis), infra (synth + cdk-nag), chaos
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff and mypy

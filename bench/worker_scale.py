@@ -89,6 +89,7 @@ def seed(settings: Settings, ids: list[str], url_for: Any) -> None:
             TableName=settings.table_name,
             Item={
                 PK: {"S": stream_key(stream_id)},
+                StreamAttr.STREAM_ID: {"S": stream_id},
                 StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
                 StreamAttr.WS_URL: {"S": url_for(stream_id)},
                 StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},

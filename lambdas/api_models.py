@@ -8,9 +8,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from streamlease.model import Stream, WorkerInfo, iso_ms
 from streamlease.schema import DesiredState, WorkerState
+from streamlease.url_policy import URL_PATTERN, URL_RULE
 
 STREAM_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-"""Stream ids: 1–128 characters, letters and digits first, then also ``. _ : -``."""
+"""Stream ids, as the schemas check them; :data:`STREAM_ID_RULE` says it in words."""
+
+STREAM_ID_RULE: Final = (
+    "1 to 128 characters: ASCII letters, digits, '.', '_', ':' and '-', "
+    "starting with a letter or a digit"
+)
+""":data:`STREAM_ID_PATTERN` in words, for error messages and documentation."""
+
+PATTERN_RULES: Final = {STREAM_ID_PATTERN: STREAM_ID_RULE, URL_PATTERN: URL_RULE}
+"""What each pattern of the schemas means, for users who never read a regular expression."""
 
 MAX_WS_URL_CHARS: Final = 2048
 """Schema bound on ``ws_url``; the URL policy's ``max_url_length`` setting may be stricter."""
@@ -23,13 +33,17 @@ class CreateStream(BaseModel):
 
     id: str = Field(
         pattern=STREAM_ID_PATTERN,
-        description="Stream id: 1–128 characters, letters, digits and . _ : - (not first).",
+        description=f"Stream id: {STREAM_ID_RULE}.",
         examples=["btc-usd"],
     )
     ws_url: str = Field(
         min_length=1,
         max_length=MAX_WS_URL_CHARS,
-        description="Upstream WebSocket URL: wss://, no credentials, no fragment.",
+        pattern=URL_PATTERN,
+        description=(
+            f"Upstream WebSocket URL: {URL_RULE}; no credentials, no fragment, and a host the "
+            "deployment allows (never a link-local, metadata or reserved address)."
+        ),
         examples=["wss://feed.example.com/v1/ticker"],
     )
 
@@ -91,7 +105,9 @@ class StreamList(BaseModel):
     """``GET /streams``: one page; pass ``next_token`` back for the next (null at the end)."""
 
     streams: list[StreamView]
-    next_token: str | None
+    next_token: str | None = Field(
+        description="Opaque token for the next page (pass it back unchanged); null after the last."
+    )
 
 
 class WorkerView(BaseModel):

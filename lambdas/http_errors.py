@@ -23,6 +23,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
+from lambdas.api_models import PATTERN_RULES
 from lambdas.stream_repo import StreamConflict
 from streamlease.errors import (
     StateConflict,
@@ -222,7 +223,8 @@ def describe_validation_errors(errors: Sequence[Any]) -> tuple[str | None, str]:
     """``(field, message)`` for pydantic-style errors: the first field at fault, all messages.
 
     Locations like ``("body", "ws_url")`` name the field ``ws_url``; a whole-body problem
-    names ``body``. Input values are never echoed (they may hold secrets).
+    names ``body``. A pattern is said in words, never shown as a regular expression. Input
+    values are never echoed (they may hold secrets).
     """
     parts: list[str] = []
     first: str | None = None
@@ -238,6 +240,9 @@ def describe_validation_errors(errors: Sequence[Any]) -> tuple[str | None, str]:
             text = "required"
         elif kind == "json_invalid":
             field, text = "body", "request body is not valid JSON"
+        elif kind == "string_pattern_mismatch":
+            rule = PATTERN_RULES.get(str((error.get("ctx") or {}).get("pattern")))
+            text = f"must be {rule}" if rule else "has the wrong form"
         else:
             text = str(error.get("msg", "invalid value"))
         first = first if first is not None else field

@@ -30,7 +30,9 @@ def document() -> dict[str, Any]:
 
     The 422 answers Powertools documents for validation are removed, with the schemas only they
     used: this API maps every validation error to 400 with its own error body
-    (see :mod:`lambdas.http_errors`).
+    (see :mod:`lambdas.http_errors`). A response a route declares with empty ``content`` has
+    no body and is documented without one (Powertools would otherwise document the handler's
+    return type as a JSON body).
     """
     schema: dict[str, Any] = json.loads(
         app.get_openapi_json_schema(
@@ -52,7 +54,11 @@ def document() -> dict[str, Any]:
     )
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
-            operation.get("responses", {}).pop("422", None)
+            responses = operation.get("responses", {})
+            responses.pop("422", None)
+            for response in responses.values():
+                if response.get("content") == {}:
+                    del response["content"]  # a route's way of saying "no body" (204)
     components = schema.get("components", {}).get("schemas", {})
     used = _referenced(schema.get("paths", {}), components)
     for name in [n for n in components if n not in used]:

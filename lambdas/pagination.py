@@ -1,90 +1,83 @@
-"""Opaque, signed pagination tokens for ``GET /streams``.
+"""Pagination tokens for ``GET /streams``: opaque to clients, unsigned, validated strictly.
 
-A token carries the listing's DynamoDB start key and the filter it was issued for, signed with
-HMAC-SHA256, so a client can neither forge a start key nor reuse a token under another filter.
-Anything that does not verify is a client error, never a crash.
+A token is the base64url (unpadded) form of ``{"after": <stream id or null>, "state": <desired
+state>, "v": 1}``: the ``by-state`` partition a listing is in and the last stream id it showed.
+
+Why not signed: a token only chooses where a listing starts, and anyone who may call
+``GET /streams`` may list from any place anyway, by paging there. A forged token therefore
+gains nothing; it reaches no other table, no worker item and no stream the caller could not
+list. Signing would have needed a secret provisioned, rotated and read by every Lambda, and the
+key derived from the table name that stood in for one protected nothing. What matters is that
+a token cannot make the API send DynamoDB anything but a well-formed query, so decoding is
+strict: only the exact text this module would issue for a known state and a valid stream id is
+accepted, and the state must be the one the request filters on. Anything else is
+:class:`TokenInvalid`, which the API answers with a 400 naming ``next_token``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
-from collections.abc import Mapping
+import re
 from typing import Any, Final
 
-from streamlease.schema import PK, STREAM_PREFIX
-from streamlease.settings import Settings
+from lambdas.api_models import STREAM_ID_PATTERN
+from lambdas.stream_repo import ListPosition
+from streamlease.schema import DesiredState
 
 TOKEN_VERSION: Final = 1
-MAX_TOKEN_CHARS: Final = 2048
-_MAC_BYTES: Final = 16
+MAX_TOKEN_CHARS: Final = 512
+"""Longer than any token this module issues (a 128-character id gives about 240)."""
+
+_FIELDS: Final = frozenset({"v", "state", "after"})
+_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]+")
+_STREAM_ID: Final = re.compile(STREAM_ID_PATTERN)
+_STATES: Final = frozenset(s.value for s in DesiredState)
 
 
 class TokenInvalid(ValueError):
-    """The token is malformed, forged, or belongs to another query."""
+    """The token is malformed, or belongs to a listing with another state filter."""
 
 
-def signing_key(settings: Settings) -> bytes:
-    """The HMAC key: ``next_token_key`` if set, else one derived from the table name.
-
-    The derived key only stops accidental or casual tampering; set ``next_token_key`` (a secret)
-    where clients must not be able to mint tokens.
-    """
-    secret = settings.next_token_key or f"streamlease-next-token:{settings.table_name}"
-    return hashlib.sha256(secret.encode()).digest()
-
-
-def encode_token(start_key: Mapping[str, str], query_filter: str | None, key: bytes) -> str:
-    """A token resuming after ``start_key`` for a listing filtered by ``query_filter``."""
+def encode_token(position: ListPosition) -> str:
+    """The token for a listing that goes on at ``position``."""
     payload = json.dumps(
-        {"v": TOKEN_VERSION, "k": dict(start_key), "f": query_filter},
+        {"v": TOKEN_VERSION, "state": position.state.value, "after": position.after},
         separators=(",", ":"),
         sort_keys=True,
-    ).encode()
-    mac = hmac.new(key, payload, hashlib.sha256).digest()[:_MAC_BYTES]
-    return f"{_b64(payload)}.{_b64(mac)}"
+    )
+    return base64.urlsafe_b64encode(payload.encode()).rstrip(b"=").decode("ascii")
 
 
-def decode_token(token: str, query_filter: str | None, key: bytes) -> dict[str, str]:
-    """The start key inside ``token``. Raises :class:`TokenInvalid` for anything else.
+def decode_token(token: str, state_filter: DesiredState | None) -> ListPosition:
+    """Where the listing of ``token`` goes on. Raises :class:`TokenInvalid` for anything but a
+    token :func:`encode_token` made, and for one whose state is not ``state_filter`` (when
+    the request filters by state)."""
+    position = _parse(token)
+    if state_filter is not None and position.state is not state_filter:
+        raise TokenInvalid("next_token belongs to a listing with another state filter")
+    return position
 
-    The token must verify, be of this version, carry a stream key, and have been issued for
-    the same ``query_filter``.
-    """
-    if len(token) > MAX_TOKEN_CHARS or token.count(".") != 1:
-        raise TokenInvalid("next_token is malformed")
-    body, mac = token.split(".")
+
+def _parse(token: str) -> ListPosition:
+    malformed = TokenInvalid("next_token is malformed; pass back the next_token of a page as is")
+    if len(token) > MAX_TOKEN_CHARS or not _BASE64URL.fullmatch(token):
+        raise malformed
     try:
-        payload = _unb64(body)
-        given = _unb64(mac)
-    except (binascii.Error, ValueError):
-        raise TokenInvalid("next_token is malformed") from None
-    expected = hmac.new(key, payload, hashlib.sha256).digest()[:_MAC_BYTES]
-    if not hmac.compare_digest(given, expected):
-        raise TokenInvalid("next_token was not issued by this API")
-    try:
-        data: Any = json.loads(payload)
-    except ValueError:
-        raise TokenInvalid("next_token is malformed") from None
-    start = data.get("k") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or data.get("v") != TOKEN_VERSION or not isinstance(start, dict):
-        raise TokenInvalid("next_token is malformed")
-    if data.get("f") != query_filter:
-        raise TokenInvalid("next_token belongs to a listing with another filter")
-    pk = start.get(PK)
-    if set(start) != {PK} or not isinstance(pk, str) or not pk.startswith(STREAM_PREFIX):
-        raise TokenInvalid("next_token is malformed")
-    return {PK: pk}
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    if not text.isascii():
-        raise ValueError("not ASCII")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        data: Any = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise malformed from None
+    if not isinstance(data, dict) or set(data) != _FIELDS:
+        raise malformed
+    version, state, after = data["v"], data["state"], data["after"]
+    if type(version) is not int or version != TOKEN_VERSION:
+        raise malformed
+    if not isinstance(state, str) or state not in _STATES:
+        raise malformed
+    if after is not None and (not isinstance(after, str) or not _STREAM_ID.fullmatch(after)):
+        raise malformed
+    position = ListPosition(DesiredState(state), after)
+    if encode_token(position) != token:  # one spelling per position: no padding, no variants
+        raise malformed
+    return position

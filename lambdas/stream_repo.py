@@ -2,25 +2,46 @@
 
 Every write is one conditional request with ``ReturnValuesOnConditionCheckFailure=ALL_OLD``, so a
 failed condition says why without a second read, and concurrent callers cannot lose an update:
-the generation is incremented by DynamoDB, never read-modified-written here. Lease fields are
-never touched — a holder learns about a stop through its renewal condition (DESIGN §4).
+the generation is incremented by DynamoDB, never read-modified-written here. Lease fields of a
+live stream are never touched — a holder learns about a stop through its renewal condition
+(DESIGN §4).
+
+Delete leaves a *tombstone* (``schema.TOMBSTONE_KEEPS``): the item keeps ``lease_epoch`` and
+``generation`` and gets ``deleted_at``; everything else goes, so it is in no index and reads as
+missing. Creating the id again turns the tombstone back into a stream whose epoch and
+generation continue above the old ones, so consumers that drop records of an older epoch never
+drop the new stream's records, and a command or holder of the old stream can never match it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from streamlease import dynamo, rules
 from streamlease.errors import StateConflict, StreamNotFound
 from streamlease.lease_store import wall_ms
-from streamlease.model import Stream, iso_ms
-from streamlease.schema import PK, STREAM_PREFIX, DesiredState, StreamAttr, stream_key
+from streamlease.model import Stream, is_tombstone, iso_ms
+from streamlease.schema import (
+    BY_STATE,
+    PK,
+    TOMBSTONE_KEEPS,
+    DesiredState,
+    StreamAttr,
+    stream_attributes,
+    stream_key,
+)
 
 _A = StreamAttr
-_MAX_SCAN_CALLS: Final = 8
-"""Most Scan calls one list request makes before it returns a (possibly short) page."""
+
+LISTING_ORDER: Final = (DesiredState.STARTED, DesiredState.STOPPED)
+"""The ``by-state`` partitions an unfiltered listing walks, in this order."""
+
+_NEW_STREAM_EPOCH_BASE: Final = -1
+"""``if_not_exists(lease_epoch, -1) + 1``: 0 for a new id, the tombstone's epoch + 1 otherwise."""
+
+_TOMBSTONE_REMOVES: Final = tuple(a for a in stream_attributes() if a not in TOMBSTONE_KEEPS)
 
 
 class StreamConflict(StateConflict):
@@ -32,11 +53,20 @@ class StreamConflict(StateConflict):
 
 
 @dataclass(frozen=True)
+class ListPosition:
+    """Where a listing goes on: in the ``by-state`` partition ``state``, after stream id
+    ``after`` (None: from the start of that partition)."""
+
+    state: DesiredState
+    after: str | None = None
+
+
+@dataclass(frozen=True)
 class Page:
-    """One page of a listing; ``next_key`` is the plain ``ExclusiveStartKey`` or None at the end."""
+    """One page of a listing; ``next`` is where the next page starts, None after the last."""
 
     streams: list[Stream]
-    next_key: dict[str, str] | None
+    next: ListPosition | None
 
 
 class StreamRepo:
@@ -59,39 +89,62 @@ class StreamRepo:
     # --- writes ------------------------------------------------------------------------------
 
     def create(self, stream_id: str, ws_url: str, actor: str) -> tuple[Stream, bool]:
-        """Create ``stream_id`` STARTED at generation 1; returns ``(stream, created)``.
+        """Create ``stream_id`` STARTED; returns ``(stream, created)``.
 
-        An existing stream with the same ``ws_url`` is returned unchanged with ``created``
-        False (a retried create, whatever its state). Raises :class:`StreamConflict` (field
+        One conditional write, taken only where there is no item or a tombstone: a new id
+        starts at epoch 0 and generation 1; a deleted id continues at the tombstone's epoch + 1
+        and generation + 1, with ``last_seq`` 0 (the new epoch tells its records apart). An
+        existing stream with the same ``ws_url`` is returned unchanged with ``created`` False
+        (a retried create, whatever its state). Raises :class:`StreamConflict` (field
         ``ws_url``) when the id exists with another URL, :class:`StoreError` when unanswered.
         """
         now = iso_ms(self._clock_ms())
-        item: dict[str, Any] = {
-            PK: stream_key(stream_id),
-            _A.STREAM_ID: stream_id,
-            _A.DESIRED_STATE: DesiredState.STARTED.value,
-            _A.WS_URL: ws_url,
-            _A.LEASE_EXPIRES_AT_MS: 0,
-            _A.LEASE_EPOCH: 0,
-            _A.LAST_SEQ: 0,
-            _A.GENERATION: 1,
-            _A.TAKEOVERS: 0,
-            _A.CREATED_AT: now,
-            _A.UPDATED_AT: now,
-            _A.CREATED_BY: actor,
-            _A.UPDATED_BY: actor,
-        }
         try:
-            self._request(
-                "put_item",
-                Item=dynamo.serialize(item),
-                ConditionExpression="attribute_not_exists(#pk)",
-                ExpressionAttributeNames={"#pk": PK},
+            attributes = self._request(
+                "update_item",
+                Key=self._key(stream_id),
+                UpdateExpression=(
+                    "SET #id = :id, #state = :started, #url = :url, #exp = :zero, #seq = :zero,"
+                    " #takeovers = :zero, #epoch = if_not_exists(#epoch, :epoch_base) + :one,"
+                    " #gen = if_not_exists(#gen, :zero) + :one, #cat = :now, #uat = :now,"
+                    " #cby = :actor, #uby = :actor"
+                    " REMOVE #deleted"
+                ),
+                ConditionExpression="attribute_not_exists(#pk) OR attribute_exists(#deleted)",
+                ExpressionAttributeNames={
+                    "#pk": PK,
+                    "#deleted": _A.DELETED_AT,
+                    "#id": _A.STREAM_ID,
+                    "#state": _A.DESIRED_STATE,
+                    "#url": _A.WS_URL,
+                    "#exp": _A.LEASE_EXPIRES_AT_MS,
+                    "#seq": _A.LAST_SEQ,
+                    "#takeovers": _A.TAKEOVERS,
+                    "#epoch": _A.LEASE_EPOCH,
+                    "#gen": _A.GENERATION,
+                    "#cat": _A.CREATED_AT,
+                    "#uat": _A.UPDATED_AT,
+                    "#cby": _A.CREATED_BY,
+                    "#uby": _A.UPDATED_BY,
+                },
+                ExpressionAttributeValues=dynamo.serialize(
+                    {
+                        ":id": stream_id,
+                        ":started": DesiredState.STARTED.value,
+                        ":url": ws_url,
+                        ":zero": 0,
+                        ":one": 1,
+                        ":epoch_base": _NEW_STREAM_EPOCH_BASE,
+                        ":now": now,
+                        ":actor": actor,
+                    }
+                ),
+                ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            ).get("Attributes", {})
         except dynamo.ConditionFailed as failed:
             old = failed.old
-            if old is None:  # deleted again in between: nothing to compare with
+            if old is None or is_tombstone(old):  # the condition held a moment ago: a race
                 raise StreamConflict(
                     f"stream {stream_id!r} is being changed concurrently; retry", "id"
                 ) from None
@@ -99,11 +152,11 @@ class StreamRepo:
             if existing.ws_url != ws_url:
                 raise StreamConflict(
                     f"stream {stream_id!r} already exists with a different ws_url; "
-                    "delete it first to change the URL",
+                    "stop and delete it first to change the URL",
                     "ws_url",
                 ) from None
             return existing, False
-        return Stream.from_item(item), True
+        return Stream.from_item(dynamo.plain(attributes)), True
 
     def set_desired_state(
         self, stream_id: str, target: DesiredState, actor: str
@@ -112,7 +165,7 @@ class StreamRepo:
 
         Already in ``target``: the stream is returned unchanged with ``changed`` False
         (idempotent). Of concurrent callers exactly one wins each transition. Raises
-        :class:`StreamNotFound`, :class:`StoreError`.
+        :class:`StreamNotFound` (no item, or a tombstone), :class:`StoreError`.
         """
         other = DesiredState.STOPPED if target is DesiredState.STARTED else DesiredState.STARTED
         try:
@@ -143,34 +196,39 @@ class StreamRepo:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             ).get("Attributes", {})
         except dynamo.ConditionFailed as failed:
-            if failed.old is None:
+            if failed.old is None or is_tombstone(failed.old):
                 raise StreamNotFound(stream_id) from None
             return Stream.from_item(failed.old), False
         return Stream.from_item(dynamo.plain(attributes)), True
 
     def delete(self, stream_id: str) -> None:
-        """Delete a STOPPED stream that nobody holds (no owner, or an owner whose lease lapsed).
+        """Delete a STOPPED stream that nobody holds (no owner, or an owner whose lease lapsed),
+        leaving its tombstone.
 
-        Raises :class:`StreamNotFound`, :class:`StreamConflict` (STARTED, or still leased),
-        :class:`StoreError`.
+        One conditional write: every attribute but ``TOMBSTONE_KEEPS`` is removed and
+        ``deleted_at`` set. Raises :class:`StreamNotFound` (no item, or a tombstone already),
+        :class:`StreamConflict` (STARTED, or still leased), :class:`StoreError`.
         """
         now = self._clock_ms()
+        removed = {f"#r{i}": name for i, name in enumerate(_TOMBSTONE_REMOVES)}
         try:
             self._request(
-                "delete_item",
+                "update_item",
                 Key=self._key(stream_id),
+                UpdateExpression=f"SET #deleted = :deleted_at REMOVE {', '.join(removed)}",
                 ConditionExpression=(
-                    "attribute_exists(#pk) AND #state = :stopped"
-                    " AND (attribute_not_exists(#owner) OR #exp < :cutoff)"
+                    "#state = :stopped AND (attribute_not_exists(#owner) OR #exp < :cutoff)"
                 ),
                 ExpressionAttributeNames={
-                    "#pk": PK,
+                    **removed,
+                    "#deleted": _A.DELETED_AT,
                     "#state": _A.DESIRED_STATE,
                     "#owner": _A.LEASE_OWNER,
                     "#exp": _A.LEASE_EXPIRES_AT_MS,
                 },
                 ExpressionAttributeValues=dynamo.serialize(
                     {
+                        ":deleted_at": iso_ms(now),
                         ":stopped": DesiredState.STOPPED.value,
                         ":cutoff": rules.acquire_cutoff_ms(now, self._skew_ms),
                     }
@@ -178,7 +236,7 @@ class StreamRepo:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except dynamo.ConditionFailed as failed:
-            if failed.old is None:
+            if failed.old is None or is_tombstone(failed.old):
                 raise StreamNotFound(stream_id) from None
             stream = Stream.from_item(failed.old)
             if stream.desired_state is DesiredState.STARTED:
@@ -195,48 +253,92 @@ class StreamRepo:
     # --- reads -------------------------------------------------------------------------------
 
     def get(self, stream_id: str) -> Stream:
-        """The stream, read consistently. Raises :class:`StreamNotFound`, :class:`StoreError`."""
+        """The stream, read consistently. Raises :class:`StreamNotFound` (no item, or a
+        tombstone), :class:`StoreError`."""
         response = self._request("get_item", Key=self._key(stream_id), ConsistentRead=True)
         item = response.get("Item")
-        if item is None:
+        plain = None if item is None else dynamo.plain(item)
+        if plain is None or is_tombstone(plain):
             raise StreamNotFound(stream_id)
-        return Stream.from_item(dynamo.plain(item))
+        return Stream.from_item(plain)
 
-    def page(
-        self, state: DesiredState | None, limit: int, start_key: Mapping[str, str] | None
-    ) -> Page:
-        """Up to ``limit`` streams (in ``state`` if given), continuing after ``start_key``.
+    def page(self, state: DesiredState | None, limit: int, position: ListPosition | None) -> Page:
+        """Up to ``limit`` streams in stream-id order, ``state`` ones only if given, from
+        ``position`` (None: the start).
 
-        A Scan filtered to stream items: its order does not change as leases renew, so paging
-        neither skips nor repeats streams. A page may hold fewer than ``limit`` streams (each
-        request reads at most a bounded amount) while ``next_key`` is not None.
+        Keys come from Queries of the ``by-state`` index (keys only; one key more than the room
+        left tells whether a partition goes on), the items from one BatchGetItem. Unfiltered,
+        the STARTED partition is listed first, then STOPPED: the page that reaches the end of
+        STARTED goes on with STOPPED (one more Query, once per listing), so a short listing is
+        one page and an empty table one empty page. A stream whose state changed between the
+        two reads is left out (it is listed in the other partition, or is gone). A page may
+        hold fewer than ``limit`` streams while ``next`` is not None. ``position.state`` must
+        be ``state`` when one is given. Raises :class:`StoreError`.
         """
-        names = {"#pk": PK}
-        values: dict[str, Any] = {":prefix": STREAM_PREFIX}
-        condition = "begins_with(#pk, :prefix)"
-        if state is not None:
-            names["#state"] = _A.DESIRED_STATE
-            values[":state"] = state.value
-            condition += " AND #state = :state"
-        request: dict[str, Any] = {
-            "FilterExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": dynamo.serialize(values),
-        }
-        if start_key is not None:
-            request["ExclusiveStartKey"] = dynamo.serialize(start_key)
-        streams: list[Stream] = []
-        last_key: dict[str, Any] | None = None
-        for _ in range(_MAX_SCAN_CALLS):
-            request["Limit"] = limit - len(streams)
-            response = self._request("scan", **request)
-            streams += [Stream.from_item(dynamo.plain(i)) for i in response.get("Items", [])]
-            last_key = response.get("LastEvaluatedKey")
-            if not last_key or len(streams) >= limit:
+        here = position or ListPosition(state or LISTING_ORDER[0])
+        partitions = [here.state] if state is not None else list(LISTING_ORDER)
+        shown: list[tuple[DesiredState, str]] = []
+        next_position: ListPosition | None = None
+        after = here.after
+        for partition in partitions[partitions.index(here.state) :]:
+            room = limit - len(shown)
+            ids, last_read = self._ids(partition, after, room + 1)
+            if ids and room == 0:  # the page is full and this partition has more
+                next_position = ListPosition(partition)
                 break
-            request["ExclusiveStartKey"] = last_key
-        next_key = None if not last_key else {k: str(v) for k, v in dynamo.plain(last_key).items()}
-        return Page(streams=streams, next_key=next_key)
+            shown += [(partition, stream_id) for stream_id in ids[:room]]
+            if len(ids) > room:
+                next_position = ListPosition(partition, ids[room - 1])
+                break
+            if last_read is not None:  # a read limit cut the query short
+                next_position = ListPosition(partition, last_read)
+                break
+            after = None
+        return Page(streams=self._streams(shown), next=next_position)
+
+    def _ids(
+        self, state: DesiredState, after: str | None, limit: int
+    ) -> tuple[list[str], str | None]:
+        """Up to ``limit`` ids of the ``state`` partition after ``after`` (None: from the
+        start), in order, and the last id read when DynamoDB stopped short of ``limit``."""
+        names = {"#state": _A.DESIRED_STATE}
+        values: dict[str, Any] = {":state": state.value}
+        condition = "#state = :state"
+        if after is not None:
+            condition += " AND #id > :after"
+            names["#id"] = _A.STREAM_ID
+            values[":after"] = after
+        response = self._request(
+            "query",
+            IndexName=BY_STATE.name,
+            KeyConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=dynamo.serialize(values),
+            Limit=limit,
+        )
+        ids = [str(dynamo.plain(key)[_A.STREAM_ID]) for key in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        if last is None or len(ids) >= limit:
+            return ids, None
+        return ids, str(dynamo.plain(last)[_A.STREAM_ID])
+
+    def _streams(self, keys: list[tuple[DesiredState, str]]) -> list[Stream]:
+        """The items of ``keys`` (state partition, stream id) still in that state, in order."""
+        if not keys:
+            return []
+        found = dynamo.batch_get(
+            self._client,
+            self._table,
+            [{PK: stream_key(stream_id)} for _, stream_id in keys],
+            [PK, *stream_attributes()],
+        )
+        by_key = {str(item[PK]): item for item in found if not is_tombstone(item)}
+        streams = []
+        for state, stream_id in keys:
+            item = by_key.get(stream_key(stream_id))
+            if item is not None and item.get(_A.DESIRED_STATE) == state.value:
+                streams.append(Stream.from_item(item))
+        return streams
 
     # --- plumbing ----------------------------------------------------------------------------
 

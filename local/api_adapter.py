@@ -7,8 +7,10 @@ the API's resource templates (the OpenAPI document the routes generate), the pat
 (percent-encoded) with decoded path parameters, single- and multi-value headers, decoded query
 parameters, the body (base64 when it is not UTF-8), and a request context with
 a fixed IAM identity standing in for the SigV4 caller. Like API Gateway, an unknown resource or
-method is answered ``403 Missing Authentication Token`` without calling the function, and a
-function that fails or answers malformed output is a ``502``.
+method (any method: ``TRACE``, ``CONNECT`` or one made up) is answered with the JSON
+``403 {"message": "Missing Authentication Token"}`` without calling the function, a function
+that fails or answers malformed output is a ``502``, and HTTP errors of its own (a malformed
+request line) are JSON too, never an HTML page.
 
 The handler runs under one lock: one execution environment handles one event at a time, and the
 Powertools resolver keeps per-event state on its module-level app.
@@ -29,6 +31,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
@@ -328,6 +331,13 @@ def make_server(adapter: ApiAdapter, host: str, port: int) -> ThreadingHTTPServe
                     port=port,
                 )
                 response = adapter.dispatch(request)
+            self._send(response)
+            elapsed_ms = (time.monotonic() - started) * 1000
+            # Never the query string: it may carry tokens.
+            path = urlsplit(self.path).path
+            sys.stderr.write(f"{self.command} {path} {response.status} {elapsed_ms:.0f}ms\n")
+
+        def _send(self, response: HttpResponse) -> None:
             self.send_response(response.status)
             for name, value in response.headers:
                 if name.lower() not in ("content-length", "connection", "transfer-encoding"):
@@ -336,12 +346,27 @@ def make_server(adapter: ApiAdapter, host: str, port: int) -> ThreadingHTTPServe
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(response.body)
-            elapsed_ms = (time.monotonic() - started) * 1000
-            # Never the query string: it may carry tokens.
-            path = urlsplit(self.path).path
-            sys.stderr.write(f"{self.command} {path} {response.status} {elapsed_ms:.0f}ms\n")
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+        def __getattr__(self, name: str) -> Any:
+            # Every method goes through the adapter, as API Gateway takes any: TRACE, CONNECT
+            # or an invented one reach no route and get its JSON 403, not http.server's 501.
+            if name.startswith("do_"):
+                return self._serve
+            raise AttributeError(name)
+
+        def send_error(
+            self, code: int, message: str | None = None, explain: str | None = None
+        ) -> None:
+            """Errors of HTTP itself (a malformed request line, oversized headers) as JSON, the
+            way API Gateway words its own errors: never an HTML page, never the input echoed."""
+            self.close_connection = True
+            if self.request_version == "HTTP/0.9":  # unparsed: still a full HTTP/1.1 answer
+                self.request_version = "HTTP/1.1"
+            try:
+                phrase = HTTPStatus(code).phrase
+            except ValueError:
+                phrase = "Error"
+            self._send(gateway_error(code, phrase))
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # one line per request is written by _serve, without the query string

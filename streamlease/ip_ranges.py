@@ -68,6 +68,7 @@ _RANGES: Final[tuple[tuple[AddressClass, tuple[_Network, ...]], ...]] = (
         _nets(
             "192.0.0.0/24",  # IETF protocol assignments
             "192.0.2.0/24",  # documentation
+            "192.88.99.0/24",  # 6to4 relay anycast (deprecated by RFC 7526; any relay answers)
             "198.18.0.0/15",  # benchmarking
             "198.51.100.0/24",  # documentation
             "203.0.113.0/24",  # documentation

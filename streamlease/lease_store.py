@@ -19,7 +19,7 @@ from typing import Any
 
 from streamlease import dynamo, rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
-from streamlease.model import Lease, LeaseView, Stream, WorkerInfo, iso_ms
+from streamlease.model import Lease, LeaseView, Stream, WorkerInfo, is_tombstone, iso_ms
 from streamlease.schema import (
     BY_KIND,
     BY_OWNER,
@@ -105,7 +105,7 @@ class LeaseStore:
         an expired holder, possibly an earlier holding of ``owner`` → None (the caller tries a
         takeover); anything else → :class:`LeaseConflict`.
         """
-        if old is None:
+        if old is None or is_tombstone(old):
             raise LeaseConflict(stream_id, "missing")
         if old.get(_A.DESIRED_STATE) != DesiredState.STARTED:
             raise LeaseConflict(stream_id, "stopped")
@@ -165,7 +165,8 @@ class LeaseStore:
         item = self._get(stream_key(stream_id), consistent=True)
         if item is not None and _is_this_acquire(item, owner, now_ms, lease_ms):
             return _lease_from(item, previous_owner=None)
-        raise LeaseConflict(stream_id, "owned" if item is not None else "missing")
+        missing = item is None or is_tombstone(item)
+        raise LeaseConflict(stream_id, "missing" if missing else "owned")
 
     def renew(
         self,
@@ -268,9 +269,9 @@ class LeaseStore:
     # --- reads -------------------------------------------------------------------------------
 
     def read(self, stream_id: str, *, consistent: bool = True) -> Stream | None:
-        """The stream item, or None if there is none."""
+        """The stream item, or None if there is none (or only a deleted stream's tombstone)."""
         item = self._get(stream_key(stream_id), consistent=consistent)
-        return None if item is None else Stream.from_item(item)
+        return None if item is None or is_tombstone(item) else Stream.from_item(item)
 
     def expiring_before(self, bound_ms: int, *, limit: int) -> list[LeaseView]:
         """STARTED streams whose ``lease_expires_at_ms < bound_ms``, soonest first (GSI).

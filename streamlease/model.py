@@ -38,6 +38,15 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def is_tombstone(item: Mapping[str, Any]) -> bool:
+    """True when ``item`` is what a deleted stream leaves behind (see ``TOMBSTONE_KEEPS``).
+
+    A tombstone is not a stream: it only carries the epoch and generation a re-created stream
+    of the same id continues above.
+    """
+    return StreamAttr.DELETED_AT in item
+
+
 @dataclass(frozen=True)
 class Stream:
     """A stream item: what should run, who owns it and how far it got."""
@@ -61,7 +70,10 @@ class Stream:
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> Stream:
-        """Build from a deserialized item. Raises ``ValueError``/``KeyError`` for a non-stream."""
+        """Build from a deserialized item. Raises ``ValueError``/``KeyError`` for a non-stream,
+        a tombstone included (check :func:`is_tombstone` first where one may be met)."""
+        if is_tombstone(item):
+            raise ValueError(f"a deleted stream's tombstone, not a stream: {item.get(PK)!r}")
         return cls(
             stream_id=stream_id_of(str(item[PK])),
             desired_state=DesiredState(item.get(StreamAttr.DESIRED_STATE, DesiredState.STOPPED)),

@@ -81,6 +81,23 @@ class StreamAttr:
     TAKEOVERS: Final = "takeovers"
     LEASE_ACQUIRED_AT_MS: Final = "lease_acquired_at_ms"
     STREAM_ID: Final = "stream_id"
+    DELETED_AT: Final = "deleted_at"
+    """Set only on a tombstone: when the stream was deleted (ISO-8601 UTC)."""
+
+
+def stream_attributes() -> tuple[str, ...]:
+    """Every attribute name of :class:`StreamAttr` (the key ``Pk`` excepted)."""
+    return tuple(
+        value
+        for name, value in vars(StreamAttr).items()
+        if name.isupper() and isinstance(value, str)
+    )
+
+
+TOMBSTONE_KEEPS: Final = (StreamAttr.LEASE_EPOCH, StreamAttr.GENERATION, StreamAttr.DELETED_AT)
+"""What a deleted stream's item keeps (a *tombstone*): the counters a re-created stream of the
+same id continues above, and when it was deleted. Everything else is removed, ``desired_state``
+and ``lease_owner`` with it, so a tombstone is in no stream index."""
 
 
 class WorkerAttr:
@@ -149,12 +166,25 @@ BY_KIND: Final = IndexSpec(
 Worker items are small and few, so the index carries them whole: listing the fleet is one query.
 """
 
-INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, BY_KIND)
+BY_STATE: Final = IndexSpec(
+    name="by-state",
+    partition_key=StreamAttr.DESIRED_STATE,
+    sort_key=StreamAttr.STREAM_ID,
+    projected=None,
+)
+"""Listing: the stream ids in one desired state, in id order (``GET /streams``).
+
+Its keys change only when ``desired_state`` does, so lease renewals never write to it. Every
+writer of a stream item sets ``stream_id``; an item without it would never be listed.
+"""
+
+INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, BY_KIND, BY_STATE)
 
 KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
     PK: "S",
     StreamAttr.DESIRED_STATE: "S",
     StreamAttr.LEASE_EXPIRES_AT_MS: "N",
+    StreamAttr.STREAM_ID: "S",
     StreamAttr.LEASE_OWNER: "S",
     WorkerAttr.KIND: "S",
     WorkerAttr.EXPIRES_AT_MS: "N",

@@ -125,8 +125,6 @@ class Settings:
     max_body_bytes: int = 8192
     max_url_length: int = 2048
     page_size_max: int = 100
-    next_token_key: str = ""
-    """Secret used to sign pagination tokens; empty derives one from the table name."""
     api_url: str = ""
     """Base URL of the API for the ``streamlease`` CLI; empty: the local stack's API."""
 

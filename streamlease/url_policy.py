@@ -143,7 +143,18 @@ def _allowed(kind: AddressClass, policy: UrlPolicy) -> bool:
 # --- URL parsing -------------------------------------------------------------------------------
 
 # Printable ASCII without space, backslash and the characters URL parsers disagree about.
-_URL_CHARS: Final = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
+_URL_CHAR: Final = r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]"
+_URL_CHARS: Final = re.compile(f"{_URL_CHAR}+")
+
+URL_PATTERN: Final = rf"^[Ww][Ss][Ss]?://{_URL_CHAR}+$"
+"""The shape of every URL :func:`parse_upstream_url` can accept, as a regular expression that
+JSON Schema (ECMA-262) and Python read alike: for request schemas. The checks go further."""
+
+URL_RULE: Final = (
+    "a wss:// URL (ws:// only where allowed) of printable ASCII characters without spaces "
+    "or backslashes (percent-encode the rest)"
+)
+""":data:`URL_PATTERN` in words, for error messages and documentation."""
 _LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 _NUMERIC_LABEL: Final = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
 _PORT_TAIL: Final = re.compile(r"(?::[0-9]*)?")
@@ -265,6 +276,8 @@ def _check_port(parts: SplitResult, scheme: str) -> int:
 
 
 __all__ = [
+    "URL_PATTERN",
+    "URL_RULE",
     "AddressClass",
     "UpstreamUrl",
     "UrlPolicy",

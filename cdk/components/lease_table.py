@@ -7,7 +7,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from cdk.config import BillingMode, CapacityRange
-from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, PK
+from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, PK, IndexSpec
 
 _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
 _TARGET_UTILIZATION_PERCENT = 70
@@ -26,7 +26,7 @@ def _autoscaled(capacity: CapacityRange) -> dynamodb.Capacity:
 
 
 class LeaseTable(Construct):
-    """The DynamoDB table holding stream and worker items and the three schema indexes.
+    """The DynamoDB table holding stream and worker items and the schema's indexes.
 
     Point-in-time recovery and deletion protection are on and the table is retained when its
     stack is deleted: it is the only record of which streams are wanted and how far they got.
@@ -64,13 +64,18 @@ class LeaseTable(Construct):
                     index_name=index.name,
                     partition_key=_attribute(index.partition_key),
                     sort_key=_attribute(index.sort_key) if index.sort_key else None,
-                    projection_type=(
-                        dynamodb.ProjectionType.INCLUDE
-                        if index.projected
-                        else dynamodb.ProjectionType.KEYS_ONLY
-                    ),
+                    projection_type=_projection(index),
                     non_key_attributes=list(index.projected) if index.projected else None,
                 )
                 for index in INDEXES
             ],
         )
+
+
+def _projection(index: IndexSpec) -> dynamodb.ProjectionType:
+    """The projection ``index`` asks for, as ``schema.create_table_kwargs`` builds it locally."""
+    if index.project_all:
+        return dynamodb.ProjectionType.ALL
+    if index.projected:
+        return dynamodb.ProjectionType.INCLUDE
+    return dynamodb.ProjectionType.KEYS_ONLY

@@ -19,6 +19,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from lambdas import runtime
 from lambdas.api_models import (
     STREAM_ID_PATTERN,
+    STREAM_ID_RULE,
     CreateStream,
     ErrorBody,
     StreamList,
@@ -27,7 +28,7 @@ from lambdas.api_models import (
 from lambdas.commands import send_command, start_command
 from lambdas.http_errors import ApiError
 from lambdas.identity import caller_identity
-from lambdas.pagination import TokenInvalid, decode_token, encode_token, signing_key
+from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream
 from streamlease.schema import DesiredState
@@ -39,7 +40,12 @@ logger = Logger(service=API_SERVICE, child=True)
 metrics = runtime.MetricEmitter(API_SERVICE)
 
 StreamId = Annotated[
-    str, Path(pattern=STREAM_ID_PATTERN, description="Stream id.", examples=["btc-usd"])
+    str,
+    Path(
+        pattern=STREAM_ID_PATTERN,
+        description=f"Stream id: {STREAM_ID_RULE}.",
+        examples=["btc-usd"],
+    ),
 ]
 
 _JSON: Final = content_types.APPLICATION_JSON
@@ -179,9 +185,10 @@ def get_stream(id: StreamId) -> Response[Any]:
     "/streams",
     summary="List streams",
     description=(
-        "One page of streams, optionally only those in one desired state. Pass next_token "
-        "back for the next page; it is null after the last. A page may be shorter than limit "
-        "(even empty) while next_token is not null."
+        "One page of streams in stream-id order, optionally only those in one desired state "
+        "(without a filter: STARTED streams, then STOPPED ones). Pass next_token back unchanged "
+        "for the next page; it is opaque and null after the last page. A page may be shorter "
+        "than limit (even empty) while next_token is not null."
     ),
     operation_id="listStreams",
     tags=["streams"],
@@ -196,7 +203,14 @@ def list_streams(
         int | None, Query(ge=1, description="Page size; at most the page_size_max setting.")
     ] = None,
     next_token: Annotated[
-        str | None, Query(max_length=2048, description="From the previous page.")
+        str | None,
+        Query(
+            max_length=MAX_TOKEN_CHARS,
+            description=(
+                "Opaque: the next_token of the previous page, passed back unchanged with the "
+                "same state filter."
+            ),
+        ),
     ] = None,
 ) -> Response[Any]:
     """List streams, ``limit`` at a time."""
@@ -206,23 +220,19 @@ def list_streams(
         raise ApiError(
             HTTPStatus.BAD_REQUEST, "invalid_request", f"limit must be at most {page_max}", "limit"
         )
-    key = signing_key(rt.settings)
-    query_filter = None if state is None else state.value
-    start_key = None
+    position = None
     if next_token:
         try:
-            start_key = decode_token(next_token, query_filter, key)
+            position = decode_token(next_token, state)
         except TokenInvalid as exc:
             raise ApiError(
                 HTTPStatus.BAD_REQUEST, "invalid_request", str(exc), "next_token"
             ) from None
-    page = rt.repo.page(state, limit or page_max, start_key)
+    page = rt.repo.page(state, limit or page_max, position)
     now = wall_ms()
     body = StreamList(
         streams=[StreamView.of(s, now) for s in page.streams],
-        next_token=None
-        if page.next_key is None
-        else encode_token(page.next_key, query_filter, key),
+        next_token=None if page.next is None else encode_token(page.next),
     )
     return Response(status_code=200, content_type=_JSON, body=body.model_dump_json())
 
@@ -234,7 +244,7 @@ def list_streams(
     operation_id="deleteStream",
     tags=["streams"],
     responses={
-        204: {"description": "Deleted"},
+        204: {"description": "Deleted; no body", "content": {}},
         **_errors(
             HTTPStatus.BAD_REQUEST,
             HTTPStatus.NOT_FOUND,

@@ -8,7 +8,14 @@ from template_support import TemplateJson, properties_of, resources_of
 
 from cdk.components.lease_table import LeaseTable
 from cdk.config import BillingMode, CapacityRange
-from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, PK
+from streamlease.schema import (
+    BY_STATE,
+    INDEXES,
+    KEY_ATTRIBUTE_TYPES,
+    PK,
+    StreamAttr,
+    create_table_kwargs,
+)
 
 # Written out here, not imported: a change to a stateful logical id replaces the resource in
 # CloudFormation (a new, empty table), so it must fail this test before it reaches a deploy.
@@ -61,11 +68,39 @@ def test_table_has_every_schema_index_with_its_keys_and_projection(
             expected_keys.append({"AttributeName": index.sort_key, "KeyType": "RANGE"})
         assert by_name[index.name]["KeySchema"] == expected_keys, index.name
         projection = by_name[index.name]["Projection"]
-        if index.projected:
+        if index.project_all:
+            assert projection == {"ProjectionType": "ALL"}, index.name
+        elif index.projected:
             assert projection["ProjectionType"] == "INCLUDE"
             assert sorted(projection["NonKeyAttributes"]) == sorted(index.projected)
         else:
-            assert projection == {"ProjectionType": "KEYS_ONLY"}
+            assert projection == {"ProjectionType": "KEYS_ONLY"}, index.name
+
+
+def test_deployed_indexes_match_the_local_table(stateful_json: TemplateJson) -> None:
+    """The CDK table and the local stack's CreateTable agree on every index's keys and
+    projection, so what works on moto works on AWS (the fleet query reads whole worker items)."""
+    table = properties_of(stateful_json, "AWS::DynamoDB::GlobalTable")
+    deployed = {
+        gsi["IndexName"]: (gsi["KeySchema"], gsi["Projection"])
+        for gsi in table["GlobalSecondaryIndexes"]
+    }
+    local = {
+        gsi["IndexName"]: (gsi["KeySchema"], gsi["Projection"])
+        for gsi in create_table_kwargs("t")["GlobalSecondaryIndexes"]
+    }
+    assert deployed == local
+
+
+def test_listing_index_is_keys_only_on_state_and_stream_id(stateful_json: TemplateJson) -> None:
+    """by-state: partition desired_state, sort stream_id, keys only (GET /streams pages it)."""
+    table = properties_of(stateful_json, "AWS::DynamoDB::GlobalTable")
+    by_name = {gsi["IndexName"]: gsi for gsi in table["GlobalSecondaryIndexes"]}
+    assert by_name[BY_STATE.name]["KeySchema"] == [
+        {"AttributeName": StreamAttr.DESIRED_STATE, "KeyType": "HASH"},
+        {"AttributeName": StreamAttr.STREAM_ID, "KeyType": "RANGE"},
+    ]
+    assert by_name[BY_STATE.name]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
 
 
 def test_table_attribute_types_come_from_the_schema(stateful_json: TemplateJson) -> None:

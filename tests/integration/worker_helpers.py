@@ -101,6 +101,7 @@ class Streams:
             TableName=self.settings.table_name,
             Item={
                 PK: {"S": stream_key(stream_id)},
+                StreamAttr.STREAM_ID: {"S": stream_id},
                 StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
                 StreamAttr.WS_URL: {"S": ws_url},
                 StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},

@@ -159,6 +159,25 @@ def test_broken_base64_body_is_400(api: Api) -> None:
     assert json.loads(response["body"])["error"]["field"] == "body"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field", "words"),
+    [
+        ("POST", "/streams", {"id": "-x", "ws_url": URL}, "id", "1 to 128 characters"),
+        ("GET", "/streams/-x", None, "id", "starting with a letter or a digit"),
+        ("POST", "/streams", {"id": "s1", "ws_url": "https://a.example/"}, "ws_url", "wss://"),
+        ("POST", "/streams", {"id": "s1", "ws_url": "wss://a b/"}, "ws_url", "without spaces"),
+    ],
+)
+def test_rules_are_said_in_words_not_as_regular_expressions(
+    api: Api, method: str, path: str, body: Any, field: str, words: str
+) -> None:
+    """A malformed id or URL is told what the rule is, never shown the raw pattern."""
+    result = api(method, path, body=body)
+    assert (result.status, result.error["field"]) == (400, field)
+    assert words in result.error["message"]
+    assert "^" not in result.error["message"] and "pattern" not in result.error["message"]
+
+
 @pytest.mark.parametrize("path", ["/streams/-x", "/streams/a%20b", "/streams/" + "x" * 129])
 def test_invalid_id_in_the_path_is_400(api: Api, path: str) -> None:
     """Path ids follow the same rule as body ids."""

@@ -19,6 +19,7 @@ from streamlease.model import WorkerInfo
 from streamlease.schema import (
     BY_KIND,
     BY_OWNER,
+    BY_STATE,
     BY_STATE_EXPIRY,
     WorkerState,
 )
@@ -64,6 +65,21 @@ def test_a_renewal_costs_the_table_write_plus_an_index_delete_and_insert(
         counted, lambda: store.renew("s1", "w1", lease.epoch, 5, LEASE_MS, now_ms=NOW + 5000)
     )
     assert renewal == {"table": 1, BY_STATE_EXPIRY.name: 2}
+
+
+def test_lease_writes_never_touch_the_listing_index(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """by-state is keyed on desired_state and stream_id: acquire, renew, release cost it 0."""
+    put_stream(dynamodb, table, "s1")
+
+    def hold() -> None:
+        lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+        for beat in range(1, 4):
+            store.renew("s1", "w1", lease.epoch, beat, LEASE_MS, now_ms=NOW + 5000 * beat)
+        store.release("s1", "w1", lease.epoch, last_seq=3, now_ms=NOW + 20_000)
+
+    assert BY_STATE.name not in units_of(counted, hold)
 
 
 def test_acquire_and_release_also_add_and_remove_the_owner_index_entry(

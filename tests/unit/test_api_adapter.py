@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -319,6 +320,38 @@ def test_unknown_route_is_403_without_calling_the_function(served: tuple[Recorde
     response = call(port, "GET", "/nowhere")
     assert response.status == 403
     assert recorder.events == []
+
+
+@pytest.mark.parametrize("method", ["TRACE", "CONNECT", "PROPFIND", "BREW"])
+def test_any_other_method_is_api_gateways_json_403(
+    served: tuple[Recorder, int], method: str
+) -> None:
+    """Methods no route has get the JSON 403 API Gateway gives, not http.server's 501 page."""
+    recorder, port = served
+    target = "feed.example.com:443" if method == "CONNECT" else "/streams"
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    connection.putrequest(method, target, skip_host=True)
+    connection.putheader("Host", f"127.0.0.1:{port}")
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 403
+    assert response.getheader("Content-Type") == "application/json"
+    assert json.loads(response.read()) == {"message": "Missing Authentication Token"}
+    assert recorder.events == []
+
+
+def test_a_malformed_request_line_is_a_json_400(served: tuple[Recorder, int]) -> None:
+    """Even a request HTTP cannot parse is answered in JSON, without echoing it."""
+    _, port = served
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET /streams HTTP/1.1 <script>\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(4096):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert b"Content-Type: application/json" in head
+    assert json.loads(body) == {"message": "Bad Request"}
 
 
 def test_failing_function_is_502(served: tuple[Recorder, int]) -> None:

@@ -7,11 +7,12 @@ import json
 import pytest
 
 from lambdas.api import with_plain_path
-from lambdas.api_models import StreamView
+from lambdas.api_models import STREAM_ID_PATTERN, StreamView
 from lambdas.http_errors import describe_validation_errors, precheck
 from lambdas.identity import caller_identity
 from streamlease.model import Stream
 from streamlease.schema import DesiredState
+from streamlease.url_policy import URL_PATTERN
 
 
 def test_unknown_field_is_named() -> None:
@@ -28,6 +29,30 @@ def test_first_field_wins_and_count_is_bounded() -> None:
     field, message = describe_validation_errors(errors)
     assert field == "f0"
     assert message.endswith("and 2 more")
+
+
+def test_a_pattern_is_said_in_words_never_as_a_regex() -> None:
+    """The stream-id and URL rules are spelled out; the regular expression is not shown."""
+    for pattern, field, words in (
+        (STREAM_ID_PATTERN, "id", "1 to 128 characters"),
+        (URL_PATTERN, "ws_url", "wss:// URL"),
+    ):
+        error = {
+            "type": "string_pattern_mismatch",
+            "loc": ("body", field),
+            "msg": f"String should match pattern '{pattern}'",
+            "ctx": {"pattern": pattern},
+        }
+        named, message = describe_validation_errors([error])
+        assert named == field
+        assert message.startswith(f"{field}: must be ") and words in message
+        assert pattern not in message and "^" not in message and "[" not in message
+
+
+def test_an_unknown_pattern_is_not_shown_either() -> None:
+    """A pattern without words still never leaks into the message."""
+    error = {"type": "string_pattern_mismatch", "loc": ("query", "x"), "ctx": {"pattern": "^a$"}}
+    assert describe_validation_errors([error]) == ("x", "x: has the wrong form")
 
 
 def test_long_field_names_are_cut() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+from lambdas.api_models import STREAM_ID_PATTERN, STREAM_ID_RULE
 from lambdas.openapi_document import DEFAULT_PATH, document, render
+from streamlease.url_policy import URL_PATTERN
 
 ROUTES = {
     ("post", "/streams"),
@@ -42,3 +44,50 @@ def test_create_body_forbids_unknown_fields() -> None:
     schema = document()["components"]["schemas"]["CreateStream"]
     assert schema["additionalProperties"] is False
     assert schema["required"] == ["id", "ws_url"]
+
+
+def test_delete_is_documented_as_204_without_a_body() -> None:
+    """DELETE answers 204 with no body, and the document says no body."""
+    deleted = document()["paths"]["/streams/{id}"]["delete"]["responses"]["204"]
+    assert "content" not in deleted
+
+
+def test_no_success_without_a_body_documents_one() -> None:
+    """Wherever a 204 is documented, it carries no content."""
+    for operations in document()["paths"].values():
+        for operation in operations.values():
+            assert "content" not in operation["responses"].get("204", {})
+
+
+def test_ws_url_has_the_url_pattern() -> None:
+    """ws_url's schema carries the shape every accepted URL has."""
+    ws_url = document()["components"]["schemas"]["CreateStream"]["properties"]["ws_url"]
+    assert ws_url["pattern"] == URL_PATTERN
+    assert "wss://" in ws_url["description"]
+
+
+def test_stream_id_rule_is_said_in_words_next_to_its_pattern() -> None:
+    """Body and path ids keep the pattern for machines and spell the rule out for people."""
+    doc = document()
+    body_id = doc["components"]["schemas"]["CreateStream"]["properties"]["id"]
+    path_ids = [
+        parameter["schema"]
+        for operations in doc["paths"].values()
+        for operation in operations.values()
+        for parameter in operation.get("parameters", [])
+        if parameter["name"] == "id"
+    ]
+    assert path_ids
+    for schema in (body_id, *path_ids):
+        assert schema["pattern"] == STREAM_ID_PATTERN
+        assert STREAM_ID_RULE in schema["description"]
+
+
+def test_next_token_is_documented_as_opaque() -> None:
+    """The query parameter and the response field both say the token is opaque."""
+    doc = document()
+    listing = doc["paths"]["/streams"]["get"]
+    parameter = next(p for p in listing["parameters"] if p["name"] == "next_token")
+    assert "opaque" in parameter["description"].lower()
+    field = doc["components"]["schemas"]["StreamList"]["properties"]["next_token"]
+    assert "opaque" in field["description"].lower()

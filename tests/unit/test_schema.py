@@ -11,15 +11,18 @@ from hypothesis import strategies as st
 from streamlease.schema import (
     BY_KIND,
     BY_OWNER,
+    BY_STATE,
     BY_STATE_EXPIRY,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
     PK,
+    TOMBSTONE_KEEPS,
     Command,
     CommandType,
     StreamAttr,
     WorkerAttr,
     create_table_kwargs,
+    stream_attributes,
     stream_id_of,
     stream_key,
     worker_id_of,
@@ -156,7 +159,8 @@ def test_attribute_definitions_are_exactly_the_key_attributes():
 
 
 def test_indexes_are_those_the_lease_protocol_queries():
-    """by-state-expiry (orphans, suspects), by-owner (what X holds), by-kind (the fleet)."""
+    """by-state-expiry (orphans, suspects), by-owner (what X holds), by-kind (the fleet),
+    by-state (listing)."""
     gsis = {g["IndexName"]: g for g in create_table_kwargs("t")["GlobalSecondaryIndexes"]}
     assert set(gsis) == {index.name for index in INDEXES}
 
@@ -183,3 +187,43 @@ def test_indexes_are_those_the_lease_protocol_queries():
         {"AttributeName": WorkerAttr.EXPIRES_AT_MS, "KeyType": "RANGE"},
     ]
     assert fleet["Projection"] == {"ProjectionType": "ALL"}
+
+    listing = gsis[BY_STATE.name]
+    assert listing["KeySchema"] == [
+        {"AttributeName": StreamAttr.DESIRED_STATE, "KeyType": "HASH"},
+        {"AttributeName": StreamAttr.STREAM_ID, "KeyType": "RANGE"},
+    ]
+    assert listing["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+
+
+def test_listing_index_keys_are_not_lease_attributes():
+    """by-state is keyed on what only the control plane changes, so renewals never write it."""
+    lease_written = {
+        StreamAttr.LEASE_OWNER,
+        StreamAttr.LEASE_EXPIRES_AT_MS,
+        StreamAttr.LEASE_EPOCH,
+        StreamAttr.LAST_SEQ,
+        StreamAttr.LEASE_ACQUIRED_AT_MS,
+        StreamAttr.UPDATED_AT,
+    }
+    assert {BY_STATE.partition_key, BY_STATE.sort_key}.isdisjoint(lease_written)
+
+
+def test_a_tombstone_keeps_only_the_counters_and_its_time():
+    """What delete keeps is in StreamAttr, and no index key is among it."""
+    assert set(TOMBSTONE_KEEPS) == {
+        StreamAttr.LEASE_EPOCH,
+        StreamAttr.GENERATION,
+        StreamAttr.DELETED_AT,
+    }
+    assert set(TOMBSTONE_KEEPS) <= set(stream_attributes())
+    index_keys = {i.partition_key for i in INDEXES} | {i.sort_key for i in INDEXES}
+    assert index_keys.isdisjoint(TOMBSTONE_KEEPS)
+
+
+def test_stream_attributes_lists_every_stream_attribute_name():
+    """Every StreamAttr constant, each once, the key excepted."""
+    names = stream_attributes()
+    assert len(names) == len(set(names))
+    assert StreamAttr.WS_URL in names and StreamAttr.DELETED_AT in names
+    assert PK not in names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from streamlease.errors import UrlRejected
 from streamlease.settings import Settings
 from streamlease.url_policy import (
+    URL_PATTERN,
     AddressClass,
     UrlPolicy,
     check_address,
@@ -184,6 +186,45 @@ def test_check_address(address: str, policy: UrlPolicy, allowed: bool) -> None:
         with pytest.raises(UrlRejected) as caught:
             check_address(address, policy)
         assert caught.value.field == "ws_url"
+
+
+# The deprecated 6to4 relay anycast prefix (RFC 7526): 192.88.99.1 in every spelling the
+# policy reads, alone and inside the IPv6 forms that embed it.
+SIX_TO_FOUR_RELAY_SPELLINGS = [
+    "192.88.99.1",
+    "192.88.99.255",
+    "3227017985",  # decimal
+    "0xc0586301",  # hex
+    "0xc0.0x58.0x63.0x1",
+    "0300.0130.0143.01",  # octal
+    "192.88.25345",
+    "::ffff:192.88.99.1",  # v4-mapped
+    "::ffff:c058:6301",
+    "64:ff9b::c058:6301",  # NAT64
+    "2002:c058:6301::1",  # 6to4
+]
+
+
+@pytest.mark.parametrize("address", SIX_TO_FOUR_RELAY_SPELLINGS)
+def test_six_to_four_relay_anycast_is_refused_in_every_mode(address: str) -> None:
+    """192.88.99.0/24 is special-purpose: refused whatever the policy allows and the spelling."""
+    with pytest.raises(UrlRejected) as caught:
+        check_address(address, EVERYTHING)
+    assert "reserved" in str(caught.value)
+
+
+@pytest.mark.parametrize("host", ["192.88.99.1", "3227017985", "0xc0586301", "[2002:c058:6301::1]"])
+def test_six_to_four_relay_anycast_urls_are_refused(host: str) -> None:
+    """A ws_url whose host is a 6to4 relay anycast address is refused before anything connects."""
+    with pytest.raises(UrlRejected) as caught:
+        parse_upstream_url(f"wss://{host}/feed", EVERYTHING)
+    assert caught.value.field == "ws_url"
+
+
+def test_neighbours_of_the_six_to_four_relay_range_stay_public() -> None:
+    """Only the /24 is refused: the addresses around it are ordinary public ones."""
+    for address in ("192.88.98.255", "192.88.100.0"):
+        assert classify_address(ipaddress.ip_address(address)) is AddressClass.PUBLIC
 
 
 def test_check_address_rejects_a_non_address() -> None:
@@ -368,6 +409,32 @@ def test_arbitrary_text_is_accepted_or_rejected_cleanly(text: str) -> None:
         parse_upstream_url(text, EVERYTHING)
     except UrlRejected as exc:
         assert exc.field == "ws_url"
+
+
+@given(
+    st.one_of(
+        st.text(max_size=80),
+        st.from_regex(r"\A[wW][sS]{1,2}://[ -~]{1,60}\Z"),
+        st.sampled_from(
+            ["wss://feed.example.com/v1?a=1&b=%20", "WSS://Feed.Example.COM:8443/x", "ws://127.1/"]
+        ),
+    )
+)
+def test_every_accepted_url_has_the_documented_shape(url: str) -> None:
+    """URL_PATTERN (the OpenAPI pattern of ws_url) never refuses a URL the policy accepts."""
+    try:
+        parse_upstream_url(url, EVERYTHING)
+    except UrlRejected:
+        return
+    assert re.fullmatch(URL_PATTERN, url)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://feed.example.com/", "wss://a b/", "wss://a\\b/", "wss://caf\u00e9/", "wss://"]
+)
+def test_the_documented_shape_refuses_what_the_policy_refuses_first(url: str) -> None:
+    """Wrong scheme, spaces, backslashes, non-ASCII and an empty rest fail the pattern too."""
+    assert re.fullmatch(URL_PATTERN, url) is None
 
 
 @given(st.from_regex(r"\Awss?://[0-9a-fA-Fx.:\[\]%@]{1,40}(/[a-z]{0,5})?\Z"))
