@@ -13,11 +13,19 @@ from botocore.config import Config
 from streamlease.settings import Settings
 
 
-def client(service: str, settings: Settings, *, read_timeout_seconds: float | None = None) -> Any:
+def client(
+    service: str,
+    settings: Settings,
+    *,
+    read_timeout_seconds: float | None = None,
+    max_attempts: int = 3,
+) -> Any:
     """A boto3 client for ``service`` (``dynamodb``, ``sqs``, ``kinesis``, ...).
 
     ``read_timeout_seconds`` defaults to ``settings.dynamodb_timeout_seconds``; an SQS long poll
-    needs more than its wait time. Retries use botocore's ``standard`` mode (3 attempts).
+    needs more than its wait time. Retries use botocore's ``standard`` mode, ``max_attempts``
+    attempts in all (1: no retry behind the caller's back, for callers that must not send after
+    a deadline).
     """
     timeout = (
         settings.dynamodb_timeout_seconds if read_timeout_seconds is None else read_timeout_seconds
@@ -25,7 +33,7 @@ def client(service: str, settings: Settings, *, read_timeout_seconds: float | No
     config = Config(
         connect_timeout=settings.dynamodb_timeout_seconds,
         read_timeout=timeout,
-        retries={"mode": "standard", "max_attempts": 3},
+        retries={"mode": "standard", "max_attempts": max_attempts},
         max_pool_connections=64,
     )
     return boto3.session.Session().client(

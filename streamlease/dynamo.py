@@ -7,6 +7,7 @@ was (the callers ask for ``ReturnValuesOnConditionCheckFailure=ALL_OLD``) so eac
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
@@ -22,6 +23,17 @@ _DE: Final = TypeDeserializer()
 BATCH_GET_MAX: Final = 100
 """Most keys one BatchGetItem may ask for."""
 _BATCH_GET_ROUNDS: Final = 5
+
+
+_PLACEHOLDER: Final = re.compile(r"#[A-Za-z0-9_]+")
+
+
+def placeholders(names: Mapping[str, str], *expressions: str) -> dict[str, str]:
+    """``ExpressionAttributeNames`` for ``expressions``: every ``#placeholder`` they use, looked
+    up in ``names`` (DynamoDB refuses names that no expression uses). Raises ``KeyError`` for a
+    placeholder ``names`` does not define."""
+    used = {token for text in expressions for token in _PLACEHOLDER.findall(text)}
+    return {token: names[token] for token in sorted(used)}
 
 
 def serialize(values: Mapping[str, Any]) -> dict[str, Any]:

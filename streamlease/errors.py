@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class StreamleaseError(Exception):
     """Base of every error this project raises on purpose."""
@@ -60,6 +62,18 @@ class StreamStopped(StreamleaseError):
         self.epoch = epoch
 
 
+class SessionExpired(StreamleaseError):
+    """A worker's session is a tombstone (EXPIRED) or gone: it can never renew again.
+
+    Every stream attached to it is lost; the worker writes nothing more under it and starts a
+    new session under a new id.
+    """
+
+    def __init__(self, worker_id: str) -> None:
+        super().__init__(f"session {worker_id!r} has expired")
+        self.worker_id = worker_id
+
+
 class StateConflict(StreamleaseError):
     """A control-plane change cannot be made in the item's current state (HTTP 409)."""
 
@@ -69,7 +83,20 @@ class UpstreamRejected(StreamleaseError):
 
 
 class SinkError(StreamleaseError):
-    """A sink could not write records, after its own retries. Some records may have landed."""
+    """A sink could not write records, after its own retries. Some records may have landed.
+
+    ``unsent``: the records of the call that were *not* stored, when the sink knows (the caller
+    retries only those, so a retry repeats nothing); None means any of them may be missing.
+    """
+
+    def __init__(self, message: str, unsent: Sequence[object] | None = None) -> None:
+        super().__init__(message)
+        self.unsent = unsent
+
+
+class SinkDeadlinePassed(SinkError):
+    """A sink stopped before sending (more of) a call's records: the holder's fencing deadline
+    passed. Nothing is sent after it; ``unsent`` says what was not stored."""
 
 
 class UrlRejected(StreamleaseError):

@@ -1,13 +1,21 @@
-"""The lease store: every lease change is one conditional ``UpdateItem`` (DESIGN §4).
+"""The lease store: every change of a stream's lease is one conditional ``UpdateItem`` (DESIGN §4).
 
 Thin adapter over a boto3 DynamoDB *client* (thread-safe; share one per process). The decisions
-— expired? whose is it? — come from :mod:`streamlease.rules`; this module only phrases them as
-conditions and translates failures into :mod:`streamlease.errors`:
+— expired? whose is it? where to resume? — come from :mod:`streamlease.rules`; this module only
+phrases them as conditions and translates failures into :mod:`streamlease.errors`:
 
-- ``acquire`` → :class:`Lease` or :class:`LeaseConflict`;
-- ``renew`` → new expiry, or :class:`StreamStopped` (close normally, then release) or
-  :class:`LeaseLost` (stop at once, write nothing more);
+- ``acquire`` → :class:`Lease` or :class:`LeaseConflict`. With a ``slot`` the lease is attached
+  to the owner's *session* (DESIGN §4a) and has no expiry of its own; without, it is a per-stream
+  lease (§4b) that its holder renews;
+- ``renew`` (per-stream leases) → new expiry, or :class:`StreamStopped` (close normally, then
+  release) or :class:`LeaseLost` (stop at once, write nothing more);
+- ``release`` → the stream as it is now; a release whose answer was lost is recognised on retry;
+- ``take_from`` / ``release_for`` → a dead session's stream taken over or freed, resuming at the
+  merged checkpoint (:func:`streamlease.rules.resume_seq`);
 - anything the store did not answer → :class:`StoreError` (the write may or may not have landed).
+
+Attribute names only ever reach DynamoDB through ``#placeholders`` (:data:`_NAMES`), so no
+attribute can collide with a reserved word, and conditions are built from named clauses.
 """
 
 from __future__ import annotations
@@ -15,25 +23,48 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from streamlease import dynamo, rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
-from streamlease.model import Lease, LeaseView, Stream, WorkerInfo, is_tombstone, iso_ms
+from streamlease.model import Lease, LeaseView, Stream, is_tombstone, iso_ms
 from streamlease.schema import (
-    BY_KIND,
     BY_OWNER,
     BY_STATE_EXPIRY,
     PK,
-    WORKER_KIND,
+    SESSION_HELD_MS,
     DesiredState,
     StreamAttr,
-    WorkerAttr,
     stream_key,
-    worker_key,
 )
 
 _A = StreamAttr
+_NAMES: Final = {
+    "#pk": PK,
+    "#state": _A.DESIRED_STATE,
+    "#owner": _A.LEASE_OWNER,
+    "#exp": _A.LEASE_EXPIRES_AT_MS,
+    "#epoch": _A.LEASE_EPOCH,
+    "#slot": _A.LEASE_SLOT,
+    "#seq": _A.LAST_SEQ,
+    "#acq": _A.LEASE_ACQUIRED_AT_MS,
+    "#uat": _A.UPDATED_AT,
+    "#gen": _A.GENERATION,
+    "#tko": _A.TAKEOVERS,
+    "#err": _A.LAST_ERROR,
+    "#errat": _A.LAST_ERROR_AT,
+}
+"""Every attribute this module names, by placeholder."""
+
+# Named condition clauses (Powertools' idempotency store does the same): each says one thing.
+_EXISTS: Final = "attribute_exists(#pk)"
+_STARTED: Final = "#state = :started"
+_FREE: Final = "attribute_not_exists(#owner)"
+_HELD_BY_ME: Final = "#owner = :me AND #epoch = :epoch"
+_HELD_BY_OLD: Final = "#owner = :old AND #epoch = :old_epoch"
+_EXPIRED_BY_CUTOFF: Final = "#exp < :cutoff"
+_EXPIRY_GROWS: Final = "#exp < :exp"
+_SEQ_NOT_BACK: Final = "(attribute_not_exists(#seq) OR #seq <= :seq)"
 
 
 def wall_ms() -> int:
@@ -41,8 +72,12 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _all(*clauses: str) -> str:
+    return " AND ".join(clauses)
+
+
 class LeaseStore:
-    """Acquire, renew (with checkpoint), release and query stream leases and worker items."""
+    """Acquire, renew (with checkpoint), release, take over and query stream leases."""
 
     def __init__(
         self,
@@ -58,115 +93,135 @@ class LeaseStore:
         self._skew_ms = clock_skew_ms
         self._clock_ms = clock_ms
 
-    # --- leases ------------------------------------------------------------------------------
+    # --- acquire -----------------------------------------------------------------------------
 
     def acquire(
-        self, stream_id: str, owner: str, lease_ms: int, *, now_ms: int | None = None
+        self,
+        stream_id: str,
+        owner: str,
+        lease_ms: int,
+        *,
+        now_ms: int | None = None,
+        slot: int | None = None,
     ) -> Lease:
-        """Take the lease if the stream is STARTED and free or expired; epoch + 1.
+        """Take the lease if the stream is STARTED and free (or its per-stream lease expired);
+        epoch + 1.
 
-        Returns the new :class:`Lease` (epoch to fence with, ``last_seq`` to resume from).
-        Raises :class:`LeaseConflict` (``reason`` is ``missing``, ``stopped`` or ``owned``) or
-        :class:`StoreError` when neither the write nor a consistent re-read got an answer.
+        ``slot``: attach the lease to session ``owner`` in that checkpoint slot (no expiry of
+        its own); None: a per-stream lease of ``lease_ms``. Returns the new :class:`Lease`
+        (epoch to fence with, ``last_seq`` to resume from). Raises :class:`LeaseConflict`
+        (``reason`` is ``missing``, ``stopped`` or ``owned``) or :class:`StoreError` when
+        neither the write nor a consistent re-read got an answer.
         """
         now = self._clock_ms() if now_ms is None else now_ms
-        cutoff = rules.acquire_cutoff_ms(now, self._skew_ms)
+        take = _Take(
+            stream_id, owner, lease_ms, now, slot, rules.acquire_cutoff_ms(now, self._skew_ms)
+        )
         try:
-            item = self._take(stream_id, owner, lease_ms, now, cutoff, previous=None)
-            return _lease_from(item, previous_owner=None)
+            return _lease_from(self._take(take, previous=None), previous_owner=None)
         except dynamo.ConditionFailed as failed:
             old = failed.old
         except StoreError:
-            return self._resolve_unknown_acquire(stream_id, owner, now, lease_ms)
+            return self._resolve_unknown_acquire(take, previous=None)
 
-        mine = self._owned_by_me(stream_id, owner, old, now, lease_ms)
+        mine = self._classify_failed_take(take, old)
         if mine is not None:
             return mine
         assert old is not None
         previous = str(old[_A.LEASE_OWNER])
         try:
-            item = self._take(stream_id, owner, lease_ms, now, cutoff, previous=old)
+            item = self._take(take, previous=old)
             return _lease_from(item, previous_owner=previous)
         except dynamo.ConditionFailed as failed:
-            mine = self._owned_by_me(stream_id, owner, failed.old, now, lease_ms)
+            mine = self._classify_failed_take(take, failed.old)
             if mine is not None:
                 return dataclasses.replace(mine, previous_owner=previous)
             raise LeaseConflict(stream_id, "owned") from None
         except StoreError:
-            lease = self._resolve_unknown_acquire(stream_id, owner, now, lease_ms)
-            return dataclasses.replace(lease, previous_owner=previous)
+            return self._resolve_unknown_acquire(take, previous=old)
 
-    def _owned_by_me(
-        self, stream_id: str, owner: str, old: dict[str, Any] | None, now_ms: int, lease_ms: int
-    ) -> Lease | None:
+    def _classify_failed_take(self, take: _Take, old: dict[str, Any] | None) -> Lease | None:
         """Classify a failed take from the item as it was.
 
         Ours already (a retried write of this very acquire that landed) → that Lease; held by
-        an expired holder, possibly an earlier holding of ``owner`` → None (the caller tries a
-        takeover); anything else → :class:`LeaseConflict`.
+        a lapsed per-stream lease, possibly an earlier holding of ``owner`` → None (the caller
+        tries a takeover); anything else → :class:`LeaseConflict`.
         """
+        stream_id = take.stream_id
         if old is None or is_tombstone(old):
             raise LeaseConflict(stream_id, "missing")
         if old.get(_A.DESIRED_STATE) != DesiredState.STARTED:
             raise LeaseConflict(stream_id, "stopped")
-        holder = old.get(_A.LEASE_OWNER)
-        if _is_this_acquire(old, owner, now_ms, lease_ms):
+        if _is_this_acquire(old, take):
             return _lease_from(old, previous_owner=None)
-        if holder is None:
+        if old.get(_A.LEASE_OWNER) is None:
             # Released between our two reads of the world; the caller may simply retry.
             raise LeaseConflict(stream_id, "owned")
         expires = int(old.get(_A.LEASE_EXPIRES_AT_MS, 0))
-        if not rules.is_expired(expires, now_ms, self._skew_ms):
+        if not rules.is_expired(expires, take.now_ms, self._skew_ms):
             raise LeaseConflict(stream_id, "owned")
         return None
 
-    def _take(
-        self,
-        stream_id: str,
-        owner: str,
-        lease_ms: int,
-        now_ms: int,
-        cutoff_ms: int,
-        previous: Mapping[str, Any] | None,
-    ) -> dict[str, Any]:
+    def _take(self, take: _Take, previous: Mapping[str, Any] | None) -> dict[str, Any]:
         values: dict[str, Any] = {
-            ":me": owner,
-            ":exp": rules.new_expiry_ms(now_ms, lease_ms),
-            ":now": now_ms,
-            ":iso": iso_ms(now_ms),
+            ":me": take.owner,
+            ":exp": take.expires_at_ms,
+            ":now": take.now_ms,
+            ":iso": iso_ms(take.now_ms),
             ":zero": 0,
             ":one": 1,
             ":started": DesiredState.STARTED.value,
         }
-        update = (
-            f"SET {_A.LEASE_OWNER} = :me, {_A.LEASE_EXPIRES_AT_MS} = :exp,"
-            f" {_A.LEASE_ACQUIRED_AT_MS} = :now, {_A.UPDATED_AT} = :iso,"
-            f" {_A.LEASE_EPOCH} = if_not_exists({_A.LEASE_EPOCH}, :zero) + :one"
-        )
-        condition = f"attribute_exists({PK}) AND {_A.DESIRED_STATE} = :started"
-        if previous is None:
-            condition += f" AND attribute_not_exists({_A.LEASE_OWNER})"
+        sets = [
+            "#owner = :me",
+            "#exp = :exp",
+            "#acq = :now",
+            "#uat = :iso",
+            "#epoch = if_not_exists(#epoch, :zero) + :one",
+        ]
+        removes = []
+        if take.slot is None:
+            removes.append("#slot")
         else:
-            # Take over an expired holder: pin the exact owner and epoch we judged expired.
-            update += f", {_A.TAKEOVERS} = if_not_exists({_A.TAKEOVERS}, :zero) + :one"
-            condition += (
-                f" AND {_A.LEASE_OWNER} = :old AND {_A.LEASE_EPOCH} = :old_epoch"
-                f" AND {_A.LEASE_EXPIRES_AT_MS} < :cutoff"
-            )
+            sets.append("#slot = :slot")
+            values[":slot"] = take.slot
+        condition = [_EXISTS, _STARTED]
+        if previous is None:
+            condition.append(_FREE)
+        else:
+            # Take over a lapsed per-stream lease: pin the exact owner and epoch judged expired.
+            sets.append("#tko = if_not_exists(#tko, :zero) + :one")
+            condition += [_HELD_BY_OLD, _EXPIRED_BY_CUTOFF]
             values[":old"] = previous[_A.LEASE_OWNER]
             values[":old_epoch"] = int(previous.get(_A.LEASE_EPOCH, 0))
-            values[":cutoff"] = cutoff_ms
-        return self._update(stream_key(stream_id), update, condition, values, returns="ALL_NEW")
+            values[":cutoff"] = take.cutoff_ms
+        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        return self._update(stream_key(take.stream_id), update, _all(*condition), values, "ALL_NEW")
 
-    def _resolve_unknown_acquire(
-        self, stream_id: str, owner: str, now_ms: int, lease_ms: int
-    ) -> Lease:
-        """An acquire whose answer was lost may have succeeded: a consistent read decides."""
-        item = self._get(stream_key(stream_id), consistent=True)
-        if item is not None and _is_this_acquire(item, owner, now_ms, lease_ms):
-            return _lease_from(item, previous_owner=None)
-        missing = item is None or is_tombstone(item)
-        raise LeaseConflict(stream_id, "missing" if missing else "owned")
+    def _resolve_unknown_acquire(self, take: _Take, previous: Mapping[str, Any] | None) -> Lease:
+        """An acquire whose answer was lost may have succeeded: a consistent read decides.
+
+        This very write is recognised by what only it wrote (owner, acquire time, expiry and
+        slot). A stream still free (the write never landed) is tried once more rather than
+        reported as owned: a start command for it must not be dropped.
+        """
+        item = self._get(stream_key(take.stream_id), consistent=True)
+        previous_owner = None if previous is None else str(previous[_A.LEASE_OWNER])
+        if item is not None and _is_this_acquire(item, take):
+            return _lease_from(item, previous_owner=previous_owner)
+        if item is None or is_tombstone(item):
+            raise LeaseConflict(take.stream_id, "missing")
+        if item.get(_A.DESIRED_STATE) != DesiredState.STARTED:
+            raise LeaseConflict(take.stream_id, "stopped")
+        if item.get(_A.LEASE_OWNER) is None and previous is None:
+            try:
+                return _lease_from(self._take(take, previous=None), previous_owner=None)
+            except dynamo.ConditionFailed as failed:
+                if failed.old is not None and _is_this_acquire(failed.old, take):
+                    return _lease_from(failed.old, previous_owner=None)
+        raise LeaseConflict(take.stream_id, "owned")
+
+    # --- per-stream renewal --------------------------------------------------------------------
 
     def renew(
         self,
@@ -177,21 +232,24 @@ class LeaseStore:
         lease_ms: int,
         *,
         now_ms: int | None = None,
+        previous_expires_ms: int = 0,
     ) -> int:
-        """Heartbeat + checkpoint in one write; returns the new expiry (wall ms).
+        """Heartbeat + checkpoint of a per-stream lease in one write; returns the new expiry.
 
-        Idempotent: retry freely within the fencing deadline. Raises :class:`StreamStopped`
-        when the lease is still ours but the stream was stopped, :class:`LeaseLost` when it is
-        not ours at this epoch any more, :class:`StoreError` when unanswered.
+        The expiry written is send time + lease, and above ``previous_expires_ms`` (the highest
+        this holder sent before); the condition lets neither the expiry nor ``last_seq`` go
+        back, so a renewal that DynamoDB applies after a newer one changes nothing. Raises
+        :class:`StreamStopped` when the lease is still ours but the stream was stopped,
+        :class:`LeaseLost` when it is not ours at this epoch any more, :class:`StoreError` when
+        unanswered (or overtaken by a newer renewal of ours: retry with a fresh expiry).
         """
         now = self._clock_ms() if now_ms is None else now_ms
-        expires = rules.new_expiry_ms(now, lease_ms)
+        expires = rules.next_session_expiry_ms(now, lease_ms, previous_expires_ms)
         try:
             self._update(
                 stream_key(stream_id),
-                f"SET {_A.LEASE_EXPIRES_AT_MS} = :exp, {_A.LAST_SEQ} = :seq",
-                f"{_A.LEASE_OWNER} = :me AND {_A.LEASE_EPOCH} = :epoch"
-                f" AND {_A.DESIRED_STATE} = :started",
+                "SET #exp = :exp, #seq = :seq",
+                _all(_HELD_BY_ME, _STARTED, _EXPIRY_GROWS, _SEQ_NOT_BACK),
                 {
                     ":exp": expires,
                     ":seq": last_seq,
@@ -202,10 +260,15 @@ class LeaseStore:
             )
         except dynamo.ConditionFailed as failed:
             old = failed.old
-            if _held(old, owner, epoch) and _state(old) == DesiredState.STOPPED:
-                raise StreamStopped(stream_id, epoch) from None
+            if _held(old, owner, epoch):
+                if _state(old) == DesiredState.STOPPED:
+                    raise StreamStopped(stream_id, epoch) from None
+                if _state(old) == DesiredState.STARTED:
+                    raise StoreError("renewal overtaken by a newer one") from None
             raise LeaseLost(stream_id, epoch, _loss_reason(old, owner, epoch)) from None
         return expires
+
+    # --- release -------------------------------------------------------------------------------
 
     def release(
         self,
@@ -215,38 +278,47 @@ class LeaseStore:
         *,
         last_seq: int | None = None,
         last_error: str | None = None,
+        stop: bool = False,
         now_ms: int | None = None,
-    ) -> bool:
-        """Give the lease up: clear the owner, expiry 0, optional final checkpoint and error.
+    ) -> Stream | None:
+        """Give the lease up: clear owner, slot and expiry; optional final checkpoint and error.
 
-        Returns True if this call released it, False if it was already released at this epoch
-        (a retried release) or the stream is gone. Raises :class:`LeaseLost` when another
-        holder has taken the stream since (the final checkpoint was *not* written).
+        ``stop``: also set the stream STOPPED (generation + 1), for a stream its upstream ended.
+        Returns the stream as it is after the release — its ``desired_state`` tells the caller
+        whether a handoff is wanted — or None when the stream is gone. A retried release whose
+        first attempt landed (the stream is free at ``epoch``) returns the stream too, so the
+        handoff is not lost with the answer. Raises :class:`LeaseLost` when another holder has
+        taken the stream since (the final checkpoint was *not* written).
         """
         now = self._clock_ms() if now_ms is None else now_ms
-        sets = [f"{_A.LEASE_EXPIRES_AT_MS} = :zero", f"{_A.UPDATED_AT} = :iso"]
+        sets = ["#exp = :zero", "#uat = :iso"]
         values: dict[str, Any] = {":zero": 0, ":iso": iso_ms(now), ":me": owner, ":epoch": epoch}
         if last_seq is not None:
-            sets.append(f"{_A.LAST_SEQ} = :seq")
+            sets.append("#seq = :seq")
             values[":seq"] = last_seq
         if last_error is not None:
-            sets += [f"{_A.LAST_ERROR} = :err", f"{_A.LAST_ERROR_AT} = :iso"]
-            values[":err"] = last_error
+            sets += ["#err = :err", "#errat = :iso"]
+            values[":err"] = last_error[:500]
+        if stop:
+            sets += ["#state = :stopped", "#gen = #gen + :one"]
+            values[":stopped"] = DesiredState.STOPPED.value
+            values[":one"] = 1
         try:
-            self._update(
+            item = self._update(
                 stream_key(stream_id),
-                f"SET {', '.join(sets)} REMOVE {_A.LEASE_OWNER}",
-                f"{_A.LEASE_OWNER} = :me AND {_A.LEASE_EPOCH} = :epoch",
+                f"SET {', '.join(sets)} REMOVE #owner, #slot",
+                _HELD_BY_ME,
                 values,
+                "ALL_NEW",
             )
         except dynamo.ConditionFailed as failed:
             old = failed.old
-            if old is None:
-                return False
+            if old is None or is_tombstone(old):
+                return None
             if old.get(_A.LEASE_OWNER) is None and int(old.get(_A.LEASE_EPOCH, 0)) == epoch:
-                return False
+                return Stream.from_item(old)
             raise LeaseLost(stream_id, epoch, _loss_reason(old, owner, epoch)) from None
-        return True
+        return Stream.from_item(item)
 
     def record_error(
         self, stream_id: str, owner: str, epoch: int, message: str, *, now_ms: int | None = None
@@ -259,12 +331,124 @@ class LeaseStore:
         try:
             self._update(
                 stream_key(stream_id),
-                f"SET {_A.LAST_ERROR} = :err, {_A.LAST_ERROR_AT} = :iso",
-                f"{_A.LEASE_OWNER} = :me AND {_A.LEASE_EPOCH} = :epoch",
+                "SET #err = :err, #errat = :iso",
+                _HELD_BY_ME,
                 {":err": message[:500], ":iso": iso_ms(now), ":me": owner, ":epoch": epoch},
             )
         except dynamo.ConditionFailed as failed:
             raise LeaseLost(stream_id, epoch, _loss_reason(failed.old, owner, epoch)) from None
+
+    # --- a dead session's streams (DESIGN §4a takeover and sweep) ------------------------------
+
+    def take_from(
+        self,
+        stream_id: str,
+        dead_owner: str,
+        dead_epoch: int,
+        resume_seq: int | None,
+        new_owner: str,
+        slot: int,
+        *,
+        now_ms: int | None = None,
+    ) -> Lease:
+        """Take a STARTED stream of a dead session: epoch + 1, ``takeovers`` + 1, attached to
+        ``new_owner``'s session in ``slot``, resuming at ``resume_seq`` (None: the item's own
+        ``last_seq``; a smaller one never moves it back).
+
+        Raises :class:`LeaseConflict` (``owned``: not the dead session's at that epoch any more;
+        ``stopped``; ``missing``) or :class:`StoreError`.
+        """
+        now = self._clock_ms() if now_ms is None else now_ms
+        sets = [
+            "#owner = :me",
+            "#slot = :slot",
+            "#exp = :held",
+            "#acq = :now",
+            "#uat = :iso",
+            "#epoch = #epoch + :one",
+            "#tko = if_not_exists(#tko, :zero) + :one",
+        ]
+        values: dict[str, Any] = {
+            ":me": new_owner,
+            ":slot": slot,
+            ":held": SESSION_HELD_MS,
+            ":now": now,
+            ":iso": iso_ms(now),
+            ":one": 1,
+            ":zero": 0,
+            ":old": dead_owner,
+            ":old_epoch": dead_epoch,
+            ":started": DesiredState.STARTED.value,
+        }
+        condition = [_HELD_BY_OLD, _STARTED]
+        if resume_seq is not None:
+            sets.append("#seq = :seq")
+            values[":seq"] = resume_seq
+            condition.append(_SEQ_NOT_BACK)
+        try:
+            item = self._update(
+                stream_key(stream_id), "SET " + ", ".join(sets), _all(*condition), values, "ALL_NEW"
+            )
+        except dynamo.ConditionFailed as failed:
+            old = failed.old
+            if old is None or is_tombstone(old):
+                raise LeaseConflict(stream_id, "missing") from None
+            if _held(old, dead_owner, dead_epoch) and _state(old) == DesiredState.STARTED:
+                # Its own last_seq is further than the merged one: keep it.
+                return self.take_from(
+                    stream_id, dead_owner, dead_epoch, None, new_owner, slot, now_ms=now
+                )
+            reason = "stopped" if _held(old, dead_owner, dead_epoch) else "owned"
+            raise LeaseConflict(stream_id, reason) from None
+        return _lease_from(item, previous_owner=dead_owner)
+
+    def release_for(
+        self,
+        stream_id: str,
+        dead_owner: str,
+        dead_epoch: int,
+        resume_seq: int | None,
+        *,
+        last_error: str | None = None,
+        now_ms: int | None = None,
+    ) -> Stream | None:
+        """Free a dead holder's stream (``takeovers`` + 1), with ``last_seq`` moved up to
+        ``resume_seq`` if given. Returns the stream as it is now, or None when it was no longer
+        the dead holder's at that epoch (released, taken or deleted meanwhile: nothing to do).
+        """
+        now = self._clock_ms() if now_ms is None else now_ms
+        sets = ["#exp = :zero", "#uat = :iso", "#tko = if_not_exists(#tko, :zero) + :one"]
+        values: dict[str, Any] = {
+            ":zero": 0,
+            ":one": 1,
+            ":iso": iso_ms(now),
+            ":old": dead_owner,
+            ":old_epoch": dead_epoch,
+        }
+        if last_error is not None:
+            sets += ["#err = :err", "#errat = :iso"]
+            values[":err"] = last_error[:500]
+        condition = [_HELD_BY_OLD]
+        if resume_seq is not None:
+            sets.append("#seq = :seq")
+            values[":seq"] = resume_seq
+            condition.append(_SEQ_NOT_BACK)
+        try:
+            item = self._update(
+                stream_key(stream_id),
+                f"SET {', '.join(sets)} REMOVE #owner, #slot",
+                _all(*condition),
+                values,
+                "ALL_NEW",
+            )
+        except dynamo.ConditionFailed as failed:
+            old = failed.old
+            if resume_seq is not None and _held(old, dead_owner, dead_epoch):
+                return self.release_for(
+                    stream_id, dead_owner, dead_epoch, None, last_error=last_error, now_ms=now
+                )
+            return None
+        return Stream.from_item(item)
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -276,15 +460,16 @@ class LeaseStore:
     def expiring_before(self, bound_ms: int, *, limit: int) -> list[LeaseView]:
         """STARTED streams whose ``lease_expires_at_ms < bound_ms``, soonest first (GSI).
 
-        With ``bound_ms`` = the acquire cutoff these are the orphans; with
-        :func:`rules.suspect_bound_ms` they also include leases that missed heartbeats.
+        With ``bound_ms`` = the acquire cutoff these are the orphans (free, or a per-stream
+        lease that lapsed; never a session's); with :func:`rules.suspect_bound_ms` they also
+        include per-stream leases that missed heartbeats.
         """
         if limit <= 0:
             return []
         query = {
             "IndexName": BY_STATE_EXPIRY.name,
-            "KeyConditionExpression": "#s = :started AND #e < :bound",
-            "ExpressionAttributeNames": {"#s": _A.DESIRED_STATE, "#e": _A.LEASE_EXPIRES_AT_MS},
+            "KeyConditionExpression": "#state = :started AND #exp < :bound",
+            "ExpressionAttributeNames": _names("#state", "#exp"),
             "ExpressionAttributeValues": dynamo.serialize(
                 {":started": DesiredState.STARTED.value, ":bound": bound_ms}
             ),
@@ -292,38 +477,15 @@ class LeaseStore:
         return [LeaseView.from_item(item) for item in self._query(query, limit)]
 
     def owned_by(self, worker_id: str) -> list[LeaseView]:
-        """Leases whose stored owner is ``worker_id`` (GSI, eventually consistent)."""
+        """Leases whose stored owner is ``worker_id``, with their epoch, slot, desired state and
+        generation (GSI, eventually consistent: a change may show a moment late)."""
         query = {
             "IndexName": BY_OWNER.name,
-            "KeyConditionExpression": "#o = :w",
-            "ExpressionAttributeNames": {"#o": _A.LEASE_OWNER},
+            "KeyConditionExpression": "#owner = :w",
+            "ExpressionAttributeNames": _names("#owner"),
             "ExpressionAttributeValues": dynamo.serialize({":w": worker_id}),
         }
         return [LeaseView.from_item(item) for item in self._query(query, None)]
-
-    # --- worker items ------------------------------------------------------------------------
-
-    def put_worker(self, info: WorkerInfo) -> None:
-        """Write (heartbeat) a worker item. Worker ids are unique per incarnation: no condition."""
-        self._call(
-            "put_item",
-            Item=dynamo.serialize(info.to_item()),
-        )
-
-    def list_workers(self, *, now_ms: int | None = None) -> list[WorkerInfo]:
-        """Workers whose item has not expired at ``now_ms`` (GSI on worker items only)."""
-        now = self._clock_ms() if now_ms is None else now_ms
-        query = {
-            "IndexName": BY_KIND.name,
-            "KeyConditionExpression": "#k = :kind AND #e > :now",
-            "ExpressionAttributeNames": {"#k": WorkerAttr.KIND, "#e": WorkerAttr.EXPIRES_AT_MS},
-            "ExpressionAttributeValues": dynamo.serialize({":kind": WORKER_KIND, ":now": now}),
-        }
-        return [WorkerInfo.from_item(item) for item in self._query(query, None)]
-
-    def remove_worker(self, worker_id: str) -> None:
-        """Delete a worker item (on clean exit)."""
-        self._call("delete_item", Key=self._key(worker_key(worker_id)))
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -344,7 +506,6 @@ class LeaseStore:
         update: str,
         condition: str,
         values: Mapping[str, Any],
-        *,
         returns: str = "NONE",
     ) -> dict[str, Any]:
         """One conditional UpdateItem. Raises :class:`dynamo.ConditionFailed` carrying the old
@@ -354,6 +515,7 @@ class LeaseStore:
             Key=self._key(pk),
             UpdateExpression=update,
             ConditionExpression=condition,
+            ExpressionAttributeNames=_names(update, condition),
             ExpressionAttributeValues=dynamo.serialize(values),
             ReturnValues=returns,
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -362,6 +524,28 @@ class LeaseStore:
 
     def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
         return dynamo.call(self._client, operation, TableName=self._table, **kwargs)
+
+
+def _names(*expressions: str) -> dict[str, str]:
+    return dynamo.placeholders(_NAMES, *expressions)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Take:
+    """One acquire attempt: what it writes, and what recognises it on a re-read."""
+
+    stream_id: str
+    owner: str
+    lease_ms: int
+    now_ms: int
+    slot: int | None
+    cutoff_ms: int
+
+    @property
+    def expires_at_ms(self) -> int:
+        if self.slot is not None:
+            return SESSION_HELD_MS
+        return rules.new_expiry_ms(self.now_ms, self.lease_ms)
 
 
 def _state(old: Mapping[str, Any] | None) -> str | None:
@@ -377,7 +561,7 @@ def _held(old: Mapping[str, Any] | None, owner: str, epoch: int) -> bool:
 
 
 def _loss_reason(old: Mapping[str, Any] | None, owner: str, epoch: int) -> str:
-    if old is None:
+    if old is None or is_tombstone(old):
         return "stream deleted"
     holder = old.get(_A.LEASE_OWNER)
     if int(old.get(_A.LEASE_EPOCH, -1)) != epoch:
@@ -389,16 +573,18 @@ def _loss_reason(old: Mapping[str, Any] | None, owner: str, epoch: int) -> str:
     return "condition failed"
 
 
-def _is_this_acquire(item: Mapping[str, Any], owner: str, now_ms: int, lease_ms: int) -> bool:
-    """True when ``item`` holds exactly what an acquire by ``owner`` at ``now_ms`` wrote.
+def _is_this_acquire(item: Mapping[str, Any], take: _Take) -> bool:
+    """True when ``item`` holds exactly what ``take`` wrote.
 
     Only then is a lease "ours already". An older holding by the same owner is not: its
     expiry may be past (anyone may take it over) while the caller would fence from now.
     """
+    slot = item.get(_A.LEASE_SLOT)
     return (
-        item.get(_A.LEASE_OWNER) == owner
-        and int(item.get(_A.LEASE_ACQUIRED_AT_MS, -1)) == now_ms
-        and int(item.get(_A.LEASE_EXPIRES_AT_MS, -1)) == rules.new_expiry_ms(now_ms, lease_ms)
+        item.get(_A.LEASE_OWNER) == take.owner
+        and int(item.get(_A.LEASE_ACQUIRED_AT_MS, -1)) == take.now_ms
+        and int(item.get(_A.LEASE_EXPIRES_AT_MS, -1)) == take.expires_at_ms
+        and (None if slot is None else int(slot)) == take.slot
     )
 
 
@@ -414,4 +600,5 @@ def _lease_from(item: Mapping[str, Any], previous_owner: str | None) -> Lease:
         ws_url=stream.ws_url,
         generation=stream.generation,
         previous_owner=previous_owner,
+        slot=stream.slot,
     )

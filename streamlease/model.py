@@ -9,9 +9,12 @@ from decimal import Decimal
 from typing import Any
 
 from streamlease.schema import (
+    LIVE_WORKER_STATES,
     PK,
+    SESSION_HELD_MS,
     WORKER_KIND,
     DesiredState,
+    Liveness,
     StreamAttr,
     WorkerAttr,
     WorkerState,
@@ -32,6 +35,10 @@ def _int(value: Any, default: int = 0) -> int:
     if isinstance(value, Decimal | int | float):
         return int(value)
     return int(str(value))
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
 
 
 def _str(value: Any) -> str | None:
@@ -67,6 +74,12 @@ class Stream:
     updated_by: str | None = None
     last_error: str | None = None
     last_error_at: str | None = None
+    slot: int | None = None
+
+    @property
+    def held_by_session(self) -> bool:
+        """True when the lease is attached to its owner's session (no expiry of its own)."""
+        return self.owner is not None and self.expires_at_ms == SESSION_HELD_MS
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> Stream:
@@ -91,6 +104,7 @@ class Stream:
             updated_by=_str(item.get(StreamAttr.UPDATED_BY)),
             last_error=_str(item.get(StreamAttr.LAST_ERROR)),
             last_error_at=_str(item.get(StreamAttr.LAST_ERROR_AT)),
+            slot=_opt_int(item.get(StreamAttr.LEASE_SLOT)),
         )
 
 
@@ -98,7 +112,8 @@ class Stream:
 class Lease:
     """What an acquirer holds: the fencing epoch and where to resume.
 
-    ``previous_owner`` is set when the acquire was a takeover of an expired (not released) lease.
+    ``previous_owner`` is set when the acquire was a takeover of an expired (not released) lease;
+    ``slot`` when the lease is attached to a session (its checkpoint-vector slot).
     """
 
     stream_id: str
@@ -109,6 +124,7 @@ class Lease:
     ws_url: str
     generation: int
     previous_owner: str | None = None
+    slot: int | None = None
 
     @property
     def is_takeover(self) -> bool:
@@ -118,27 +134,35 @@ class Lease:
 
 @dataclass(frozen=True)
 class LeaseView:
-    """A stream's lease as an index returns it (no payload attributes)."""
+    """A stream's lease as an index returns it (no payload attributes; what an index does not
+    project is left at its default)."""
 
     stream_id: str
     owner: str | None
     epoch: int
     expires_at_ms: int
+    slot: int | None = None
+    desired_state: DesiredState | None = None
+    generation: int = 0
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> LeaseView:
         """Build from a deserialized index item."""
+        state = item.get(StreamAttr.DESIRED_STATE)
         return cls(
             stream_id=stream_id_of(str(item[PK])),
             owner=_str(item.get(StreamAttr.LEASE_OWNER)),
             epoch=_int(item.get(StreamAttr.LEASE_EPOCH)),
             expires_at_ms=_int(item.get(StreamAttr.LEASE_EXPIRES_AT_MS)),
+            slot=_opt_int(item.get(StreamAttr.LEASE_SLOT)),
+            desired_state=None if state is None else DesiredState(state),
+            generation=_int(item.get(StreamAttr.GENERATION)),
         )
 
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A worker item: one live (or recently live) worker process."""
+    """A worker item: one worker process's session (live, draining, or a tombstone)."""
 
     worker_id: str
     state: WorkerState
@@ -151,10 +175,22 @@ class WorkerInfo:
     task_arn: str = ""
     version: str = ""
     started_at_ms: int = 0
+    hb: int = 0
+    liveness: Liveness = Liveness.SESSION
+    checkpoints: bytes | None = None
+    """The checkpoint vector (only in a consistent read of the item: the fleet index does not
+    project it)."""
+    expired_at_ms: int = 0
+    """When the tombstone was written (0 while live)."""
+
+    @property
+    def is_live(self) -> bool:
+        """True for RUNNING and DRAINING sessions (renewals can still succeed)."""
+        return self.state in LIVE_WORKER_STATES
 
     def to_item(self) -> dict[str, Any]:
         """The item as plain Python values (for boto3's serializer)."""
-        return {
+        item: dict[str, Any] = {
             PK: worker_key(self.worker_id),
             WorkerAttr.KIND: WORKER_KIND,
             WorkerAttr.WORKER_ID: self.worker_id,
@@ -168,11 +204,17 @@ class WorkerInfo:
             WorkerAttr.TASK_ARN: self.task_arn,
             WorkerAttr.VERSION: self.version,
             WorkerAttr.STARTED_AT_MS: self.started_at_ms,
+            WorkerAttr.HB: self.hb,
+            WorkerAttr.LIVENESS: self.liveness.value,
         }
+        if self.checkpoints is not None:
+            item[WorkerAttr.CHECKPOINTS] = self.checkpoints
+        return item
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> WorkerInfo:
-        """Build from a deserialized worker item."""
+        """Build from a deserialized worker item (or its fleet-index projection)."""
+        checkpoints = item.get(WorkerAttr.CHECKPOINTS)
         return cls(
             worker_id=str(item[WorkerAttr.WORKER_ID]),
             state=WorkerState(item.get(WorkerAttr.STATE, WorkerState.RUNNING)),
@@ -185,4 +227,8 @@ class WorkerInfo:
             task_arn=str(item.get(WorkerAttr.TASK_ARN, "")),
             version=str(item.get(WorkerAttr.VERSION, "")),
             started_at_ms=_int(item.get(WorkerAttr.STARTED_AT_MS)),
+            hb=_int(item.get(WorkerAttr.HB)),
+            liveness=Liveness(item.get(WorkerAttr.LIVENESS, Liveness.SESSION)),
+            checkpoints=None if checkpoints is None else bytes(checkpoints),
+            expired_at_ms=_int(item.get(WorkerAttr.EXPIRED_AT_MS)),
         )

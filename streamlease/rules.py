@@ -9,6 +9,9 @@ Two clocks appear here and are never mixed:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
 
 
 def acquire_cutoff_ms(now_ms: int, clock_skew_ms: int) -> int:
@@ -53,6 +56,17 @@ def fence_deadline_mono(
 def is_safe_to_deliver(now_mono: float, deadline_mono: float) -> bool:
     """True while the holder is still inside its self-fencing deadline."""
     return now_mono < deadline_mono
+
+
+RETRY_FRACTION: Final = 0.25
+"""An unanswered renewal is retried after about this fraction of a heartbeat."""
+MIN_RETRY_SECONDS: Final = 0.05
+
+
+def retry_delay_seconds(heartbeat_seconds: float, rand: float) -> float:
+    """Pause before retrying an unanswered renewal: a jittered quarter heartbeat (``rand``
+    uniform in [0, 1))."""
+    return max(MIN_RETRY_SECONDS, heartbeat_seconds * RETRY_FRACTION * (0.5 + rand))
 
 
 def suspect_bound_ms(now_ms: int, lease_ms: int, heartbeat_ms: int) -> int:
@@ -134,3 +148,120 @@ def backoff_seconds(attempt: int, base_seconds: float, max_seconds: float, rand:
         raise ValueError("attempt must be >= 0")
     ceiling = min(max_seconds, base_seconds * (2 ** min(attempt, 62)))
     return float(rand * ceiling)
+
+
+# --- sessions (DESIGN §4a) ---------------------------------------------------------------------
+
+
+def next_session_expiry_ms(now_ms: int, lease_ms: int, previous_ms: int) -> int:
+    """Expiry written by a session renewal sent at wall time ``now_ms``.
+
+    Send time + lease, and strictly above the previous renewal's: the renewal's condition only
+    lets an expiry grow, so a wall clock stepped back never makes a renewal fail, and an older
+    renewal that DynamoDB applies late (after a newer one) is refused instead of shortening it.
+    """
+    return max(now_ms + lease_ms, previous_ms + 1)
+
+
+def checkpoint_for(entry: tuple[int, int] | None, item_epoch: int) -> int | None:
+    """What a dead session's checkpoint-vector ``entry`` says about a stream held at
+    ``item_epoch``: its acknowledged seq if the entry names that *same* epoch, else nothing (an
+    entry of another epoch belongs to another holding of the slot).
+
+    The stream resumes at the larger of this and the item's own ``last_seq`` (the store's
+    conditional write keeps the larger).
+    """
+    if entry is not None and entry[0] == item_epoch:
+        return entry[1]
+    return None
+
+
+BREAKER_LEASES: Final = 2.0
+"""When every other session (at least two) looks dead at once, wait this many more leases of
+it before expiring any: the observer's reads or the store are more likely sick than the fleet."""
+MIN_SECONDS_BETWEEN_EXPIRIES: Final = 1.0
+"""One observer expires at most one session per this many seconds (a rate limit, like
+Kubernetes' node eviction rate): a wrong verdict never takes the whole fleet at once."""
+
+
+@dataclass
+class _Seen:
+    hb: int
+    since_mono: float
+    live: bool
+
+
+class DeadSessionDetector:
+    """Which peer sessions have certainly fenced themselves, judged on the observer's clock.
+
+    The DynamoDB lock client's rule: a session whose ``hb`` this observer has *read* unchanged
+    for a whole lease of its own monotonic clock cannot renew any more without the tombstone's
+    condition (``hb = :seen``) failing, and its holder stopped delivering before that (its
+    deadline is its last renewal's send time + lease − margin, and that renewal was applied
+    before our first read of its ``hb``). Only reads count: a frozen observer that wakes up has
+    seen nothing new, so it judges nobody until it has read the fleet twice a lease apart.
+
+    Guards (DESIGN §4a): an observer whose own session is not healthy expires nobody; when every
+    other session (at least two) looks dead at once the observer waits :data:`BREAKER_LEASES`
+    more leases; at most one expiry per :data:`MIN_SECONDS_BETWEEN_EXPIRIES`.
+    """
+
+    def __init__(self, lease_seconds: float) -> None:
+        """``lease_seconds``: how long an unchanged ``hb`` proves a session dead."""
+        self.lease_seconds = lease_seconds
+        self._seen: dict[str, _Seen] = {}
+        self._all_stale_since: float | None = None
+        self._last_expiry = -math.inf
+
+    def observe(self, sessions: Iterable[tuple[str, int, bool]], now_mono: float) -> None:
+        """A fresh read of the fleet: ``(session id, hb, live)`` of every session but the
+        observer's own, read at ``now_mono`` (the answer's arrival)."""
+        seen: dict[str, _Seen] = {}
+        for session_id, hb, live in sessions:
+            before = self._seen.get(session_id)
+            if before is not None and before.hb == hb:
+                seen[session_id] = _Seen(hb, before.since_mono, live)
+            else:
+                seen[session_id] = _Seen(hb, now_mono, live)
+        self._seen = seen
+
+    def unchanged_seconds(self, session_id: str, now_mono: float) -> float:
+        """How long the observer has read the same ``hb`` of ``session_id`` (0: unknown)."""
+        seen = self._seen.get(session_id)
+        return 0.0 if seen is None else max(0.0, now_mono - seen.since_mono)
+
+    def is_stale(self, session_id: str, now_mono: float) -> bool:
+        """True when ``session_id``'s ``hb`` has not moved for a whole lease (not yet a
+        verdict: see :meth:`to_expire` for the guards)."""
+        return self.unchanged_seconds(session_id, now_mono) >= self.lease_seconds
+
+    def seen_hb(self, session_id: str) -> int | None:
+        """The ``hb`` last read for ``session_id`` (the tombstone's condition)."""
+        seen = self._seen.get(session_id)
+        return None if seen is None else seen.hb
+
+    def to_expire(self, now_mono: float, *, observer_healthy: bool) -> list[str]:
+        """The sessions to tombstone now (at most one), stalest first; [] while a guard holds."""
+        live = {sid: s for sid, s in self._seen.items() if s.live}
+        stale = sorted(
+            (sid for sid in live if self.is_stale(sid, now_mono)),
+            key=lambda sid: live[sid].since_mono,
+        )
+        if len(live) >= 2 and len(stale) == len(live):
+            if self._all_stale_since is None:
+                self._all_stale_since = now_mono
+            if now_mono - self._all_stale_since < BREAKER_LEASES * self.lease_seconds:
+                return []
+        else:
+            self._all_stale_since = None
+        if not stale or not observer_healthy:
+            return []
+        if now_mono - self._last_expiry < MIN_SECONDS_BETWEEN_EXPIRIES:
+            return []
+        self._last_expiry = now_mono
+        return stale[:1]
+
+    @property
+    def breaker_open(self) -> bool:
+        """True while the all-stale guard is holding expiries back."""
+        return self._all_stale_since is not None

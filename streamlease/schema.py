@@ -42,6 +42,37 @@ def worker_id_of(pk: str) -> str:
     return pk[len(WORKER_PREFIX) :]
 
 
+# --- worker ids ------------------------------------------------------------------------------
+# A worker id is unique per session (one or more per process incarnation): ``<task id>/<pid>-<4
+# hex>`` on ECS (the task id is the last segment of the task ARN), ``<host>/<pid>-<4 hex>``
+# elsewhere, or a configured id (``<id>``, then ``<id>.2``, ``<id>.3`` for later sessions). The
+# reaper finds a stopped task's sessions by "the id is the task id, or continues it after a
+# separator".
+
+
+def task_id_of(task_arn: str) -> str:
+    """The task id: the last ``/`` segment of an ECS task ARN (``""`` for an empty ARN)."""
+    text = task_arn.strip().rstrip("/")
+    return text.rsplit("/", 1)[-1] if text else ""
+
+
+def worker_id_for(base: str, pid: int, suffix: str) -> str:
+    """``<base>/<pid>-<suffix>``; ``base`` is the task id or the host name."""
+    return f"{base}/{pid}-{suffix}"
+
+
+def belongs_to_task(worker_id: str, task_id: str) -> bool:
+    """True when ``worker_id`` names a worker of task ``task_id`` by the id prefix rule.
+
+    The id equals the task id or continues it after a non-alphanumeric separator, so task
+    ``abc`` never claims worker ``abcd/1-ff``. An empty task id claims nothing.
+    """
+    if not task_id or not worker_id.startswith(task_id):
+        return False
+    rest = worker_id[len(task_id) :]
+    return rest == "" or not rest[0].isalnum()
+
+
 # --- states ----------------------------------------------------------------------------------
 
 
@@ -53,10 +84,28 @@ class DesiredState(StrEnum):
 
 
 class WorkerState(StrEnum):
-    """Lifecycle of a worker process as published in its worker item."""
+    """Lifecycle of a worker's session as published in its worker item.
+
+    RUNNING and DRAINING are *live*: renewals succeed only in these states. EXPIRED is a
+    tombstone: written once, by a peer that proved the session dead, by the reaper, or by the
+    worker itself at the end of a drain; a session never comes back from it.
+    """
 
     RUNNING = "RUNNING"
     DRAINING = "DRAINING"
+    EXPIRED = "EXPIRED"
+
+
+LIVE_WORKER_STATES: Final = (WorkerState.RUNNING, WorkerState.DRAINING)
+
+
+class Liveness(StrEnum):
+    """How a fleet proves its holders alive (DESIGN §4). A fleet runs one mode."""
+
+    SESSION = "session"
+    """One renewal per worker (its session); streams are attached to it. The default."""
+    STREAM = "stream"
+    """One renewal per held stream (the seed's protocol): blast radius of one stream."""
 
 
 # --- stream item attributes ------------------------------------------------------------------
@@ -80,6 +129,8 @@ class StreamAttr:
     LAST_ERROR_AT: Final = "last_error_at"
     TAKEOVERS: Final = "takeovers"
     LEASE_ACQUIRED_AT_MS: Final = "lease_acquired_at_ms"
+    LEASE_SLOT: Final = "lease_slot"
+    """Sessions: the holder's checkpoint-vector slot of this stream (absent when free)."""
     STREAM_ID: Final = "stream_id"
     DELETED_AT: Final = "deleted_at"
     """Set only on a tombstone: when the stream was deleted (ISO-8601 UTC)."""
@@ -115,11 +166,28 @@ class WorkerAttr:
     VERSION: Final = "version"
     STARTED_AT_MS: Final = "started_at_ms"
     KIND: Final = "kind"
+    HB: Final = "hb"
+    """Renewal counter: +1 on every successful session renewal. Peers that see it unchanged for
+    a whole lease on their own monotonic clock know the session has fenced itself."""
+    LIVENESS: Final = "liveness"
+    """The :class:`Liveness` mode this worker runs (a fleet never mixes them)."""
+    CHECKPOINTS: Final = "checkpoints"
+    """Sessions: the checkpoint vector (binary, :mod:`streamlease.checkpoints`)."""
+    EXPIRED_AT_MS: Final = "expired_at_ms"
+    EXPIRED_BY: Final = "expired_by"
 
 
 # Worker items carry KIND = WORKER_KIND so the fleet can be listed through its own sparse index
 # instead of a table scan. Stream items never carry it.
 WORKER_KIND: Final = "WORKER"
+
+SESSION_HELD_MS: Final = 2**53 - 1
+"""``lease_expires_at_ms`` of a stream held through a session: fixed at acquire, never renewed.
+
+Far beyond any wall clock, so every "expired before ``t``" query of ``by-state-expiry`` (orphans;
+the per-stream mode's suspects) skips it, and it moves the index key only when ownership
+changes. Whether such a lease is still good is its session's business (``WORKER#<owner>``).
+"""
 
 
 # --- indexes ---------------------------------------------------------------------------------
@@ -133,9 +201,7 @@ class IndexSpec:
     partition_key: str
     sort_key: str | None
     projected: tuple[str, ...] | None
-    """Non-key attributes projected (INCLUDE); ``None`` means KEYS_ONLY unless ``project_all``."""
-    project_all: bool = False
-    """Project every attribute (ALL)."""
+    """Non-key attributes projected (INCLUDE); ``None`` means KEYS_ONLY."""
 
 
 BY_STATE_EXPIRY: Final = IndexSpec(
@@ -150,21 +216,39 @@ BY_OWNER: Final = IndexSpec(
     name="by-owner",
     partition_key=StreamAttr.LEASE_OWNER,
     sort_key=None,
-    projected=(StreamAttr.LEASE_EPOCH,),
+    projected=(
+        StreamAttr.LEASE_EPOCH,
+        StreamAttr.LEASE_SLOT,
+        StreamAttr.DESIRED_STATE,
+        StreamAttr.GENERATION,
+    ),
 )
-"""What does worker X hold; sparse (absent when free). Changes only when ownership changes."""
+"""What does worker X hold; sparse (absent when free). Changes only when ownership or the
+desired state changes: a session's holder reads its own streams here every heartbeat to learn
+of stops, and a takeover lists a dead session's streams with their epochs and slots."""
 
-BY_KIND: Final = IndexSpec(
-    name="by-kind",
+FLEET: Final = IndexSpec(
+    name="fleet",
     partition_key=WorkerAttr.KIND,
-    sort_key=WorkerAttr.EXPIRES_AT_MS,
-    projected=None,
-    project_all=True,
+    sort_key=WorkerAttr.STARTED_AT_MS,
+    projected=(
+        WorkerAttr.WORKER_ID,
+        WorkerAttr.STATE,
+        WorkerAttr.HB,
+        WorkerAttr.HEARTBEAT_AT_MS,
+        WorkerAttr.EXPIRES_AT_MS,
+        WorkerAttr.ACTIVE_STREAMS,
+        WorkerAttr.CAPACITY,
+        WorkerAttr.LIVENESS,
+        WorkerAttr.HOST,
+        WorkerAttr.PID,
+        WorkerAttr.TASK_ARN,
+        WorkerAttr.VERSION,
+    ),
 )
-"""The fleet: worker items only (sparse on ``kind``), sorted by expiry so live ones are a range.
-
-Worker items are small and few, so the index carries them whole: listing the fleet is one query.
-"""
+"""The fleet: worker items only (sparse on ``kind``), keyed by start time, which never changes,
+so a session renewal moves no index key. The checkpoint vector is not projected: peers re-read
+the fleet every second and need only the small fields."""
 
 BY_STATE: Final = IndexSpec(
     name="by-state",
@@ -178,7 +262,7 @@ Its keys change only when ``desired_state`` does, so lease renewals never write 
 writer of a stream item sets ``stream_id``; an item without it would never be listed.
 """
 
-INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, BY_KIND, BY_STATE)
+INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, FLEET, BY_STATE)
 
 KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
     PK: "S",
@@ -187,7 +271,7 @@ KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
     StreamAttr.STREAM_ID: "S",
     StreamAttr.LEASE_OWNER: "S",
     WorkerAttr.KIND: "S",
-    WorkerAttr.EXPIRES_AT_MS: "N",
+    WorkerAttr.STARTED_AT_MS: "N",
 }
 """DynamoDB types of every attribute used as a table or index key."""
 
@@ -204,9 +288,7 @@ def create_table_kwargs(table_name: str) -> dict[str, Any]:
         if index.sort_key:
             key_schema.append({"AttributeName": index.sort_key, "KeyType": "RANGE"})
         projection: dict[str, Any] = {"ProjectionType": "KEYS_ONLY"}
-        if index.project_all:
-            projection = {"ProjectionType": "ALL"}
-        elif index.projected:
+        if index.projected:
             projection = {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(index.projected)}
         gsis.append({"IndexName": index.name, "KeySchema": key_schema, "Projection": projection})
     return {

@@ -13,11 +13,14 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final, get_type_hints
 
 from streamlease.errors import ConfigError
+from streamlease.schema import Liveness
 
 ENV_PREFIX: Final = "STREAMLEASE_"
+MAX_CAPACITY: Final = 8_000
 
 
 def env_name(field_name: str) -> str:
@@ -40,6 +43,9 @@ class Settings:
     """Empty: the real AWS endpoints. Locally: the moto server, e.g. ``http://127.0.0.1:5000``."""
 
     # --- lease protocol (DESIGN §4); keep heartbeat = lease / 4 when changing one ---
+    liveness: Liveness = Liveness.SESSION
+    """``session``: one renewal per worker, streams attached to it (DESIGN §4a); ``stream``: one
+    renewal per held stream (the seed's protocol, §4b). A fleet runs one mode."""
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0
@@ -59,18 +65,15 @@ class Settings:
     """Most streams one worker holds."""
     rebalance_seconds: float = 10.0
     fleet_recount_seconds: float = 1.0
-    """How often a worker re-reads the worker items. A peer that starts DRAINING raises everyone
-    else's fair share; seeing it within this long is what lets its handoffs be polled for at
-    once instead of waiting for reconciliation (one small query of the worker items)."""
+    """How often a worker re-reads the worker items (one small query of the fleet index). It is
+    how a dead session is noticed (its ``hb`` stops moving) and how a DRAINING peer is seen soon
+    enough to poll for its handoffs at once instead of waiting for reconciliation."""
     rebalance_slack: int = 1
     """A worker sheds only when it holds more than fair share + slack."""
     shed_batch: int = 2
     """Most streams handed off per rebalance round."""
     min_tenure_seconds: float = 60.0
     """A stream is never shed sooner than this after it was acquired."""
-    worker_heartbeat_seconds: float = 5.0
-    worker_ttl_seconds: float = 20.0
-    """A worker item whose heartbeat is older than this is not live."""
     worker_id: str = ""
     """Empty: derived from the ECS task id or host, pid and a random suffix."""
     task_arn: str = ""
@@ -163,6 +166,13 @@ class Settings:
         for name in ("capacity", "shed_batch", "receive_queue_size", "sink_max_attempts"):
             if getattr(self, name) < 1:
                 problems.append(f"{var(name)} must be at least 1")
+        if self.capacity > MAX_CAPACITY:
+            problems.append(
+                f"{var('capacity')} must be at most {MAX_CAPACITY}: a session's checkpoint vector"
+                " (up to 2 slots of 20 bytes a stream) must fit one DynamoDB item"
+            )
+        if not isinstance(self.liveness, Liveness):
+            problems.append(f"{var('liveness')} must be one of {', '.join(Liveness)}")
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -231,6 +241,11 @@ def _parse(var: str, raw: str, kind: Any) -> Any:
             return value
         if kind == tuple[str, ...]:
             return tuple(part.strip() for part in text.split(",") if part.strip())
+        if isinstance(kind, type) and issubclass(kind, StrEnum):
+            try:
+                return kind(text.lower())
+            except ValueError:
+                raise ValueError(f"expected one of {', '.join(kind)}") from None
     except ValueError as exc:
         raise ConfigError(f"{var}={raw!r}: {exc}") from None
     return raw

@@ -31,6 +31,10 @@ class WorkerMetric:
     EVENT_LOOP_LAG_MS: Final = "EventLoopLagMs"
     SEQ_GAPS: Final = "SeqGaps"
     MALFORMED_FRAMES: Final = "MalformedFrames"
+    STREAMS_ENDED: Final = "StreamsEnded"
+    """Streams whose upstream finished them (close code 1000): released and set STOPPED."""
+    SESSIONS_EXPIRED: Final = "SessionsExpired"
+    """Peer sessions this worker proved dead and tombstoned (then took their streams over)."""
 
 
 class AuditorMetric:

@@ -15,6 +15,8 @@
 - ``dynamodb`` (function): a boto3 DynamoDB client for ``aws_settings`` (seeding, inspection).
 - ``store`` (function): a :class:`~streamlease.lease_store.LeaseStore` on that table with the
   settings' clock-skew allowance.
+- ``sessions`` (function): a :class:`~streamlease.session_store.SessionStore` on that table
+  (worker items).
 
 Suite-specific fixtures live in the conftest of their own directory.
 """
@@ -33,6 +35,7 @@ from local.resources import create_resources
 from local.worker_process import DUMMY_AWS_ENV
 from streamlease import aws
 from streamlease.lease_store import LeaseStore
+from streamlease.session_store import SessionStore
 from streamlease.settings import ENV_PREFIX, Settings
 
 # Never a developer's credentials or ~/.aws (a missing file is an empty one to botocore).
@@ -96,3 +99,9 @@ def dynamodb(aws_settings: Settings, _dynamodb_client: Any) -> Any:
 def store(aws_settings: Settings, dynamodb: Any) -> LeaseStore:
     """A LeaseStore on the fresh table of ``aws_settings``."""
     return LeaseStore(dynamodb, aws_settings.table_name, clock_skew_ms=aws_settings.clock_skew_ms)
+
+
+@pytest.fixture
+def sessions(aws_settings: Settings, dynamodb: Any) -> SessionStore:
+    """Worker items (sessions) on the test's table."""
+    return SessionStore(dynamodb, aws_settings.table_name)

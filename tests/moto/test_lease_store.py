@@ -14,8 +14,7 @@ from stream_items import put_stream
 from streamlease import rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
 from streamlease.lease_store import LeaseStore
-from streamlease.model import WorkerInfo
-from streamlease.schema import PK, DesiredState, StreamAttr, WorkerState, stream_key
+from streamlease.schema import PK, SESSION_HELD_MS, DesiredState, StreamAttr, stream_key
 
 NOW = 1_800_000_000_000
 LEASE_MS = 20_000
@@ -243,7 +242,8 @@ def test_renew_of_a_stopped_stream_raises_stream_stopped_and_keeps_the_lease(
         store.renew("s1", "w1", lease.epoch, 5, LEASE_MS, now_ms=NOW + 1)
 
     assert store.read("s1").owner == "w1"
-    assert store.release("s1", "w1", lease.epoch, last_seq=5, now_ms=NOW + 2)
+    released = store.release("s1", "w1", lease.epoch, last_seq=5, now_ms=NOW + 2)
+    assert released is not None and released.desired_state is DesiredState.STOPPED
     assert store.read("s1").last_seq == 5
 
 
@@ -289,12 +289,15 @@ def test_renew_after_deletion_is_lost_and_recreates_nothing(store, seed, dynamod
 
 
 def test_release_frees_the_lease_with_a_final_checkpoint_and_is_idempotent(store, seed):
-    """Release clears owner and expiry and writes last_seq; a retried release is a no-op."""
+    """Release clears owner and expiry and writes last_seq; a retried release finds it free at
+    its epoch and answers the same (the caller's handoff is not lost with the first answer)."""
     seed("s1")
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
 
-    assert store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 1) is True
-    assert store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 2) is False
+    first = store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 1)
+    again = store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 2)
+    assert first is not None and again is not None
+    assert first.desired_state is again.desired_state is DesiredState.STARTED
 
     stored = store.read("s1")
     assert (stored.owner, stored.expires_at_ms, stored.last_seq) == (None, 0, 12)
@@ -322,7 +325,7 @@ def test_release_of_a_deleted_stream_reports_nothing_released(store, seed, dynam
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
     dynamodb.delete_item(TableName=table, Key={PK: {"S": stream_key("s1")}})
 
-    assert store.release("s1", "w1", lease.epoch, now_ms=NOW + 1) is False
+    assert store.release("s1", "w1", lease.epoch, now_ms=NOW + 1) is None
     assert store.read("s1") is None
 
 
@@ -402,44 +405,6 @@ def test_owned_by_lists_what_a_worker_holds(store, seed):
     assert store.owned_by("w9") == []
 
 
-# --- worker items ----------------------------------------------------------------------------
-
-
-def worker(worker_id: str, expires_at_ms: int) -> WorkerInfo:
-    return WorkerInfo(
-        worker_id=worker_id,
-        state=WorkerState.RUNNING,
-        heartbeat_at_ms=expires_at_ms - 20_000,
-        expires_at_ms=expires_at_ms,
-        active_streams=3,
-        capacity=100,
-        host="host-1",
-        pid=1234,
-        task_arn="arn:aws:ecs:us-east-1:123456789012:task/c/abc",
-        version="1.2.3",
-        started_at_ms=NOW - 60_000,
-    )
-
-
-def test_worker_items_round_trip_and_only_live_ones_are_listed(store):
-    """A worker item reads back as written; one whose expiry passed is not live."""
-    live = worker("w-live", NOW + 10_000)
-    store.put_worker(live)
-    store.put_worker(worker("w-dead", NOW - 1))
-
-    assert store.list_workers(now_ms=NOW) == [live]
-
-
-def test_worker_heartbeat_overwrites_and_remove_deletes(store):
-    """put_worker replaces the item; remove_worker takes it out of the fleet."""
-    store.put_worker(worker("w1", NOW + 10_000))
-    store.put_worker(worker("w1", NOW + 20_000))
-
-    assert [w.expires_at_ms for w in store.list_workers(now_ms=NOW)] == [NOW + 20_000]
-    store.remove_worker("w1")
-    assert store.list_workers(now_ms=NOW) == []
-
-
 def set_state(dynamodb: Any, table: str, stream_id: str, state: DesiredState) -> None:
     """Change desired_state behind the store's back, as the control plane does."""
     dynamodb.update_item(
@@ -449,3 +414,126 @@ def set_state(dynamodb: Any, table: str, stream_id: str, state: DesiredState) ->
         ExpressionAttributeNames={"#s": A.DESIRED_STATE},
         ExpressionAttributeValues={":s": {"S": state.value}},
     )
+
+
+# --- late answers and late writes (safety review) ----------------------------------------------
+
+
+def test_a_renewal_applied_late_never_shortens_the_lease_or_moves_the_checkpoint_back(store, seed):
+    """The review's case: a renewal sent at T+1000 that DynamoDB applies after the one sent at
+    T+5000 changes nothing — the expiry stays T+25000 and last_seq stays 10."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    newer = store.renew("s1", "w1", lease.epoch, 10, LEASE_MS, now_ms=NOW + 5_000)
+    with pytest.raises(StoreError):
+        store.renew("s1", "w1", lease.epoch, 5, LEASE_MS, now_ms=NOW + 1_000)
+    stored = store.read("s1")
+    assert (stored.expires_at_ms, stored.last_seq) == (newer, 10)
+    with pytest.raises(LeaseConflict):
+        store.acquire("s1", "w2", LEASE_MS, now_ms=NOW + 22_001)
+
+
+def test_a_renewal_with_a_stepped_back_clock_still_extends(store, seed):
+    """The holder passes the highest expiry it asked for; the next one is above it."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    first = store.renew("s1", "w1", lease.epoch, 1, LEASE_MS, now_ms=NOW + 5_000)
+    second = store.renew(
+        "s1", "w1", lease.epoch, 2, LEASE_MS, now_ms=NOW + 4_000, previous_expires_ms=first
+    )
+    assert second == first + 1
+
+
+def test_a_release_whose_answer_was_lost_still_reports_the_stream(dynamodb, table, seed):
+    """The retry of a landed release finds it free at its epoch: the caller still learns the
+    stream is STARTED and sends its handoff."""
+    seed("s1")
+    store = LeaseStore(ResponseLosingClient(dynamodb, retry=True), table, clock_skew_ms=SKEW_MS)
+    lease = LeaseStore(dynamodb, table).acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    released = store.release("s1", "w1", lease.epoch, last_seq=7, now_ms=NOW + 1)
+    assert released is not None and released.desired_state is DesiredState.STARTED
+    assert (released.owner, released.last_seq) == (None, 7)
+
+
+class LandingNothingClient:
+    """A DynamoDB client whose next ``update_item`` times out *without* landing."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.armed = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def update_item(self, **request: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            raise ReadTimeoutError(endpoint_url="http://dynamodb.test")
+        return self._client.update_item(**request)
+
+
+def test_an_acquire_that_did_not_land_is_tried_again_not_reported_owned(dynamodb, table, seed):
+    """The re-read finds the stream free: the acquire is attempted once more and wins, so the
+    start command that asked for it is not dropped as "owned by someone"."""
+    seed("s1")
+    store = LeaseStore(LandingNothingClient(dynamodb), table, clock_skew_ms=SKEW_MS)
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    assert (lease.owner, lease.epoch) == ("w1", 1)
+
+
+# --- leases attached to a session ---------------------------------------------------------------
+
+
+def test_a_session_acquire_stores_the_slot_and_a_fixed_expiry(store, seed):
+    """Attached to a session: no expiry of its own to renew (the by-state-expiry key moves only
+    now and at release), and the slot of its checkpoint in the session's vector."""
+    seed("s1", epoch=4, last_seq=9)
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW, slot=3)
+    assert (lease.epoch, lease.slot, lease.last_seq) == (5, 3, 9)
+    stored = store.read("s1")
+    assert (stored.expires_at_ms, stored.slot) == (SESSION_HELD_MS, 3)
+    assert stored.held_by_session
+    later = NOW + 10 * LEASE_MS
+    with pytest.raises(LeaseConflict):
+        store.acquire("s1", "w2", LEASE_MS, now_ms=later, slot=0)
+    assert store.expiring_before(rules.acquire_cutoff_ms(later, SKEW_MS), limit=10) == []
+
+
+def test_a_session_acquire_whose_answer_was_lost_is_recognised_by_its_slot(dynamodb, table, seed):
+    seed("s1")
+    store = LeaseStore(ResponseLosingClient(dynamodb, retry=False), table, clock_skew_ms=SKEW_MS)
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW, slot=2)
+    assert (lease.owner, lease.slot, lease.epoch) == ("w1", 2, 1)
+
+
+def test_take_from_a_dead_session_resumes_at_the_larger_checkpoint(store, seed):
+    """Epoch + 1, takeovers + 1, the new session's slot; last_seq moves up to the vector's, never
+    down (the item's own is kept when it is further)."""
+    seed("a", owner="dead", expires_ms=SESSION_HELD_MS, epoch=3, last_seq=10)
+    seed("b", owner="dead", expires_ms=SESSION_HELD_MS, epoch=3, last_seq=50)
+    a = store.take_from("a", "dead", 3, 42, "w2", 0, now_ms=NOW)
+    b = store.take_from("b", "dead", 3, 42, "w2", 1, now_ms=NOW)
+    assert (a.epoch, a.last_seq, a.slot, a.previous_owner) == (4, 42, 0, "dead")
+    assert (b.epoch, b.last_seq) == (4, 50)
+    assert store.read("a").takeovers == 1
+
+
+def test_take_from_at_a_stale_epoch_or_of_a_stopped_stream_conflicts(store, seed):
+    seed("a", owner="dead", expires_ms=SESSION_HELD_MS, epoch=3)
+    seed("s", owner="dead", expires_ms=SESSION_HELD_MS, epoch=3, state=DesiredState.STOPPED)
+    with pytest.raises(LeaseConflict) as owned:
+        store.take_from("a", "dead", 2, None, "w2", 0, now_ms=NOW)
+    assert owned.value.reason == "owned"
+    with pytest.raises(LeaseConflict) as stopped:
+        store.take_from("s", "dead", 3, None, "w2", 0, now_ms=NOW)
+    assert stopped.value.reason == "stopped"
+
+
+def test_release_for_a_dead_holder_frees_it_once(store, seed):
+    """The sweep (or the reaper) frees a dead session's stream at its exact owner and epoch,
+    with the merged checkpoint; a second sweep finds nothing to do."""
+    seed("a", owner="dead", expires_ms=SESSION_HELD_MS, epoch=3, last_seq=10)
+    freed = store.release_for("a", "dead", 3, 33, last_error="gone", now_ms=NOW)
+    assert freed is not None
+    assert (freed.owner, freed.last_seq, freed.expires_at_ms, freed.takeovers) == (None, 33, 0, 1)
+    assert store.release_for("a", "dead", 3, 33, now_ms=NOW) is None

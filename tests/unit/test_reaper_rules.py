@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lambdas.reaper import DETAIL_TYPE, belongs_to_task, stopped_task_event, task_id_of
+from lambdas.reaper import DETAIL_TYPE, stopped_task_event
+from streamlease.schema import belongs_to_task, task_id_of
 
 TASK = "8f1c2bde0a9e4d55b7c3e1f2a4b6c8d0"
 

@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamlease.schema import (
-    BY_KIND,
     BY_OWNER,
     BY_STATE,
     BY_STATE_EXPIRY,
+    FLEET,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
     PK,
@@ -159,7 +159,7 @@ def test_attribute_definitions_are_exactly_the_key_attributes():
 
 
 def test_indexes_are_those_the_lease_protocol_queries():
-    """by-state-expiry (orphans, suspects), by-owner (what X holds), by-kind (the fleet),
+    """by-state-expiry (orphans, suspects), by-owner (what X holds, its stops), fleet,
     by-state (listing)."""
     gsis = {g["IndexName"]: g for g in create_table_kwargs("t")["GlobalSecondaryIndexes"]}
     assert set(gsis) == {index.name for index in INDEXES}
@@ -178,15 +178,22 @@ def test_indexes_are_those_the_lease_protocol_queries():
     assert owner["KeySchema"] == [{"AttributeName": StreamAttr.LEASE_OWNER, "KeyType": "HASH"}]
     assert owner["Projection"] == {
         "ProjectionType": "INCLUDE",
-        "NonKeyAttributes": [StreamAttr.LEASE_EPOCH],
+        "NonKeyAttributes": [
+            StreamAttr.LEASE_EPOCH,
+            StreamAttr.LEASE_SLOT,
+            StreamAttr.DESIRED_STATE,
+            StreamAttr.GENERATION,
+        ],
     }
 
-    fleet = gsis[BY_KIND.name]
+    fleet = gsis[FLEET.name]
     assert fleet["KeySchema"] == [
         {"AttributeName": WorkerAttr.KIND, "KeyType": "HASH"},
-        {"AttributeName": WorkerAttr.EXPIRES_AT_MS, "KeyType": "RANGE"},
+        {"AttributeName": WorkerAttr.STARTED_AT_MS, "KeyType": "RANGE"},
     ]
-    assert fleet["Projection"] == {"ProjectionType": "ALL"}
+    projected = set(fleet["Projection"]["NonKeyAttributes"])
+    assert WorkerAttr.HB in projected and WorkerAttr.STATE in projected
+    assert WorkerAttr.CHECKPOINTS not in projected, "peers re-read the fleet every second"
 
     listing = gsis[BY_STATE.name]
     assert listing["KeySchema"] == [

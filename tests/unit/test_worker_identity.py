@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from streamlease.schema import task_id_of, worker_id_for
 from streamlease.settings import Settings
-from worker.identity import resolve_identity, task_id_of, worker_id_for
+from worker.identity import resolve_identity
 
 ARN = "arn:aws:ecs:eu-west-1:123456789012:task/prod-cluster/0a1b2c3d4e5f"
 
