@@ -25,10 +25,14 @@ def main() -> int:
         print(f"streamlease worker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(run_worker(settings))
-    return uvloop.run(run_worker(settings))
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(run_worker(settings))
+        return uvloop.run(run_worker(settings))
+    except ConfigError as exc:  # found at start-up, e.g. a fleet running the other mode
+        print(f"streamlease worker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 if __name__ == "__main__":

@@ -1,27 +1,37 @@
-"""Taking a stream: one conditional acquire, then a holder with its fencing deadline.
+"""Taking a stream: one conditional write, then a holder with its fence.
 
 Every path that takes streams (SQS commands, the reconciler's orphans, scheduled takeovers of
-suspects) comes through :meth:`Acquirer.try_acquire`, so capacity, shutdown and the lease event
-log are handled in one place.
+per-stream leases, takeovers of a dead session's streams) comes through
+:meth:`Acquirer.try_acquire`, so capacity, health, shutdown and the lease event log are handled
+in one place. What differs by liveness mode is only the write and the fence:
+
+- sessions: a checkpoint slot is reserved, the lease is attached to the current session (or
+  taken from a dead one at its epoch), and the holder obeys the session's deadline;
+- per-stream leases: the lease gets its own expiry, and the holder's deadline counts from the
+  moment the acquire was sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from enum import StrEnum
 
 from streamlease import rules
 from streamlease.errors import LeaseConflict
 from streamlease.lease_store import wall_ms
 from streamlease.model import Lease
+from streamlease.schema import Liveness
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
+from worker.fence import Fence, LeaseFence, SessionFence
 from worker.holder import EndReason, StreamHolder
 from worker.holdings import Holdings
 from worker.lease_events import LeaseEvent
 from worker.logs import describe, logger
 from worker.renewal import Renewals
+from worker.session import Session
 
 
 class Outcome(StrEnum):
@@ -31,7 +41,7 @@ class Outcome(StrEnum):
     HELD = "held"
     """This worker holds (or is acquiring) it already."""
     NO_ROOM = "no_room"
-    """At capacity or shutting down: nothing was tried."""
+    """At capacity, unhealthy or shutting down: nothing was tried."""
     OWNED = "owned"
     STOPPED = "stopped"
     MISSING = "missing"
@@ -47,34 +57,66 @@ class Outcome(StrEnum):
 _CONFLICTS = {"owned": Outcome.OWNED, "stopped": Outcome.STOPPED, "missing": Outcome.MISSING}
 
 
+@dataclass(frozen=True)
+class DeadHolding:
+    """A stream of a dead session, as the takeover found it: taken at exactly this owner and
+    epoch, resuming at least at ``checkpoint`` (the session's vector; None: the item's own)."""
+
+    owner: str
+    epoch: int
+    checkpoint: int | None
+
+
+class _SessionGone(Exception):
+    """The session ended while an acquire for it was in flight."""
+
+
 class Acquirer:
     """Acquires streams for this worker and starts their holders."""
 
     def __init__(self, ctx: WorkerContext, holdings: Holdings, renewals: Renewals) -> None:
+        """``renewals``: the per-stream renewal loop (idle in session mode)."""
         self._ctx = ctx
         self._holdings = holdings
         self._renewals = renewals
-        self._was_behind = False
+        self._sessions = ctx.settings.liveness is Liveness.SESSION
+        self._unhealthy_reason: str | None = None
 
     def may_acquire(self) -> bool:
-        """Whether this worker takes streams at all now: not shutting down, and its renewals
-        keep up (see :meth:`Renewals.is_behind`). Logs when the latter changes."""
-        if self._ctx.shutdown_requested.is_set():
+        """Whether this worker takes streams at all now: not shutting down, its event loop
+        keeps up, and its renewals keep up (the session is healthy; per-stream renewals are
+        not a heartbeat behind). Logs when the answer changes."""
+        ctx = self._ctx
+        if ctx.shutdown_requested.is_set():
             return False
-        behind = self._renewals.is_behind()
-        if behind != self._was_behind:
-            self._was_behind = behind
-            if behind:
-                logger.warning(
-                    "renewals behind, taking no streams",
-                    behind_seconds=round(self._renewals.behind_seconds(), 3),
-                )
+        reason = self._unhealthy()
+        if reason != self._unhealthy_reason:
+            self._unhealthy_reason = reason
+            if reason:
+                logger.warning("taking no streams", reason=reason)
             else:
-                logger.info("renewals caught up, taking streams again")
-        return not behind
+                logger.info("taking streams again")
+        return reason is None
 
-    async def try_acquire(self, stream_id: str, *, source: str) -> Outcome:
+    def _unhealthy(self) -> str | None:
+        ctx = self._ctx
+        if ctx.loop_lagging:
+            return "event loop lagging"
+        session = ctx.session
+        if session is None or not session.live:
+            return "no live session"
+        if self._sessions:
+            if not session.healthy():
+                return "session renewals behind"
+        elif self._renewals.is_behind():
+            return "renewals behind"
+        return None
+
+    async def try_acquire(
+        self, stream_id: str, *, source: str, dead: DeadHolding | None = None
+    ) -> Outcome:
         """Try to take ``stream_id``; ``source`` (command, orphan, takeover) is for logs only.
+        ``dead``: take it from a dead session at that epoch instead of acquiring it free.
 
         Never raises for a DynamoDB failure (``UNANSWERED``).
         """
@@ -88,10 +130,16 @@ class Acquirer:
         if not self._holdings.reserve(stream_id):
             return Outcome.NO_ROOM
         try:
-            lease, deadline = await self._acquire_fresh(stream_id)
+            if self._sessions:
+                lease, fence = await self._acquire_in_session(stream_id, dead)
+            else:
+                lease, fence = await self._acquire_lease(stream_id)
         except LeaseConflict as conflict:
             self._holdings.cancel_reservation(stream_id)
             return _CONFLICTS.get(conflict.reason, Outcome.OWNED)
+        except _SessionGone:
+            self._holdings.cancel_reservation(stream_id)
+            return Outcome.NO_ROOM
         except Exception as exc:  # StoreError or a bug: the stream stays for someone else
             self._holdings.cancel_reservation(stream_id)
             logger.info("acquire unanswered", stream_id=stream_id, error=describe(exc))
@@ -99,53 +147,101 @@ class Acquirer:
         except asyncio.CancelledError:
             self._holdings.cancel_reservation(stream_id)
             raise
-        self._start(lease, deadline, source)
+        self._start(lease, fence, source)
         return Outcome.WON
 
-    async def _acquire_fresh(self, stream_id: str) -> tuple[Lease, float]:
-        """Acquire; returns the lease and its fencing deadline (monotonic seconds).
+    async def _acquire_in_session(
+        self, stream_id: str, dead: DeadHolding | None
+    ) -> tuple[Lease, Fence]:
+        """Attach the stream to the current session in a fresh slot (see :mod:`worker.slots`)."""
+        ctx = self._ctx
+        session = ctx.session
+        if session is None or not session.live:
+            raise _SessionGone
+        slot = session.slots.reserve(session.last_success_sent_mono)
+        if slot is None:
+            raise _SessionGone
+        if dead is None:
+            call = asyncio.to_thread(
+                ctx.store.acquire, stream_id, session.worker_id, ctx.settings.lease_ms, slot=slot
+            )
+        else:
+            call = asyncio.to_thread(
+                ctx.store.take_from,
+                stream_id,
+                dead.owner,
+                dead.epoch,
+                dead.checkpoint,
+                session.worker_id,
+                slot,
+            )
+        try:
+            lease = await self._await_acquire(call)
+        except LeaseConflict:
+            session.slots.cancel(slot)
+            raise
+        except BaseException:
+            session.slots.cancel(slot, landed_unknown=True)
+            raise
+        if not session.live:
+            # Won for a session that has just been lost: it is the dead session's now, and the
+            # sweep of that session frees it.
+            raise _SessionGone
+        return lease, SessionFence(session, slot, lease.epoch, lease.last_seq)
 
-        The deadline counts from the moment the call was *sent*: DynamoDB wrote an expiry of
-        at least send time + lease. Should the store ever hand back a lease whose expiry is
-        shorter than that (an earlier write), the deadline follows the stored expiry instead.
+    async def _acquire_lease(self, stream_id: str) -> tuple[Lease, Fence]:
+        """Acquire a per-stream lease; its deadline counts from the moment the call was *sent*.
+
+        DynamoDB wrote an expiry of at least send time + lease. Should the store ever hand back
+        a lease whose expiry is shorter than that (an earlier write), the deadline follows the
+        stored expiry instead.
         """
         ctx = self._ctx
         settings = ctx.settings
         sent_mono, sent_wall = time.monotonic(), wall_ms()
-        call = asyncio.ensure_future(
+        lease = await self._await_acquire(
             asyncio.to_thread(ctx.store.acquire, stream_id, ctx.worker_id, settings.lease_ms)
         )
-        try:
-            lease = await asyncio.shield(call)
-        except asyncio.CancelledError:
-            await self._give_back_late(call)
-            raise
         granted_seconds = min(settings.lease_seconds, (lease.expires_at_ms - sent_wall) / 1000.0)
         deadline = rules.fence_deadline_mono(
             sent_mono, granted_seconds, settings.fence_margin_seconds
         )
-        return lease, deadline
+        fence = LeaseFence(stream_id, lease.epoch, deadline, settings, self._renewals)
+        fence.sent_expires_ms = lease.expires_at_ms
+        return lease, fence
+
+    async def _await_acquire(self, call: asyncio.Future[Lease] | object) -> Lease:
+        """Await an acquire; if the caller is cancelled (shutdown) meanwhile and the acquire
+        won after all, release that lease at once rather than leave it unheld."""
+        future: asyncio.Future[Lease] = asyncio.ensure_future(call)  # type: ignore[arg-type]
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await self._give_back_late(future)
+            raise
 
     async def _give_back_late(self, call: asyncio.Future[Lease]) -> None:
-        """The caller was cancelled (shutdown) while its acquire was in flight: if the acquire
-        won after all, release that lease at once rather than leave it unheld for a lease."""
         try:
             async with asyncio.timeout(self._ctx.settings.dynamodb_timeout_seconds * 3):
                 lease = await call
             await asyncio.to_thread(
-                self._ctx.store.release, lease.stream_id, self._ctx.worker_id, lease.epoch
+                self._ctx.store.release, lease.stream_id, lease.owner, lease.epoch
             )
         except Exception as exc:  # lost, unanswered, or it never won: nothing to give back
             logger.debug("late acquire not given back", error=describe(exc))
 
-    def _start(self, lease: Lease, deadline: float, source: str) -> None:
+    def _start(self, lease: Lease, fence: Fence, source: str) -> None:
         ctx = self._ctx
-        acquired_mono = time.monotonic()
-        holder = StreamHolder(
-            lease, ctx, self._renewals, acquired_mono=acquired_mono, deadline_mono=deadline
+        holder = StreamHolder(lease, ctx, fence, acquired_mono=time.monotonic())
+        ctx.events.record(
+            LeaseEvent.ACQUIRED,
+            lease.stream_id,
+            lease.epoch,
+            deadline_mono=fence.deadline_mono,
+            worker_id=lease.owner,
         )
-        ctx.events.record(LeaseEvent.ACQUIRED, lease.stream_id, lease.epoch, deadline_mono=deadline)
-        self._renewals.track(holder)
+        if isinstance(fence, LeaseFence):
+            self._renewals.track(holder, fence)
         self._holdings.start(holder)
         ctx.metrics.incr(WorkerMetric.LEASES_ACQUIRED)
         if lease.is_takeover:
@@ -162,3 +258,9 @@ class Acquirer:
             # Won while the worker began draining: give it straight back.
             self._holdings.note_given_away(lease.stream_id)
             holder.request_end(EndReason.SHUTDOWN)
+
+
+def session_of(ctx: WorkerContext) -> Session | None:
+    """The current session if it is live (a convenience for the loops that need one)."""
+    session = ctx.session
+    return session if session is not None and session.live else None

@@ -1,22 +1,31 @@
 """The worker process: its parts, its task groups and its shutdown, in one place.
 
-Two task groups. The *stream* group holds one task per held stream (:class:`StreamHolder`); the
-*service* group, nested inside it, holds the loops: the command poller, the reconciler and its
-takeover scheduler, the rebalancer (these four *take* streams), the renewal loop, the worker-item
-heartbeat, the metrics flusher and the liveness ticker.
+Start-up: read the fleet (a worker refuses to join a fleet that runs the other liveness mode),
+open the session (the worker item; its renewal thread starts), then two task groups. The
+*stream* group holds one task per held stream (:class:`StreamHolder`); the *service* group,
+nested inside it, holds the loops: the command poller, the reconciler (and, per-stream mode,
+its takeover scheduler) and the rebalancer (these *take* streams), the session keeper, the fleet
+watcher (dead sessions, fair share), the own-lease poll (sessions) or the per-stream renewal
+loop, the metrics flusher and the liveness ticker.
+
+A session the store reports expired takes every stream attached to it along (holders stop at
+once and write nothing more); the keeper then opens a new session under a new id. In per-stream
+mode the leases are the streams' own, so only the worker item is replaced.
 
 Shutdown (first SIGTERM/SIGINT), in this order, under ``shutdown_budget_seconds``:
 
 1. stop taking streams (poller, reconciler, takeovers, rebalancer are cancelled);
-2. mark the worker item DRAINING, so the fleet stops counting this worker;
+2. mark the session DRAINING, so the fleet stops counting this worker;
 3. every holder: stop reading, close 1001, drain its queue into the sink, final checkpoint +
-   release, handoff — all in parallel (DynamoDB calls bounded by the thread pool); renewals keep
-   running meanwhile, so no lease lapses while it drains;
-4. stop the remaining loops, flush metrics, delete the worker item, close the sink, exit 0.
+   release, handoff — all in parallel (DynamoDB calls bounded by the thread pool); the session
+   keeps renewing meanwhile, so no stream is fenced while it drains;
+4. stop the remaining loops, flush metrics, revoke the session (its tombstone, etcd's revoke:
+   a renewal still on its way can never bring it back; the fleet deletes it later), close the
+   sink, exit 0.
 
 A second signal skips the draining of queued messages (holders release at once with the last
 acknowledged checkpoint). Past the budget the remaining holders are cancelled and the exit status
-is 1: their leases lapse and the fleet takes them over.
+is 1: the session's tombstone lets the fleet sweep what is left at once.
 """
 
 from __future__ import annotations
@@ -27,34 +36,43 @@ import time
 from typing import Any, Final
 
 from streamlease import aws
-from streamlease.lease_store import LeaseStore
+from streamlease.errors import SessionExpired, StoreError
+from streamlease.lease_store import LeaseStore, wall_ms
+from streamlease.schema import Liveness
+from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from worker import logs
 from worker.acquisition import Acquirer
 from worker.blocking import DEFAULT_THREADS, install_executor
 from worker.commands import CommandPoller, CommandQueue, given_away_window_seconds
 from worker.context import WorkerContext
-from worker.fleet import FleetView, WorkerItem
+from worker.fleet import FleetWatcher
+from worker.fleet_view import FleetView, check_fleet_mode
 from worker.holder import EndReason
 from worker.holdings import Holdings
 from worker.identity import Identity, resolve_identity
 from worker.lease_events import LeaseEventLog
 from worker.logs import describe, logger
 from worker.metrics import EmfPublisher, WorkerMetrics, flush, flush_periodically
+from worker.own_leases import OwnLeases
 from worker.process import install_signal_handlers, raise_open_file_limit, tick
 from worker.rebalancer import Rebalancer
 from worker.reconciler import Reconciler
 from worker.renewal import Renewals
+from worker.session import Session
 from worker.sinks import Sink, load_sink
+from worker.takeover import Takeover
 
 EXIT_OK: Final = 0
 EXIT_BUDGET_EXCEEDED: Final = 1
 EXIT_RESERVE_SECONDS: Final = 5.0
-"""Part of the shutdown budget kept for flushing metrics and deleting the worker item (at most
-a tenth of the budget, so a short budget still leaves most of it for draining)."""
+"""Part of the shutdown budget kept for flushing metrics and revoking the session (at most a
+tenth of the budget, so a short budget still leaves most of it for draining)."""
 HURRY_SECONDS: Final = 5.0
 """After a second signal, how long holders still get to release."""
 DRAIN_CHECK_SECONDS: Final = 0.2
+OPEN_RETRY_SECONDS: Final = 1.0
+"""Pause between attempts to open a session while DynamoDB does not answer."""
 
 
 class Worker:
@@ -68,10 +86,12 @@ class Worker:
         sqs: Any,
         sink: Sink,
         *,
+        renewal_dynamodb: Any = None,
         shutdown_requested: asyncio.Event | None = None,
         hurry: asyncio.Event | None = None,
     ) -> None:
         """``dynamodb``/``sqs``: boto3 clients (the SQS one with a read timeout > poll wait);
+        ``renewal_dynamodb``: the session renewal thread's own client (default ``dynamodb``);
         the events, when given, are those the signal handlers set."""
         self.settings = settings
         self.queue = CommandQueue(sqs, settings.queue_url, settings.poll_wait_seconds)
@@ -79,10 +99,13 @@ class Worker:
             settings.capacity, given_away_window_seconds(settings.reconcile_seconds)
         )
         self.metrics = WorkerMetrics(lambda: self.holdings.active_count)
+        self.sessions = SessionStore(dynamodb, settings.table_name)
+        self._renewal_sessions = SessionStore(renewal_dynamodb or dynamodb, settings.table_name)
         self.ctx = WorkerContext(
             settings=settings,
             identity=identity,
             store=LeaseStore(dynamodb, settings.table_name, clock_skew_ms=settings.clock_skew_ms),
+            sessions=self.sessions,
             sink=sink,
             metrics=self.metrics,
             events=LeaseEventLog(settings.lease_event_log, identity.worker_id),
@@ -90,14 +113,19 @@ class Worker:
             shutdown_requested=shutdown_requested or asyncio.Event(),
             hurry=hurry or asyncio.Event(),
         )
+        self.uses_sessions = settings.liveness is Liveness.SESSION
         self.view = FleetView()
         self.renewals = Renewals(self.ctx)
         self.acquirer = Acquirer(self.ctx, self.holdings, self.renewals)
         self.poller = CommandPoller(self.ctx, self.queue, self.acquirer, self.holdings, self.view)
         self.reconciler = Reconciler(self.ctx, self.acquirer, self.holdings, self.view)
         self.rebalancer = Rebalancer(self.ctx, self.holdings, self.view)
-        self.worker_item = WorkerItem(self.ctx, self.holdings)
+        self.takeover = Takeover(self.ctx, self.acquirer, self.holdings, self.view)
+        self.fleet = FleetWatcher(self.ctx, self.holdings, self.view, self.takeover)
+        self.own_leases = OwnLeases(self.ctx, self.holdings)
         self.publisher = EmfPublisher(settings.metrics_namespace)
+        self._session_lost = asyncio.Event()
+        self._incarnation = 0
         self._shutdown_started = 0.0
 
     @classmethod
@@ -107,25 +135,32 @@ class Worker:
         """Build the boto3 clients and the sink (in a thread: building clients reads files);
         ``events``: ``shutdown_requested`` and ``hurry`` (see :meth:`__init__`)."""
 
-        def build() -> tuple[Any, Any, Sink]:
+        def build() -> tuple[Any, Any, Any, Sink]:
             dynamodb = aws.client("dynamodb", settings)
+            # The session renewal: no botocore retries behind its back (it retries on its own
+            # schedule, with a fresh expiry) and the short DynamoDB timeout.
+            renewal = aws.client("dynamodb", settings, max_attempts=1)
             sqs = aws.client(
                 "sqs", settings, read_timeout_seconds=settings.poll_wait_seconds + 10.0
             )
-            return dynamodb, sqs, load_sink(settings)
+            return dynamodb, renewal, sqs, load_sink(settings)
 
-        dynamodb, sqs, sink = await asyncio.to_thread(build)
-        return cls(settings, identity, dynamodb, sqs, sink, **events)
+        dynamodb, renewal, sqs, sink = await asyncio.to_thread(build)
+        return cls(settings, identity, dynamodb, sqs, sink, renewal_dynamodb=renewal, **events)
 
     async def run(self) -> int:
-        """Run until a signal and a graceful drain; returns the exit status."""
+        """Run until a signal and a graceful drain; returns the exit status. Raises
+        :class:`ConfigError` when the fleet runs the other liveness mode."""
         ctx = self.ctx
         settings = self.settings
-        await self.worker_item.publish()
+        await self._join_fleet()
+        if not await self._open_session():
+            return EXIT_OK  # asked to stop before DynamoDB ever answered
         with contextlib.suppress(Exception):
-            await self.rebalancer.refresh_view()
+            await self.fleet.refresh()
         logger.info(
             "worker started",
+            liveness=settings.liveness.value,
             capacity=settings.capacity,
             lease_seconds=settings.lease_seconds,
             heartbeat_seconds=settings.heartbeat_seconds,
@@ -139,22 +174,40 @@ class Worker:
                 self.holdings.bind(streams)
                 async with asyncio.TaskGroup() as services:
                     upkeep = [
-                        services.create_task(self.renewals.renew_leases(), name="renewals"),
-                        services.create_task(self.worker_item.heartbeat(), name="worker item"),
+                        services.create_task(self._keep_session(), name="session keeper"),
+                        services.create_task(self.fleet.watch_fleet(services), name="fleet"),
                         services.create_task(
                             flush_periodically(
                                 self.metrics, self.publisher, settings.metrics_flush_seconds
                             ),
                             name="metrics",
                         ),
-                        services.create_task(tick(settings.health_file, self.metrics), name="tick"),
+                        services.create_task(
+                            tick(settings.health_file, self.metrics, self._on_tick), name="tick"
+                        ),
                     ]
                     takers = [
-                        services.create_task(self.rebalancer.rebalance_periodically(), name="rb"),
-                        services.create_task(self.reconciler.reconcile_periodically(), name="rc"),
-                        services.create_task(self.reconciler.take_over_suspects(), name="to"),
-                        services.create_task(self.poller.poll_commands(), name="poller"),
+                        services.create_task(
+                            self.rebalancer.rebalance_periodically(), name="rebalancer"
+                        ),
+                        services.create_task(
+                            self.reconciler.reconcile_periodically(), name="reconciler"
+                        ),
+                        services.create_task(self.poller.poll_commands(), name="command poller"),
                     ]
+                    if self.uses_sessions:
+                        upkeep.append(
+                            services.create_task(self.own_leases.watch(), name="own leases")
+                        )
+                    else:
+                        upkeep.append(
+                            services.create_task(self.renewals.renew_leases(), name="renewals")
+                        )
+                        takers.append(
+                            services.create_task(
+                                self.reconciler.take_over_suspects(), name="suspect takeovers"
+                            )
+                        )
                     await ctx.shutdown_requested.wait()
                     self._shutdown_started = time.monotonic()
                     status = await self._drain(takers)
@@ -164,6 +217,92 @@ class Worker:
             await self._finish()
         return status
 
+    # --- the session -----------------------------------------------------------------------
+
+    async def _join_fleet(self) -> None:
+        """Refuse to start beside live workers of the other liveness mode."""
+        while True:
+            try:
+                workers = await asyncio.to_thread(self.sessions.list_fleet)
+            except StoreError as exc:
+                logger.warning("fleet read failed", error=describe(exc))
+                if await self._stopping_within(OPEN_RETRY_SECONDS):
+                    return
+                continue
+            check_fleet_mode(workers, self.settings.liveness, wall_ms())
+            return
+
+    async def _open_session(self) -> bool:
+        """Open a new session under a new id, retrying while DynamoDB does not answer.
+        False if shutdown was requested first."""
+        ctx = self.ctx
+        while not ctx.shutdown_requested.is_set():
+            self._incarnation += 1
+            session = Session(
+                ctx.identity.session_id(self._incarnation),
+                self.settings,
+                ctx.identity,
+                self.sessions,
+                self._renewal_sessions,
+                ctx.events,
+                on_expired=lambda _: self._session_lost.set(),
+                active_streams=lambda: self.holdings.active_count,
+            )
+            try:
+                await session.open()
+            except SessionExpired:
+                continue  # the id is taken (a create answered late and swept?): another id
+            except StoreError as exc:
+                logger.warning("session not opened", error=describe(exc))
+                self._incarnation -= 1
+                await self._stopping_within(OPEN_RETRY_SECONDS)
+                continue
+            ctx.session = session
+            ctx.events.worker_id = session.worker_id
+            logger.append_keys(worker_id=session.worker_id)
+            session.start()
+            if self._incarnation > 1:
+                logger.info("new session opened", incarnation=self._incarnation)
+            return True
+        return False
+
+    async def _keep_session(self) -> None:
+        """When the store says the session expired: every stream attached to it is lost (the
+        holders stop and write nothing more); then a new session under a new id."""
+        ctx = self.ctx
+        while True:
+            await self._session_lost.wait()
+            self._session_lost.clear()
+            lost = ctx.session
+            if lost is None:
+                continue
+            if self.uses_sessions:
+                for holder in self.holdings:
+                    if holder.owner == lost.worker_id:
+                        holder.request_end(EndReason.LOST)
+                while any(h.owner == lost.worker_id for h in self.holdings):
+                    await self.holdings.wait_changed(DRAIN_CHECK_SECONDS)
+            if ctx.shutdown_requested.is_set():
+                return
+            await self._open_session()
+
+    def _on_tick(self, lag_seconds: float) -> None:
+        self.ctx.loop_lag_seconds = lag_seconds
+        session = self.ctx.session
+        if session is not None:
+            session.refresh_active_streams()
+            if self.uses_sessions and session.fenced():
+                session.note_fenced()
+
+    async def _stopping_within(self, seconds: float) -> bool:
+        """Sleep ``seconds`` unless shutdown is requested first; True if it was."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.ctx.shutdown_requested.wait()
+        return self.ctx.shutdown_requested.is_set()
+
+    # --- shutdown ----------------------------------------------------------------------------
+
     async def _drain(self, takers: list[asyncio.Task[None]]) -> int:
         """Shutdown steps 1-3 (see the module docstring); returns the exit status."""
         settings = self.settings
@@ -172,9 +311,13 @@ class Worker:
         for task in takers:
             task.cancel()
         await asyncio.gather(*takers, return_exceptions=True)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.1, settings.dynamodb_timeout_seconds)):
-                await self.worker_item.mark_draining()
+        session = self.ctx.session
+        if session is not None and session.live:
+            try:
+                async with asyncio.timeout(max(0.1, settings.dynamodb_timeout_seconds)):
+                    await session.drain()
+            except (TimeoutError, StoreError, SessionExpired) as exc:
+                logger.warning("could not mark the session draining", error=describe(exc))
         count = self.holdings.end_all(EndReason.SHUTDOWN)
         logger.info("draining", streams=count)
         hurry_deadline: float | None = None
@@ -191,20 +334,30 @@ class Worker:
         return EXIT_OK
 
     async def _finish(self) -> None:
-        """Shutdown step 4: flush metrics, delete the worker item, close the sink and the log."""
+        """Shutdown step 4: flush metrics, revoke the session, close the sink and the log."""
         try:
             flush(self.metrics, self.publisher)
         except Exception as exc:
             logger.warning("final metrics flush failed", error=describe(exc))
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.1, self.settings.dynamodb_timeout_seconds)):
-                await self.worker_item.remove()
+        await self._revoke_session()
         try:
             await self.ctx.sink.close()
         except Exception as exc:
             logger.warning("sink close failed", error=describe(exc))
         self.ctx.events.close()
         logger.info("worker stopped")
+
+    async def _revoke_session(self) -> None:
+        """Tombstone the session. Whatever is still attached to it (a drain cut short) is swept
+        by the fleet at once instead of after a lease; the fleet deletes the tombstone later."""
+        session = self.ctx.session
+        if session is None or not session.live:
+            return
+        try:
+            async with asyncio.timeout(max(0.1, 2 * self.settings.dynamodb_timeout_seconds)):
+                await session.revoke()
+        except (TimeoutError, StoreError) as exc:
+            logger.warning("session not revoked", error=describe(exc))
 
 
 async def run_worker(settings: Settings) -> int:

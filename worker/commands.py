@@ -27,7 +27,7 @@ from streamlease.schema import Command, CommandType
 from worker.acquisition import Acquirer, Outcome
 from worker.blocking import run_in_daemon_thread
 from worker.context import WorkerContext
-from worker.fleet import FleetView
+from worker.fleet_view import FleetView
 from worker.holdings import Holdings
 from worker.logs import describe, logger
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from streamlease.lease_store import LeaseStore
+from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from worker.identity import Identity
 from worker.lease_events import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import Sink
+
+if TYPE_CHECKING:
+    from worker.session import Session
 
 
 class HandoffSender(Protocol):
@@ -33,6 +37,7 @@ class WorkerContext:
     settings: Settings
     identity: Identity
     store: LeaseStore
+    sessions: SessionStore
     sink: Sink
     metrics: WorkerMetrics
     events: LeaseEventLog
@@ -41,8 +46,18 @@ class WorkerContext:
     """Set by the first SIGTERM/SIGINT: stop taking streams, hand every stream off, exit."""
     hurry: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by a second signal: skip draining queued messages, release what can be released."""
+    session: Session | None = None
+    """The current session (None before the first is open; replaced after one expired)."""
+    loop_lag_seconds: float = 0.0
+    """How late the event loop last woke up (measured every second)."""
 
     @property
     def worker_id(self) -> str:
-        """This process's worker id."""
-        return self.identity.worker_id
+        """This worker's current id: its session's (a lost session is followed by a new id)."""
+        session = self.session
+        return self.identity.worker_id if session is None else session.worker_id
+
+    @property
+    def loop_lagging(self) -> bool:
+        """True when the event loop woke a whole heartbeat late: take nothing new."""
+        return self.loop_lag_seconds > self.settings.heartbeat_seconds

@@ -41,6 +41,10 @@ class Holdings:
     def __iter__(self) -> Iterator[StreamHolder]:
         return iter(list(self._holders.values()))
 
+    def holder(self, stream_id: str) -> StreamHolder | None:
+        """The holder of ``stream_id`` (None: not held, or only being acquired)."""
+        return self._holders.get(stream_id)
+
     @property
     def count(self) -> int:
         """Streams held or being acquired: what capacity is measured against."""

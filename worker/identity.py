@@ -1,8 +1,9 @@
-"""Who this worker process is: a worker id unique per incarnation, plus what the fleet shows.
+"""Who this worker process is: a worker id unique per session, plus what the fleet shows.
 
-The id is ``<task id>/<pid>-<4 hex>`` on ECS (the task id is the last segment of the task ARN),
-else ``<hostname>/<pid>-<4 hex>``; ``Settings.worker_id`` overrides it. The reaper relies on
-"a worker id starts with its task id and a slash" to release the streams of a stopped task.
+The id rules (and the reaper's "the id continues the task id" rule) are
+:mod:`streamlease.schema`'s: ``<task id>/<pid>-<4 hex>`` on ECS, else ``<hostname>/<pid>-<4
+hex>``; ``Settings.worker_id`` overrides it. A process whose session expired starts a new one
+under a new id (:meth:`Identity.session_id`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from importlib import metadata
 
+from streamlease.schema import task_id_of, worker_id_for
 from streamlease.settings import Settings
 
 METADATA_TIMEOUT_SECONDS = 2.0
@@ -27,20 +29,26 @@ class Identity:
     """What a worker says about itself in its worker item and logs."""
 
     worker_id: str
+    """The first session's id."""
     task_arn: str
     host: str
     pid: int
     version: str
+    configured: bool = False
+    """True when ``worker_id`` was given in the settings (tests, the local stack)."""
 
+    def session_id(self, incarnation: int) -> str:
+        """The id of this process's ``incarnation``-th session (1: :attr:`worker_id`).
 
-def task_id_of(task_arn: str) -> str:
-    """The task id: the last ``/`` segment of an ECS task ARN (``""`` for an empty ARN)."""
-    return task_arn.rstrip("/").rsplit("/", 1)[-1] if task_arn else ""
-
-
-def worker_id_for(base: str, pid: int, suffix: str) -> str:
-    """``<base>/<pid>-<suffix>``; ``base`` is the task id or the host name."""
-    return f"{base}/{pid}-{suffix}"
+        A configured id gets ``.2``, ``.3``, ...; a derived one a new random suffix. Either way
+        it still continues the task id, so the reaper finds every session of the task.
+        """
+        if incarnation <= 1:
+            return self.worker_id
+        if self.configured:
+            return f"{self.worker_id}.{incarnation}"
+        base = task_id_of(self.task_arn) or self.host
+        return worker_id_for(base, self.pid, secrets.token_hex(2))
 
 
 def package_version() -> str:
@@ -86,5 +94,10 @@ async def resolve_identity(settings: Settings) -> Identity:
         task_id_of(task_arn) or host, pid, secrets.token_hex(2)
     )
     return Identity(
-        worker_id=worker_id, task_arn=task_arn, host=host, pid=pid, version=package_version()
+        worker_id=worker_id,
+        task_arn=task_arn,
+        host=host,
+        pid=pid,
+        version=package_version(),
+        configured=bool(settings.worker_id),
     )

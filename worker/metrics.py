@@ -37,6 +37,8 @@ COUNTERS: Final = (
     WorkerMetric.RECONNECTS,
     WorkerMetric.SEQ_GAPS,
     WorkerMetric.MALFORMED_FRAMES,
+    WorkerMetric.STREAMS_ENDED,
+    WorkerMetric.SESSIONS_EXPIRED,
 )
 RENEWAL_CALL_MS: Final = "RenewalCallMs"
 """Round trip of each renewal write as the worker sees it (DynamoDB plus the thread pool).

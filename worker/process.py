@@ -54,8 +54,11 @@ def install_signal_handlers(
         loop.add_signal_handler(signum, handle, signum)
 
 
-async def tick(health_file: str, metrics: WorkerMetrics) -> None:
-    """Every second: touch the health file and record how late the loop woke (EventLoopLagMs).
+async def tick(
+    health_file: str, metrics: WorkerMetrics, on_lag: Callable[[float], None] | None = None
+) -> None:
+    """Every second: touch the health file and record how late the loop woke (EventLoopLagMs,
+    and ``on_lag(seconds)``).
 
     Runs until cancelled; a failing health file is logged once, never fatal.
     """
@@ -70,5 +73,7 @@ async def tick(health_file: str, metrics: WorkerMetrics) -> None:
                     warned = True
         started = time.monotonic()
         await asyncio.sleep(TICK_SECONDS)
-        lag = time.monotonic() - started - TICK_SECONDS
-        metrics.observe(WorkerMetric.EVENT_LOOP_LAG_MS, max(0.0, lag) * 1000.0)
+        lag = max(0.0, time.monotonic() - started - TICK_SECONDS)
+        metrics.observe(WorkerMetric.EVENT_LOOP_LAG_MS, lag * 1000.0)
+        if on_lag is not None:
+            on_lag(lag)

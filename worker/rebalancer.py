@@ -1,10 +1,9 @@
-"""Rebalancing: recount the fleet, and shed streams when this worker holds far above its share.
+"""Rebalancing: shed streams when this worker holds far above its share.
 
-Every ``fleet_recount_seconds`` (or ``rebalance_seconds`` if shorter) the worker lists the live
-worker items and recomputes the fair share (:func:`worker.fleet.update_view`; the command poller
-and the reconciler read it). Every ``rebalance_seconds`` (jittered), when it holds more than share +
-slack, it hands off a few streams (release + handoff) that it has held for at least
-``min_tenure_seconds``. A few at a time, so the fleet converges without a herd.
+The fair share comes from the fleet watcher (:mod:`worker.fleet`, recounted every second).
+Every ``rebalance_seconds`` (jittered), when this worker holds more than share + slack, it hands
+off a few streams (release + handoff) that it has held for at least ``min_tenure_seconds``. A few
+at a time, so the fleet converges without a herd.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from collections.abc import Sequence
 
 from streamlease import rules
 from worker.context import WorkerContext
-from worker.fleet import FleetView, update_view
+from worker.fleet_view import FleetView
 from worker.holder import EndReason, StreamHolder
 from worker.holdings import Holdings
 from worker.logs import describe, logger
@@ -46,12 +45,6 @@ def choose_to_shed(
     return rng.sample(eligible, min(count, len(eligible)))
 
 
-def recount_seconds(rebalance_seconds: float, fleet_recount_seconds: float) -> float:
-    """How often the fleet view is recounted: every ``fleet_recount_seconds``, and at least as
-    often as the rebalancer sheds."""
-    return min(rebalance_seconds, fleet_recount_seconds)
-
-
 class Rebalancer:
     """Keeps the fleet view current and sheds excess streams."""
 
@@ -62,38 +55,18 @@ class Rebalancer:
         self._rng = random.Random()
 
     async def rebalance_periodically(self) -> None:
-        """Recount the fleet every :func:`recount_seconds` and shed every ``rebalance_seconds``
-        (both jittered), until cancelled.
-
-        Recounting more often than shedding is cheap (one query of a few worker items) and
-        lets a worker notice a DRAINING peer soon: its share grows, it polls for the peer's
-        handoffs instead of leaving them to the next reconcile round.
-        """
+        """Shed every ``rebalance_seconds`` (jittered) until cancelled."""
         settings = self._ctx.settings
-        recount = recount_seconds(settings.rebalance_seconds, settings.fleet_recount_seconds)
-        next_shed = time.monotonic()
         while True:
+            await asyncio.sleep(jittered(settings.rebalance_seconds, random.random()))
             try:
-                if time.monotonic() >= next_shed:
-                    next_shed = time.monotonic() + jittered(
-                        settings.rebalance_seconds, random.random()
-                    )
-                    await self.rebalance_once()
-                else:
-                    await self.refresh_view()
+                await self.rebalance_once()
             except Exception as exc:  # the next round tries again
                 logger.warning("rebalance failed", error=describe(exc))
-            await asyncio.sleep(jittered(recount, random.random()))
-
-    async def refresh_view(self) -> None:
-        """Recount the fleet from the worker items. Raises StoreError when DynamoDB fails."""
-        workers = await asyncio.to_thread(self._ctx.store.list_workers)
-        update_view(self._view, workers, self._ctx.worker_id, self._holdings.active_count)
 
     async def rebalance_once(self) -> list[str]:
-        """One round: recount, then shed what :func:`rules.streams_to_shed` says; returns the
-        stream ids asked to go."""
-        await self.refresh_view()
+        """One round: shed what :func:`rules.streams_to_shed` says; returns the stream ids
+        asked to go."""
         ctx = self._ctx
         if ctx.shutdown_requested.is_set():
             return []

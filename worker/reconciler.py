@@ -1,13 +1,16 @@
 """Reconciliation: find streams that are wanted but unowned, and leases about to lapse.
 
 Every ``reconcile_seconds`` (jittered) one query of the ``by-state-expiry`` index returns STARTED
-streams whose lease expires before the *suspect bound* (``rules.suspect_bound_ms``):
+streams whose lease expires before a bound:
 
-- those already expired (before the acquire cutoff) are **orphans**: take some now, at random;
-- the others missed at least two heartbeats (**suspects**): their holder is probably dead, so an
-  acquire is scheduled just after their expiry (``rules.takeover_at_ms``). Crash failover then
-  costs about one lease, not a lease plus a reconcile interval. If the holder renews meanwhile
-  the attempt simply loses its conditional write.
+- those already expired (before the acquire cutoff) are **orphans**: take some now, at random.
+  A stream held through a session never is one (its expiry is fixed far in the future): a dead
+  session's streams are found by the fleet watcher instead;
+- per-stream mode only: those that missed at least two heartbeats (**suspects**, below
+  ``rules.suspect_bound_ms``): their holder is probably dead, so an acquire is scheduled just
+  after their expiry (``rules.takeover_at_ms``). Crash failover then costs about one lease, not
+  a lease plus a reconcile interval. If the holder renews meanwhile the attempt simply loses its
+  conditional write.
 
 How many to take (:func:`room_for`): up to the room under the fair share, but at least this
 worker's proportional part of the orphans, and never beyond capacity.
@@ -24,9 +27,10 @@ from typing import Final
 from streamlease import rules
 from streamlease.lease_store import wall_ms
 from streamlease.model import LeaseView
+from streamlease.schema import Liveness
 from worker.acquisition import Acquirer, Outcome
 from worker.context import WorkerContext
-from worker.fleet import FleetView
+from worker.fleet_view import FleetView
 from worker.holdings import Holdings
 from worker.logs import describe, logger
 from worker.rebalancer import jittered
@@ -84,7 +88,7 @@ class Reconciler:
         now = wall_ms()
         cutoff = rules.acquire_cutoff_ms(now, settings.clock_skew_ms)
         bound = cutoff
-        if settings.schedule_suspects:
+        if settings.schedule_suspects and settings.liveness is Liveness.STREAM:
             bound = max(
                 cutoff,
                 rules.suspect_bound_ms(

@@ -1,8 +1,10 @@
-"""The one renewal loop of a worker: every held lease renewed once per heartbeat, evenly spread.
+"""Per-stream leases (``liveness = stream``, DESIGN §4b): every held lease renewed once per
+heartbeat, evenly spread. (In session mode this loop holds nothing: the session renews.)
 
 Renewal is heartbeat and checkpoint in one conditional write (``LeaseStore.renew`` with the
-holder's acknowledged seq). The send time is taken *before* the call: a success moves the
-holder's fencing deadline to send time + lease − margin, never further. Outcomes:
+holder's acknowledged seq); its expiry only grows, so a renewal applied late changes nothing.
+The send time is taken *before* the call: a success moves the holder's fencing deadline to send
+time + lease − margin, never further. Outcomes:
 
 - success → next renewal at the lease's next slot (:class:`RenewalSchedule`);
 - no answer (``StoreError``) → retry soon, as often as needed: the holder's own timer fences it
@@ -21,9 +23,12 @@ import random
 import time
 from typing import Final
 
+from streamlease import rules
 from streamlease.errors import LeaseLost, StreamStopped
+from streamlease.lease_store import wall_ms
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
+from worker.fence import LeaseFence
 from worker.holder import EndReason, StreamHolder
 from worker.lease_events import LeaseEvent
 from worker.logs import describe, logger
@@ -32,17 +37,9 @@ from worker.renewal_schedule import RenewalSchedule
 
 MAX_IN_FLIGHT: Final = 16
 """Renewals awaiting DynamoDB at once; one slow call never delays the others' sends."""
-RETRY_FRACTION: Final = 0.25
-"""An unanswered renewal is retried after about this fraction of a heartbeat."""
-MIN_RETRY_SECONDS: Final = 0.05
 
 LeaseKey = tuple[str, int]
 """(stream id, epoch): a re-acquired stream is a different lease."""
-
-
-def retry_delay_seconds(heartbeat_seconds: float, rand: float) -> float:
-    """Pause before retrying an unanswered renewal: a jittered quarter heartbeat."""
-    return max(MIN_RETRY_SECONDS, heartbeat_seconds * RETRY_FRACTION * (0.5 + rand))
 
 
 class Renewals:
@@ -52,6 +49,7 @@ class Renewals:
         self._ctx = ctx
         self._schedule: RenewalSchedule[LeaseKey] = RenewalSchedule(ctx.settings.heartbeat_seconds)
         self._holders: dict[LeaseKey, StreamHolder] = {}
+        self._fences: dict[LeaseKey, LeaseFence] = {}
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
 
@@ -70,10 +68,14 @@ class Renewals:
         renewals to a loop that cannot keep up, and its leases would start fencing."""
         return self.behind_seconds(now_mono) > self._schedule.interval_seconds
 
-    def track(self, holder: StreamHolder, now_mono: float | None = None) -> float:
-        """Start renewing ``holder``'s lease; returns its first due time (monotonic)."""
+    def track(
+        self, holder: StreamHolder, fence: LeaseFence, now_mono: float | None = None
+    ) -> float:
+        """Start renewing ``holder``'s lease (whose fence is ``fence``); returns its first due
+        time (monotonic)."""
         key = (holder.stream_id, holder.epoch)
         self._holders[key] = holder
+        self._fences[key] = fence
         due = self._schedule.add(key, time.monotonic() if now_mono is None else now_mono)
         self._wake.set()
         return due
@@ -82,6 +84,7 @@ class Renewals:
         """Stop renewing that lease (idempotent)."""
         key = (stream_id, epoch)
         self._holders.pop(key, None)
+        self._fences.pop(key, None)
         self._schedule.remove(key)
 
     async def renew_leases(self) -> None:
@@ -109,14 +112,22 @@ class Renewals:
         try:
             sent = time.monotonic()
             ctx.metrics.observe(WorkerMetric.RENEWAL_LAG_MS, max(0.0, sent - due) * 1000.0)
+            fence = self._fences.get(key)
+            if fence is None:
+                return  # untracked meanwhile
+            previous = fence.sent_expires_ms
+            now = wall_ms()
+            fence.sent_expires_ms = rules.next_session_expiry_ms(now, settings.lease_ms, previous)
             try:
                 await asyncio.to_thread(
                     ctx.store.renew,
                     holder.stream_id,
-                    ctx.worker_id,
+                    holder.owner,
                     holder.epoch,
                     holder.acked_seq,
                     settings.lease_ms,
+                    now_ms=now,
+                    previous_expires_ms=previous,
                 )
             except StreamStopped:
                 self.untrack(*key)
@@ -145,7 +156,11 @@ class Renewals:
             if deadline is None:
                 return  # answered too late to count; the holder's own timer fences it
             ctx.events.record(
-                LeaseEvent.RENEWED, holder.stream_id, holder.epoch, deadline_mono=deadline
+                LeaseEvent.RENEWED,
+                holder.stream_id,
+                holder.epoch,
+                deadline_mono=deadline,
+                worker_id=holder.owner,
             )
         finally:
             self._slots.release()
@@ -157,6 +172,6 @@ class Renewals:
             epoch=holder.epoch,
             error=describe(exc),
         )
-        delay = retry_delay_seconds(self._ctx.settings.heartbeat_seconds, random.random())
+        delay = rules.retry_delay_seconds(self._ctx.settings.heartbeat_seconds, random.random())
         self._schedule.retry(key, time.monotonic() + delay)
         self._wake.set()

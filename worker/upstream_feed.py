@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
-from streamlease import rules
 from streamlease.errors import LeaseLost, StoreError, UpstreamRejected
 from streamlease.model import Lease
 from streamlease.telemetry import WorkerMetric
@@ -48,31 +46,44 @@ class UpstreamFeed:
         *,
         on_failed: Callable[[str], None],
         on_lost: Callable[[], None],
+        on_ended: Callable[[str], None],
+        fenced: Callable[[], bool] | None = None,
+        until_renewed: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """``on_failed(detail)``: the feed broke unexpectedly; ``on_lost()``: writing
-        ``last_error`` showed the lease is no longer ours."""
+        ``last_error`` showed the lease is no longer ours; ``on_ended(detail)``: the upstream
+        finished the stream (close 1000). ``fenced()`` / ``until_renewed()`` (a session's
+        holder): while delivery is paused past the deadline, no message is taken in —
+        ``until_renewed()`` waits, and says False when delivery is over for good."""
         self._lease = lease
         self._ctx = ctx
         self._queue = queue
         self._on_failed = on_failed
         self._on_lost = on_lost
+        self._on_ended = on_ended
+        self._fenced = fenced
+        self._until_renewed = until_renewed
         self._reader: UpstreamReader | None = None
         self._pending_error: str | None = None
         self._error_ready = asyncio.Event()
 
     async def receive(self) -> None:
-        """Upstream → queue until cancelled, reopening the reader when the upstream ended the
-        stream (1000/1001: reconnect with backoff) or refused it.
+        """Upstream → queue until cancelled or the upstream finished the stream (close 1000:
+        ``on_ended``, no reconnect), reopening the reader when the upstream refused it.
 
         A refused stream (``UpstreamRejected``: 4xx, a redirect, a forbidden address) stays
         held, parked, with ``last_error`` set, and is tried again every ``backoff_max_seconds``:
         handing it to another worker would only make the whole fleet knock on the same door.
+        Every other failure is retried inside the reader (with its backoff).
+
+        A message that arrives while delivery is paused is taken in only once it resumes, and
+        stamped then (``received_at_ms`` is when the worker took the frame in): nothing is
+        accepted in a time no deadline covers, and a paused feed stops reading (backpressure).
         """
         settings = self._ctx.settings
         metrics = self._ctx.metrics
         queue = self._queue
         last_seq = self._lease.last_seq
-        ended_in_a_row = 0
         while True:
             reader = UpstreamReader(
                 self._lease.stream_id,
@@ -82,9 +93,14 @@ class UpstreamFeed:
                 on_event=self._on_event,
             )
             self._reader = reader
+            fenced, until_renewed = self._fenced, self._until_renewed
             try:
                 async for message in reader:
                     metrics.incr(WorkerMetric.MESSAGES_RECEIVED)
+                    if fenced is not None and until_renewed is not None and fenced():
+                        if not await until_renewed():
+                            return
+                        message = message._replace(received_at_ms=time.time_ns() // 1_000_000)
                     await queue.put(message)
             except UpstreamRejected:
                 pause = settings.backoff_max_seconds
@@ -92,15 +108,9 @@ class UpstreamFeed:
                 self._on_failed(describe(exc))
                 return
             else:
-                if not reader.upstream_ended:
-                    return  # closed by the holder
-                ended_in_a_row = 1 if reader.stats.messages else ended_in_a_row + 1
-                pause = rules.backoff_seconds(
-                    ended_in_a_row - 1,
-                    settings.backoff_base_seconds,
-                    settings.backoff_max_seconds,
-                    random.random(),
-                )
+                if reader.upstream_ended:
+                    self._on_ended(reader.end_reason or "upstream ended the stream")
+                return  # ended, or closed by the holder
             last_seq = reader.last_seq
             await asyncio.sleep(pause)
 

@@ -14,7 +14,10 @@ from streamlease import aws
 from streamlease.errors import SinkError
 from streamlease.schema import SinkField
 from streamlease.settings import Settings
-from worker.sinks import KinesisSink, SinkRecord, encode_record
+from worker.sinks import KinesisSink, NoDeadline, SinkRecord, encode_record
+
+ALWAYS = NoDeadline()
+"""No fencing deadline: these tests are about the sink alone."""
 
 
 def record(stream_id: str, seq: int) -> SinkRecord:
@@ -83,7 +86,7 @@ async def test_records_land_once_with_the_stream_id_as_partition_key(
 ) -> None:
     """Each record is one Kinesis record: data is the encoded record, key is the stream id."""
     sink = KinesisSink(aws_settings, client=client)
-    await sink.write([record("a:1", 1), record("b.2", 1), record("a:1", 2)])
+    await sink.write([record("a:1", 1), record("b.2", 1), record("a:1", 2)], ALWAYS)
     await sink.close()
     rows = read_stream(aws_settings)
     assert seqs_by_stream(rows) == {"a:1": [1, 2], "b.2": [1]}
@@ -98,7 +101,7 @@ async def test_only_the_failed_records_are_retried(aws_settings: Settings, clien
     """A partial failure resends just the throttled record; nothing is duplicated or lost."""
     recording = RecordingClient(client, fail_indexes={0: {1}})
     sink = KinesisSink(aws_settings, client=recording, backoff_base_seconds=0.01)
-    await sink.write([record("s", n) for n in range(1, 5)])
+    await sink.write([record("s", n) for n in range(1, 5)], ALWAYS)
     await sink.close()
     assert [len(call) for call in recording.calls] == [4, 1]
     assert json.loads(recording.calls[1][0]["Data"])[SinkField.SEQ] == 2
@@ -113,7 +116,7 @@ async def test_a_record_failing_every_attempt_fails_the_write(
     recording = RecordingClient(client, fail_indexes={n: {0} for n in range(10)})
     sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.001)
     with pytest.raises(SinkError, match="ProvisionedThroughputExceeded"):
-        await sink.write([record("s", 1)])
+        await sink.write([record("s", 1)], ALWAYS)
     await sink.close()
     assert len(recording.calls) == 3
 
@@ -124,7 +127,7 @@ async def test_a_missing_stream_fails_at_once_without_retries(aws_settings: Sett
     recording = RecordingClient(aws.client("kinesis", settings))
     sink = KinesisSink(settings, client=recording)
     with pytest.raises(SinkError, match="ResourceNotFound"):
-        await sink.write([record("s", 1)])
+        await sink.write([record("s", 1)], ALWAYS)
     await sink.close()
     assert len(recording.calls) == 1
 
@@ -137,7 +140,7 @@ async def test_concurrent_writers_share_putrecords_calls_of_at_most_500(
     sink = KinesisSink(aws_settings, client=recording)
     async with asyncio.TaskGroup() as group:
         for n in range(60):
-            group.create_task(sink.write([record(f"s{n}", seq) for seq in range(1, 21)]))
+            group.create_task(sink.write([record(f"s{n}", seq) for seq in range(1, 21)], ALWAYS))
     await sink.close()
     sizes = [len(call) for call in recording.calls]
     assert sum(sizes) == 1200
@@ -152,10 +155,10 @@ async def test_close_flushes_what_was_accepted_then_refuses(
 ) -> None:
     """Writes in progress complete before close returns; later writes raise SinkError."""
     sink = KinesisSink(aws_settings, client=client)
-    writes = [asyncio.create_task(sink.write([record("s", n)])) for n in range(1, 4)]
+    writes = [asyncio.create_task(sink.write([record("s", n)], ALWAYS)) for n in range(1, 4)]
     await asyncio.sleep(0)
     await sink.close()
     await asyncio.gather(*writes)
     with pytest.raises(SinkError):
-        await sink.write([record("s", 9)])
+        await sink.write([record("s", 9)], ALWAYS)
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3]}

@@ -14,6 +14,7 @@ from streamlease.schema import SinkField
 from streamlease.settings import Settings
 from worker.sinks import (
     FileSink,
+    NoDeadline,
     NullSink,
     Sink,
     SinkRecord,
@@ -22,6 +23,8 @@ from worker.sinks import (
     partition_key,
     sink_file_name,
 )
+
+ALWAYS = NoDeadline()
 
 
 def record(stream_id: str = "s", seq: int = 1, payload: bytes = b'{"seq":1}') -> SinkRecord:
@@ -97,11 +100,11 @@ def test_long_stream_ids_are_hashed_into_the_partition_key() -> None:
 async def test_null_sink_counts_and_refuses_after_close() -> None:
     """The null sink stores nothing but counts what it was given."""
     sink = NullSink()
-    await sink.write([record(seq=1), record(seq=2)])
+    await sink.write([record(seq=1), record(seq=2)], ALWAYS)
     assert (sink.records, sink.batches) == (2, 1)
     await sink.close()
     with pytest.raises(SinkError):
-        await sink.write([record()])
+        await sink.write([record()], ALWAYS)
 
 
 def test_built_in_sinks_by_name(tmp_path: Path) -> None:
@@ -124,7 +127,7 @@ class CountingSink:
         self.settings = settings
         self.records = []
 
-    async def write(self, records):
+    async def write(self, records, deadline):
         self.records.extend(records)
 
     async def close(self):
@@ -164,7 +167,7 @@ async def test_custom_sink_factory_is_called_with_the_settings(
     settings = Settings(sink=f"{custom_module}:{attribute}")
     sink = load_sink(settings)
     assert isinstance(sink, Sink)
-    await sink.write([record()])
+    await sink.write([record()], ALWAYS)
     assert sink.records == [record()]  # type: ignore[attr-defined]
     assert sink.settings is settings  # type: ignore[attr-defined]
 

@@ -8,7 +8,10 @@ import pytest
 
 from streamlease.errors import SinkError
 from streamlease.schema import SinkField
-from worker.sinks import FileSink, SinkRecord, read_records, sink_file_name
+from worker.sinks import FileSink, NoDeadline, SinkRecord, read_records, sink_file_name
+
+ALWAYS = NoDeadline()
+"""No fencing deadline: these tests are about the sink alone."""
 
 
 def record(stream_id: str, seq: int, epoch: int = 1) -> SinkRecord:
@@ -27,8 +30,8 @@ def jsonl_files(root: Path) -> list[Path]:
 async def test_each_stream_gets_its_own_file_in_order(tmp_path: Path) -> None:
     """Records of interleaved streams land in their stream's file, in write order."""
     sink = FileSink(tmp_path)
-    await sink.write([record("a", 1), record("b:1.x", 1), record("a", 2)])
-    await sink.write([record("b:1.x", 2), record("a", 3)])
+    await sink.write([record("a", 1), record("b:1.x", 1), record("a", 2)], ALWAYS)
+    await sink.write([record("b:1.x", 2), record("a", 3)], ALWAYS)
     await sink.close()
     assert seqs(tmp_path / "a.jsonl") == [1, 2, 3]
     assert seqs(tmp_path / sink_file_name("b:1.x")) == [1, 2]
@@ -40,7 +43,7 @@ async def test_each_stream_gets_its_own_file_in_order(tmp_path: Path) -> None:
 async def test_records_are_readable_as_soon_as_write_returns(tmp_path: Path) -> None:
     """Each batch is flushed: another process sees complete lines without a close."""
     sink = FileSink(tmp_path)
-    await sink.write([record("a", 1), record("a", 2)])
+    await sink.write([record("a", 1), record("a", 2)], ALWAYS)
     assert seqs(sink.path_for("a")) == [1, 2]
     await sink.close()
 
@@ -49,7 +52,7 @@ async def test_a_new_sink_appends_to_existing_files(tmp_path: Path) -> None:
     """A restarted worker (or a new owner) continues the same file."""
     for seq in (1, 2):
         sink = FileSink(tmp_path)
-        await sink.write([record("a", seq, epoch=seq)])
+        await sink.write([record("a", seq, epoch=seq)], ALWAYS)
         await sink.close()
     assert seqs(tmp_path / "a.jsonl") == [1, 2]
 
@@ -58,7 +61,7 @@ async def test_more_streams_than_open_files_are_handled(tmp_path: Path) -> None:
     """Least recently written files are closed and reopened for append when needed."""
     sink = FileSink(tmp_path, max_open_files=2)
     for seq in (1, 2, 3):
-        await sink.write([record(f"s{n}", seq) for n in range(5)])
+        await sink.write([record(f"s{n}", seq) for n in range(5)], ALWAYS)
     await sink.close()
     for n in range(5):
         assert seqs(tmp_path / f"s{n}.jsonl") == [1, 2, 3]
@@ -68,7 +71,7 @@ async def test_hostile_stream_ids_stay_inside_the_sink_directory(tmp_path: Path)
     """Path separators and dot-dot in a stream id cannot escape sink_dir."""
     sink_dir = tmp_path / "sink"
     sink = FileSink(sink_dir)
-    await sink.write([record("../escape", 1), record("/etc/x", 1), record("..", 1)])
+    await sink.write([record("../escape", 1), record("/etc/x", 1), record("..", 1)], ALWAYS)
     await sink.close()
     assert [p.parent for p in jsonl_files(tmp_path)] == [sink_dir] * 3
 
@@ -79,7 +82,7 @@ async def test_an_unwritable_directory_is_a_sink_error(tmp_path: Path) -> None:
     blocker.write_text("")
     sink = FileSink(blocker)
     with pytest.raises(SinkError):
-        await sink.write([record("a", 1)])
+        await sink.write([record("a", 1)], ALWAYS)
 
 
 async def test_write_after_close_is_refused(tmp_path: Path) -> None:
@@ -87,4 +90,4 @@ async def test_write_after_close_is_refused(tmp_path: Path) -> None:
     sink = FileSink(tmp_path)
     await sink.close()
     with pytest.raises(SinkError):
-        await sink.write([record("a", 1)])
+        await sink.write([record("a", 1)], ALWAYS)

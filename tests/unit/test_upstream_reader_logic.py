@@ -198,18 +198,29 @@ async def test_backoff_resets_only_after_a_connection_stayed_up_stable_seconds(
     assert attempts == [1, 2, 1]
 
 
-@pytest.mark.parametrize("code", [1000, 1001])
-async def test_normal_close_from_upstream_ends_the_iteration(upstream: Any, code: int) -> None:
-    """The upstream said the stream is over: no reconnect, the reason is kept."""
-    ended = ConnectionClosedOK(Close(code, ""), Close(code, ""), True)
+async def test_normal_close_from_upstream_ends_the_iteration(upstream: Any) -> None:
+    """The upstream said the stream is over (1000): no reconnect, the reason is kept."""
+    ended = ConnectionClosedOK(Close(1000, ""), Close(1000, ""), True)
     fake = upstream(FakeConnection([frame(1), ended]))
     events: list[UpstreamEvent] = []
     async with UpstreamReader("s", URL, SETTINGS, on_event=events.append) as reader:
         assert [m.seq async for m in reader] == [1]
     assert reader.upstream_ended
-    assert reader.end_reason is not None and str(code) in reader.end_reason
+    assert reader.end_reason is not None and "1000" in reader.end_reason
     assert events[-1].kind is UpstreamEventKind.ENDED
     assert fake.from_seqs == [1]
+
+
+async def test_going_away_from_upstream_reconnects_and_resumes(upstream: Any) -> None:
+    """1001 (a server restarting) is not the end of the stream: reconnect from the next seq."""
+    going = ConnectionClosedOK(Close(1001, ""), Close(1001, ""), True)
+    fake = upstream(FakeConnection([frame(1), going]), FakeConnection([frame(2)]))
+    events: list[UpstreamEvent] = []
+    async with UpstreamReader("s", URL, SETTINGS, on_event=events.append) as reader:
+        assert await take(reader, 2) == [1, 2]
+    assert not reader.upstream_ended
+    assert fake.from_seqs == [1, 2]
+    assert [e.close_code for e in events if e.kind is UpstreamEventKind.RETRYING] == [1001]
 
 
 async def test_4xx_at_handshake_raises_upstream_rejected_without_retry(upstream: Any) -> None:

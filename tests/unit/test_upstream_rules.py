@@ -105,13 +105,19 @@ def test_failure_messages_never_repeat_upstream_text_or_urls() -> None:
 # --- closed connections ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code", [1000, 1001])
-def test_normal_close_from_upstream_ends_the_stream(code: int) -> None:
-    """1000/1001 received from the upstream: the stream is over (``fatal`` means ended)."""
-    failure = describe_close(ConnectionClosedOK(Close(code, "bye s3cr3t"), Close(code, ""), True))
+def test_normal_close_from_upstream_ends_the_stream() -> None:
+    """1000 received from the upstream: the stream is over (``fatal`` means ended)."""
+    failure = describe_close(ConnectionClosedOK(Close(1000, "bye s3cr3t"), Close(1000, ""), True))
     assert failure.fatal
-    assert failure.close_code == code
+    assert failure.close_code == 1000
     assert "s3cr3t" not in failure.message
+
+
+def test_going_away_from_upstream_is_retried() -> None:
+    """1001: the upstream server is restarting or going down, not finished with the stream."""
+    failure = describe_close(ConnectionClosedOK(Close(1001, ""), Close(1001, ""), True))
+    assert not failure.fatal
+    assert failure.close_code == 1001
 
 
 @pytest.mark.parametrize("code", [1002, 1008, 1011, 1012, 1013, 1014, 4000])

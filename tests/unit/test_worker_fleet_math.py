@@ -7,8 +7,8 @@ import random
 from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
 from worker.commands import given_away_window_seconds, receive_count, wait_seconds
-from worker.fleet import FleetView, count_fleet, update_view
-from worker.rebalancer import choose_to_shed, jittered, recount_seconds
+from worker.fleet_view import FleetView, count_fleet, update_view
+from worker.rebalancer import choose_to_shed, jittered
 from worker.reconciler import query_limit, room_for
 
 
@@ -19,8 +19,20 @@ def info(worker_id: str, streams: int, state: WorkerState = WorkerState.RUNNING)
 def test_the_fleet_count_includes_draining_workers_streams_but_not_the_workers() -> None:
     """A draining worker's streams still need a home; the worker itself is not live."""
     workers = [info("me", 99), info("b", 5), info("c", 7, WorkerState.DRAINING)]
-    total, live = count_fleet(workers, "me", held=3, orphans=2)
+    total, live = count_fleet(workers, "me", held=3, orphans=2, dead=frozenset())
     assert (total, live) == (3 + 5 + 7 + 2, 2)
+
+
+def test_a_session_judged_dead_is_not_a_live_worker_but_its_streams_still_count() -> None:
+    """Its streams are about to be taken over: they are shared among the workers still alive."""
+    workers = [info("me", 0), info("b", 6), info("dead", 6)]
+    total, live = count_fleet(workers, "me", held=0, orphans=0, dead=frozenset({"dead"}))
+    assert (total, live) == (12, 2)
+
+
+def test_a_tombstone_with_nothing_attached_counts_for_nothing() -> None:
+    workers = [info("me", 4), info("gone", 0, WorkerState.EXPIRED)]
+    assert count_fleet(workers, "me", held=4, orphans=0, dead=frozenset()) == (4, 1)
 
 
 def test_a_worker_alone_counts_itself() -> None:
@@ -74,11 +86,6 @@ def test_only_streams_past_their_tenure_are_shed() -> None:
 def test_timers_are_jittered_by_twenty_percent() -> None:
     assert jittered(10.0, 0.0) == 8.0
     assert 11.9 < jittered(10.0, 0.999) < 12.0
-
-
-def test_the_fleet_is_recounted_every_fleet_recount_interval() -> None:
-    assert recount_seconds(rebalance_seconds=10.0, fleet_recount_seconds=1.0) == 1.0
-    assert recount_seconds(rebalance_seconds=0.5, fleet_recount_seconds=1.0) == 0.5
 
 
 def test_a_handed_off_stream_is_left_to_others_for_three_reconcile_rounds() -> None:

@@ -1,6 +1,7 @@
 """One held stream, end to end inside one event loop: a real upstream simulator and websocket,
 a recording sink and lease store. Covers the order of the last steps for every way a holding
-ends, and the self-fencing timer."""
+ends, the self-fencing timer of a per-stream lease, and the pause and resume of a stream
+attached to a session."""
 
 from __future__ import annotations
 
@@ -14,16 +15,18 @@ from typing import Any, cast
 import pytest
 
 from local.upstream_sim import UpstreamSimulator
-from streamlease.errors import SinkError
-from streamlease.model import Lease
+from streamlease.errors import SinkDeadlinePassed, SinkError
+from streamlease.model import Lease, Stream
+from streamlease.schema import DesiredState
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
+from worker.fence import Fence, LeaseFence
 from worker.holder import EndReason, StreamHolder
 from worker.identity import Identity
 from worker.lease_events import LeaseEventLog
 from worker.metrics import WorkerMetrics
-from worker.sinks import SinkRecord
+from worker.sinks import Deadline, SinkRecord
 
 WORKER = "w1/1-abcd"
 SETTINGS = Settings(
@@ -53,13 +56,19 @@ class Journal:
 
 
 class RecordingSink:
-    """A sink that journals each write; optionally slow, optionally failing a few times."""
+    """A sink that journals each write; optionally slow, optionally failing a few times (or
+    always). It keeps the sink contract: nothing is sent once the deadline has passed."""
 
-    def __init__(self, journal: Journal, delay: float = 0.0, failures: int = 0) -> None:
+    def __init__(self, journal: Journal, delay: float = 0.0, failures: float = 0) -> None:
         self.journal, self.delay, self.failures = journal, delay, failures
+        self.attempts: list[float] = []
+        """Start time of every attempt that was sent (monotonic)."""
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
+    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
+        if deadline.remaining_seconds() <= 0:
+            raise SinkDeadlinePassed("deadline passed", unsent=records)
         started = time.monotonic()
+        self.attempts.append(started)
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.failures:
@@ -77,10 +86,12 @@ class RecordingStore:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.errors: list[str] = []
+        self.state_after_release = DesiredState.STARTED
 
-    def release(self, stream_id: str, owner: str, epoch: int, **kwargs: Any) -> bool:
+    def release(self, stream_id: str, owner: str, epoch: int, **kwargs: Any) -> Stream:
         self.journal.entries.append(("release", kwargs.get("last_seq"), kwargs.get("last_error")))
-        return True
+        state = DesiredState.STOPPED if kwargs.get("stop") else self.state_after_release
+        return Stream(stream_id, state, "", None, 0, kwargs.get("last_seq") or 0, epoch, 2)
 
     def record_error(self, stream_id: str, owner: str, epoch: int, message: str) -> None:
         self.errors.append(message)
@@ -112,7 +123,14 @@ class Rig:
     renewals: NoRenewals
     events_path: Path
 
-    def holder(self, stream_id: str, *, deadline_in: float = 1000.0, **query: Any) -> StreamHolder:
+    def holder(
+        self,
+        stream_id: str,
+        *,
+        deadline_in: float = 1000.0,
+        fence: Fence | None = None,
+        **query: Any,
+    ) -> StreamHolder:
         lease = Lease(
             stream_id=stream_id,
             owner=WORKER,
@@ -123,9 +141,9 @@ class Rig:
             generation=2,
         )
         now = time.monotonic()
-        return StreamHolder(
-            lease, self.ctx, self.renewals, acquired_mono=now, deadline_mono=now + deadline_in
-        )
+        if fence is None:
+            fence = LeaseFence(stream_id, 4, now + deadline_in, SETTINGS, self.renewals)
+        return StreamHolder(lease, self.ctx, fence, acquired_mono=now)
 
     def events(self) -> list[str]:
         self.ctx.events.close()
@@ -147,6 +165,7 @@ def make_rig(sim: UpstreamSimulator, tmp_path: Path, sink: RecordingSink | None 
         settings=SETTINGS,
         identity=Identity(WORKER, "", "host", 1, "test"),
         store=cast(Any, store),
+        sessions=cast(Any, None),
         sink=sink or RecordingSink(journal),
         metrics=WorkerMetrics(),
         events=LeaseEventLog(str(events_path), WORKER),
@@ -193,6 +212,7 @@ async def test_stop_closes_and_releases_without_handoff(
 ) -> None:
     """A stopped stream is released with its final checkpoint; nobody is asked to take it."""
     rig = make_rig(sim, tmp_path)
+    rig.store.state_after_release = DesiredState.STOPPED
     holder = rig.holder("s2")
     task = asyncio.create_task(holder.run())
     await until(lambda: holder.acked_seq >= 5)
@@ -273,3 +293,143 @@ async def test_a_forbidden_upstream_is_parked_with_its_error(
     holder.request_end(EndReason.SHUTDOWN)
     await asyncio.wait_for(task, 10)
     assert rig.journal.written() == []
+
+
+async def test_a_stopped_stream_started_again_while_releasing_is_handed_off(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """The release shows the stream STARTED again (a start raced the stop): a worker is told at
+    once instead of the stream waiting for reconciliation."""
+    rig = make_rig(sim, tmp_path)
+    holder = rig.holder("s7")
+    task = asyncio.create_task(holder.run())
+    await until(lambda: holder.acked_seq >= 3)
+    holder.request_end(EndReason.STOPPED)
+    await asyncio.wait_for(task, 10)
+    assert rig.journal.kinds()[-2:] == ["release", "handoff"]
+
+
+async def test_an_upstream_that_ends_the_stream_releases_it_stopped(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """Close 1000 from the upstream (the meeting ended): deliver what came, release with the
+    stream set STOPPED and the reason recorded, count it, hand nothing off, do not reconnect."""
+    rig = make_rig(sim, tmp_path)
+    holder = rig.holder("s8", close_code=1000, close_after=5)
+    await asyncio.wait_for(holder.run(), 10)
+    assert holder.end_reason is EndReason.ENDED
+    assert rig.journal.written() == [1, 2, 3, 4, 5]
+    release = rig.journal.entries[-1]
+    assert release[0] == "release" and release[1] == 5 and "1000" in release[2]
+    assert rig.ctx.metrics.total(WorkerMetric.STREAMS_ENDED) == 1
+    assert sim.attempts("s8") == 1
+
+
+async def test_no_sink_attempt_starts_after_the_deadline_even_while_retrying(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """A slow sink that keeps failing: the holder's retries stop at the deadline — no attempt is
+    sent after it — and the batch never acknowledged is never checkpointed."""
+    journal = Journal()
+    sink = RecordingSink(journal, delay=0.05, failures=float("inf"))
+    rig = make_rig(sim, tmp_path, sink)
+    holder = rig.holder("s9", deadline_in=0.6)
+    deadline = holder.deadline_mono
+    await asyncio.wait_for(holder.run(), 10)
+    assert sink.attempts, "the sink was tried"
+    assert all(started < deadline for started in sink.attempts)
+    assert holder.end_reason is EndReason.FENCED
+    assert holder.acked_seq == 0
+    assert journal.written() == []
+
+
+class FakeSession:
+    """What a :class:`SessionFence`-like fence reads of a session: its deadline and liveness."""
+
+    def __init__(self, deadline_mono: float) -> None:
+        self.deadline = deadline_mono
+        self.live = True
+        self.renewed = asyncio.Event()
+        self.checkpoints: list[int] = []
+
+    def renew(self, deadline_mono: float) -> None:
+        self.deadline = deadline_mono
+        renewed, self.renewed = self.renewed, asyncio.Event()
+        renewed.set()
+
+
+class FakeSessionFence:
+    """The session fence's behaviour over :class:`FakeSession` (pause, resume, gone)."""
+
+    pauses = True
+
+    def __init__(self, session: FakeSession) -> None:
+        self.session = session
+
+    @property
+    def deadline_mono(self) -> float:
+        return self.session.deadline if self.session.live else float("-inf")
+
+    @property
+    def gone(self) -> bool:
+        return not self.session.live
+
+    def remaining_seconds(self) -> float:
+        return self.deadline_mono - time.monotonic()
+
+    def extend(self, sent_mono: float) -> float | None:
+        return None
+
+    async def wait_renewed(self, timeout_seconds: float | None) -> None:
+        await self.session.renewed.wait()
+
+    def checkpoint(self, seq: int) -> None:
+        self.session.checkpoints.append(seq)
+
+    def stop_renewing(self) -> None:
+        return
+
+    def finish(self) -> None:
+        return
+
+
+async def test_a_session_fence_pauses_delivery_and_a_renewal_resumes_it(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """Past the session's deadline nothing is written and the holding does not end; when the
+    session renews, delivery resumes with the next seq, and the checkpoint goes to the slot."""
+    rig = make_rig(sim, tmp_path)
+    session = FakeSession(time.monotonic() + 0.3)
+    fenced_at = session.deadline
+    holder = rig.holder("s10", fence=FakeSessionFence(session))
+    task = asyncio.create_task(holder.run())
+    await asyncio.sleep(0.6)
+    assert holder.is_active and not task.done()
+    writes = [e for e in rig.journal.entries if e[0] == "write"]
+    assert writes and all(started < fenced_at for *_, started in writes)
+    resumed_at = time.monotonic()
+    session.renew(resumed_at + 100.0)
+    await until(lambda: any(e[0] == "write" and e[3] >= resumed_at for e in rig.journal.entries))
+    holder.request_end(EndReason.SHUTDOWN)
+    await asyncio.wait_for(task, 10)
+    written = rig.journal.written()
+    assert written == list(range(1, len(written) + 1)), "no gap, no repeat across the pause"
+    assert session.checkpoints[-1] == holder.acked_seq == written[-1]
+
+
+async def test_a_lost_session_ends_a_paused_holder_without_a_write(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """The session is gone while delivery is paused: the holder ends LOST, releases nothing."""
+    rig = make_rig(sim, tmp_path)
+    session = FakeSession(time.monotonic() + 0.2)
+    holder = rig.holder("s11", fence=FakeSessionFence(session))
+    task = asyncio.create_task(holder.run())
+    await asyncio.sleep(0.4)
+    writes_before = len(rig.journal.entries)
+    session.live = False
+    session.renew(float("-inf"))
+    holder.request_end(EndReason.LOST)
+    await asyncio.wait_for(task, 10)
+    assert len(rig.journal.entries) == writes_before
+    assert rig.events() == ["lost"]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.renewal import retry_delay_seconds
+from streamlease.rules import retry_delay_seconds
 from worker.renewal_schedule import RenewalSchedule
 
 H = 5.0
@@ -135,7 +135,7 @@ def test_a_worker_whose_renewals_fall_a_heartbeat_behind_takes_no_streams() -> N
 
     renewals = Renewals(cast(Any, SimpleNamespace(settings=Settings(heartbeat_seconds=H))))
     holder = cast(Any, SimpleNamespace(stream_id="a", epoch=1))
-    renewals.track(holder, now_mono=0.0)  # due at 5.0
+    renewals.track(holder, cast(Any, None), now_mono=0.0)  # due at 5.0
     assert not renewals.is_behind(now_mono=9.9)
     assert renewals.is_behind(now_mono=10.1)
     assert renewals.behind_seconds(now_mono=10.1) == pytest.approx(5.1)

@@ -11,7 +11,7 @@ from typing import Any
 
 from streamlease.errors import ConfigError
 from streamlease.settings import Settings
-from worker.sinks.base import Sink, SinkRecord, encode_record
+from worker.sinks.base import Deadline, NoDeadline, Sink, SinkRecord, encode_record
 from worker.sinks.file import FileSink, read_records, sink_file_name
 from worker.sinks.kinesis import KinesisSink, partition_key
 from worker.sinks.null import NullSink
@@ -53,8 +53,10 @@ def load_sink(settings: Settings) -> Sink:
 
 __all__ = [
     "BUILT_IN",
+    "Deadline",
     "FileSink",
     "KinesisSink",
+    "NoDeadline",
     "NullSink",
     "Sink",
     "SinkRecord",

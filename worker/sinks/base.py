@@ -33,6 +33,23 @@ class SinkRecord(NamedTuple):
     worker_id: str
 
 
+class Deadline(Protocol):
+    """The fencing deadline of the holder whose records a sink write carries."""
+
+    def remaining_seconds(self) -> float:
+        """Seconds before the deadline (0 or less: passed). It may move later, never earlier
+        while the holder still delivers."""
+        ...
+
+
+class NoDeadline:
+    """A deadline that never passes (tools and tests that write outside any lease)."""
+
+    def remaining_seconds(self) -> float:
+        """Always infinite."""
+        return float("inf")
+
+
 @runtime_checkable
 class Sink(Protocol):
     """Where delivered messages go. One sink per worker process, shared by every stream.
@@ -40,11 +57,14 @@ class Sink(Protocol):
     ``write`` returns once the records are stored (at least once) and raises
     :class:`~streamlease.errors.SinkError` when the sink gave up after its own retries; records of
     one call are stored in order unless a retry reorders them (consumers order by
-    ``(epoch, seq)``). ``close`` flushes what was accepted and releases resources; ``write``
-    after ``close`` raises ``SinkError``.
+    ``(epoch, seq)``). Nothing may be *sent* once ``deadline`` has passed — not a first attempt,
+    not a retry (a send already under way may finish): then ``write`` raises
+    :class:`~streamlease.errors.SinkDeadlinePassed`. Either error says in ``unsent`` which
+    records were not stored, when the sink knows. ``close`` flushes what was accepted and
+    releases resources; ``write`` after ``close`` raises ``SinkError``.
     """
 
-    async def write(self, records: Sequence[SinkRecord]) -> None: ...
+    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None: ...
 
     async def close(self) -> None: ...
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 from urllib.parse import quote
 
-from streamlease.errors import SinkError
-from worker.sinks.base import SinkRecord, encode_record
+from streamlease.errors import SinkDeadlinePassed, SinkError
+from worker.sinks.base import Deadline, SinkRecord, encode_record
 
 SUFFIX: Final = ".jsonl"
 _MAX_NAME_CHARS: Final = 200  # file systems allow 255 bytes; leave room for the suffix
@@ -63,13 +63,17 @@ class FileSink:
         """The file that holds ``stream_id``'s records."""
         return self.directory / sink_file_name(stream_id)
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
-        """Append ``records``. Raises :class:`SinkError` if the disk refuses or after close."""
+    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
+        """Append ``records``. Raises :class:`SinkError` if the disk refuses or after close,
+        :class:`SinkDeadlinePassed` (nothing written) if ``deadline`` passed before the append
+        started."""
         if self._closed:
             raise SinkError("sink is closed")
         if not records:
             return
         async with self._lock:
+            if deadline.remaining_seconds() <= 0:
+                raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
             try:
                 await asyncio.to_thread(self._append, records)
             except OSError as exc:

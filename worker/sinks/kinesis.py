@@ -4,6 +4,12 @@ Concurrent :meth:`KinesisSink.write` calls queue their records; one flusher task
 ``PutRecords`` calls of at most 500 records and 5 MiB (group commit: while one call is in flight
 the next batch gathers), retries only the records Kinesis reports as failed, with backoff, and
 fails a write with :class:`SinkError` once one of its records used ``sink_max_attempts``.
+
+Each write carries its holder's fencing deadline: a record is put into a call only while that
+deadline has not passed, so neither a first attempt nor a retry is sent after it (the client has
+no botocore retries of its own). A write cut short fails with :class:`SinkDeadlinePassed`, and
+both errors name the records that were not stored, so the holder never acknowledges them and a
+later retry repeats nothing that landed.
 """
 
 from __future__ import annotations
@@ -18,10 +24,10 @@ from typing import Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease import aws
-from streamlease.errors import ConfigError, SinkError
+from streamlease.errors import ConfigError, SinkDeadlinePassed, SinkError
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
-from worker.sinks.base import SinkRecord, encode_record
+from worker.sinks.base import Deadline, SinkRecord, encode_record
 
 MAX_BATCH_RECORDS: Final = 500
 MAX_BATCH_BYTES: Final = 5 * 1024 * 1024
@@ -53,31 +59,38 @@ def partition_key(stream_id: str) -> str:
 class _Write:
     """One ``write`` call waiting for its records."""
 
-    __slots__ = ("future", "remaining")
+    __slots__ = ("deadline", "entries", "future", "remaining")
 
-    def __init__(self, future: asyncio.Future[None], remaining: int) -> None:
+    def __init__(self, future: asyncio.Future[None], deadline: Deadline) -> None:
         self.future = future
-        self.remaining = remaining
+        self.deadline = deadline
+        self.entries: list[_Entry] = []
+        self.remaining = 0
 
     def record_stored(self) -> None:
         self.remaining -= 1
         if self.remaining == 0 and not self.future.done():
             self.future.set_result(None)
 
-    def fail(self, exc: SinkError) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
+    def fail(self, message: str, *, deadline: bool = False) -> None:
+        if self.future.done():
+            return
+        unsent = [entry.record for entry in self.entries if not entry.stored]
+        error = SinkDeadlinePassed if deadline else SinkError
+        self.future.set_exception(error(message, unsent=unsent))
 
 
 class _Entry:
-    __slots__ = ("attempts", "data", "key", "size", "write")
+    __slots__ = ("attempts", "data", "key", "record", "size", "stored", "write")
 
-    def __init__(self, data: bytes, key: str, write: _Write) -> None:
-        self.data = data
-        self.key = key
-        self.size = len(data) + len(key.encode())
+    def __init__(self, record: SinkRecord, write: _Write) -> None:
+        self.record = record
+        self.data = encode_record(record)
+        self.key = partition_key(record.stream_id)
+        self.size = len(self.data) + len(self.key.encode())
         self.write = write
         self.attempts = 0
+        self.stored = False
 
 
 class KinesisSink:
@@ -102,7 +115,9 @@ class KinesisSink:
         self.max_attempts = settings.sink_max_attempts
         self.records = 0
         self.calls = 0
-        self._client = client if client is not None else aws.client("kinesis", settings)
+        self._client = (
+            client if client is not None else aws.client("kinesis", settings, max_attempts=1)
+        )
         self._backoff = (backoff_base_seconds, backoff_max_seconds)
         self._rand = rand
         self._pending: deque[_Entry] = deque()
@@ -111,19 +126,25 @@ class KinesisSink:
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
-        """Store ``records`` (see :class:`~worker.sinks.base.Sink`). If the caller is cancelled,
-        its records not yet sent are dropped. Raises :class:`SinkError`."""
+    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
+        """Store ``records`` (see :class:`~worker.sinks.base.Sink`), sending nothing once
+        ``deadline`` has passed. If the caller is cancelled, its records not yet sent are
+        dropped. Raises :class:`SinkError` / :class:`SinkDeadlinePassed`."""
         if self._closed:
             raise SinkError("sink is closed")
         if not records:
             return
-        write = _Write(asyncio.get_running_loop().create_future(), len(records))
-        entries = [_Entry(encode_record(r), partition_key(r.stream_id), write) for r in records]
+        if deadline.remaining_seconds() <= 0:
+            raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
+        write = _Write(asyncio.get_running_loop().create_future(), deadline)
+        entries = [_Entry(record, write) for record in records]
         if any(entry.size > MAX_RECORD_BYTES for entry in entries):
             raise SinkError(
-                f"a record is larger than the Kinesis limit of {MAX_RECORD_BYTES} bytes"
+                f"a record is larger than the Kinesis limit of {MAX_RECORD_BYTES} bytes",
+                unsent=records,
             )
+        write.entries = entries
+        write.remaining = len(entries)
         self._pending.extend(entries)
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(
@@ -151,9 +172,8 @@ class KinesisSink:
                     continue
                 await self._send(self._take_batch())
         except BaseException:
-            error = SinkError("kinesis sink stopped")
             for entry in (*self._in_flight, *self._pending):
-                entry.write.fail(error)
+                entry.write.fail("kinesis sink stopped")
             self._pending.clear()
             raise
         finally:
@@ -167,6 +187,12 @@ class KinesisSink:
             entry = pending[0]
             if entry.write.future.done():  # failed or cancelled: send nothing more of it
                 pending.popleft()
+                continue
+            if entry.write.deadline.remaining_seconds() <= 0:
+                pending.popleft()
+                entry.write.fail(
+                    "fencing deadline passed before the records were sent", deadline=True
+                )
                 continue
             if batch and size + entry.size > MAX_BATCH_BYTES:
                 break
@@ -200,6 +226,7 @@ class KinesisSink:
                     reason = str(result["ErrorCode"])
                 else:
                     self.records += 1
+                    entry.stored = True
                     entry.write.record_stored()
         finally:
             self._in_flight = []
@@ -212,9 +239,7 @@ class KinesisSink:
             entry.attempts += 1
             if entry.attempts >= self.max_attempts:
                 entry.write.fail(
-                    SinkError(
-                        f"Kinesis did not take a record after {entry.attempts} attempts ({reason})"
-                    )
+                    f"Kinesis did not take a record after {entry.attempts} attempts ({reason})"
                 )
             else:
                 retry.append(entry)
@@ -226,6 +251,5 @@ class KinesisSink:
         await asyncio.sleep(backoff_seconds(attempt, *self._backoff, self._rand()))
 
     def _fail(self, batch: list[_Entry], message: str) -> None:
-        error = SinkError(message)
         for entry in batch:
-            entry.write.fail(error)
+            entry.write.fail(message)

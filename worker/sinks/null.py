@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streamlease.errors import SinkError
-from worker.sinks.base import SinkRecord
+from streamlease.errors import SinkDeadlinePassed, SinkError
+from worker.sinks.base import Deadline, SinkRecord
 
 
 class NullSink:
@@ -16,10 +16,13 @@ class NullSink:
         self.batches = 0
         self._closed = False
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
-        """Count ``records``. Raises :class:`SinkError` after :meth:`close`."""
+    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
+        """Count ``records``. Raises :class:`SinkError` after :meth:`close`,
+        :class:`SinkDeadlinePassed` past ``deadline``."""
         if self._closed:
             raise SinkError("sink is closed")
+        if deadline.remaining_seconds() <= 0:
+            raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
         self.records += len(records)
         self.batches += 1
 

@@ -11,10 +11,11 @@ nothing of leases: its owner decides when to stop and with which close code.
 * **Reconnect**: exponential backoff with full jitter that resets only after a connection stayed
   up ``settings.stable_seconds``. websockets' own reconnecting iterator resets after every
   handshake, so an upstream that accepts and drops would see a tight loop.
-* **Outcomes**: close 1000/1001 from the upstream ends the iteration; 4xx at handshake (except
-  408/425/429), 3xx and a refused address raise :class:`UpstreamRejected`; everything else
-  (1006, 1011-1014, 5xx, refused, timeouts, DNS) is retried. Every failure is reported to the
-  ``on_event`` hook with a short message that never contains the URL, its query or upstream text.
+* **Outcomes**: close 1000 from the upstream ends the iteration (the stream is finished); 4xx at
+  handshake (except 408/425/429), 3xx and a refused address raise :class:`UpstreamRejected`;
+  everything else (1001, 1006, 1011-1014, 5xx, refused, timeouts, DNS) is retried. Every
+  failure is reported to the ``on_event`` hook with a short message that never contains the
+  URL, its query or upstream text.
 """
 
 from worker.upstream.connection import (

@@ -23,8 +23,10 @@ MAX_FRAME_BYTES: Final = 1_000_000
 """Largest upstream message accepted, in bytes: a sink record must fit a 1 MiB Kinesis record."""
 CLOSE_TIMEOUT_SECONDS: Final = 3.0
 """How long a closing handshake may take before the socket is dropped."""
-ENDED_CLOSE_CODES: Final = frozenset({1000, 1001})
-"""Close codes with which the upstream says the stream is over (not retried)."""
+ENDED_CLOSE_CODES: Final = frozenset({1000})
+"""Close codes with which the upstream says the stream is over (not retried): 1000, "normal
+closure" — the meeting ended, the feed is done. 1001 ("going away": a server restarting) and
+every other code are retried with backoff."""
 RETRYABLE_4XX: Final = frozenset({408, 425, 429})
 """Handshake statuses below 500 that are transient (timeout, too early, too many requests)."""
 
@@ -86,7 +88,7 @@ def describe_connect_error(exc: BaseException) -> Failure:
 
 
 def describe_close(exc: ConnectionClosed) -> Failure:
-    """Classify a closed connection; ``fatal`` here means the stream ended (1000/1001).
+    """Classify a closed connection; ``fatal`` here means the stream ended (1000).
 
     The side that sent its close frame first decides: an upstream echoing our 1009 did not end
     the stream.

@@ -56,7 +56,7 @@ class UpstreamEventKind(StrEnum):
     REJECTED = "rejected"
     """Fatal: the iteration raises :class:`UpstreamRejected` next."""
     ENDED = "ended"
-    """The upstream closed with 1000/1001; the iteration stops."""
+    """The upstream closed with 1000 (the stream is finished); the iteration stops."""
     GAP = "gap"
     """``missing`` seqs were skipped before ``seq``."""
     MALFORMED = "malformed"
@@ -128,7 +128,7 @@ class UpstreamReader:
         self.stream_id = stream_id
         self.stats = UpstreamStats()
         self.upstream_ended = False
-        """True once the upstream closed with 1000/1001."""
+        """True once the upstream closed with 1000 (it finished the stream)."""
         self.end_reason: str | None = None
         """Why the iteration stopped (sanitized), ``None`` while it runs."""
         self._url = url

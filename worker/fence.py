@@ -1,0 +1,170 @@
+"""A holder's fence: until when it may deliver, and what happens when that time passes.
+
+Two kinds, one per liveness mode (DESIGN §4):
+
+- :class:`LeaseFence` (per-stream leases): the holder's own deadline, moved by each renewal of
+  its lease that succeeds; when it passes, the holding ends (FENCED).
+- :class:`SessionFence` (sessions): the deadline of the worker's session, shared by every
+  stream attached to it; when it passes, delivery *pauses* until the session renews (or is lost
+  with every stream). The acknowledged seq goes into the session's checkpoint slot.
+
+Sinks see either through :class:`~worker.sinks.Deadline` (``remaining_seconds``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Protocol
+
+from streamlease import rules
+from streamlease.settings import Settings
+from worker.session import Session
+
+
+class RenewalTracker(Protocol):
+    """The per-stream renewal loop as a fence sees it."""
+
+    def untrack(self, stream_id: str, epoch: int) -> None:
+        """Stop renewing this lease (idempotent)."""
+        ...
+
+
+class Fence(Protocol):
+    """What a holder asks about its right to deliver."""
+
+    pauses: bool
+    """True: past the deadline delivery waits for it to move; False: the holding ends."""
+
+    @property
+    def deadline_mono(self) -> float:
+        """Until when delivery is safe (monotonic seconds)."""
+        ...
+
+    @property
+    def gone(self) -> bool:
+        """True once the deadline can never move again (the session is lost)."""
+        ...
+
+    def remaining_seconds(self) -> float:
+        """Seconds left before the deadline (negative: past it)."""
+        ...
+
+    def extend(self, sent_mono: float) -> float | None:
+        """A renewal sent at ``sent_mono`` succeeded (per-stream leases only)."""
+        ...
+
+    async def wait_renewed(self, timeout_seconds: float | None) -> None:
+        """Return when the deadline may have moved (or after the timeout)."""
+        ...
+
+    def checkpoint(self, seq: int) -> None:
+        """The sink acknowledged up to ``seq``."""
+        ...
+
+    def stop_renewing(self) -> None:
+        """Delivery has ended for good; no more renewals are needed."""
+        ...
+
+    def finish(self) -> None:
+        """The holding is over (released, lost or given up): free what it occupied."""
+        ...
+
+
+class LeaseFence:
+    """The fence of a per-stream lease: its own deadline, extended by its renewals."""
+
+    pauses = False
+
+    def __init__(
+        self,
+        stream_id: str,
+        epoch: int,
+        deadline_mono: float,
+        settings: Settings,
+        renewals: RenewalTracker,
+    ) -> None:
+        self._stream_id = stream_id
+        self._epoch = epoch
+        self._deadline = deadline_mono
+        self._settings = settings
+        self._renewals = renewals
+        self.sent_expires_ms = 0
+        """The highest expiry a renewal of this lease has asked for (expiries only grow)."""
+
+    @property
+    def deadline_mono(self) -> float:
+        return self._deadline
+
+    @property
+    def gone(self) -> bool:
+        return False
+
+    def remaining_seconds(self) -> float:
+        return self._deadline - time.monotonic()
+
+    def extend(self, sent_mono: float) -> float | None:
+        """Move the deadline to ``sent_mono + lease − margin``; returns the deadline in force,
+        or None when the answer came after the deadline it would set (it revives nothing)."""
+        deadline = rules.fence_deadline_mono(
+            sent_mono, self._settings.lease_seconds, self._settings.fence_margin_seconds
+        )
+        if not rules.is_safe_to_deliver(time.monotonic(), deadline):
+            return None
+        self._deadline = max(self._deadline, deadline)
+        return self._deadline
+
+    async def wait_renewed(self, timeout_seconds: float | None) -> None:
+        raise RuntimeError("a per-stream lease does not pause")
+
+    def checkpoint(self, seq: int) -> None:
+        return  # the next renewal reads the holder's acknowledged seq
+
+    def stop_renewing(self) -> None:
+        self._renewals.untrack(self._stream_id, self._epoch)
+
+    def finish(self) -> None:
+        self._renewals.untrack(self._stream_id, self._epoch)
+
+
+class SessionFence:
+    """The fence of a stream attached to a session: the session's deadline, and a slot."""
+
+    pauses = True
+
+    def __init__(self, session: Session, slot: int, epoch: int, last_seq: int) -> None:
+        self.session = session
+        self.slot = slot
+        self._epoch = epoch
+        self._finished = False
+        session.slots.hold(slot, epoch, last_seq)
+
+    @property
+    def deadline_mono(self) -> float:
+        session = self.session
+        return session.deadline_mono if session.live else -math.inf
+
+    @property
+    def gone(self) -> bool:
+        return not self.session.live
+
+    def remaining_seconds(self) -> float:
+        return self.deadline_mono - time.monotonic()
+
+    def extend(self, sent_mono: float) -> float | None:
+        return None  # the session's renewals move the deadline
+
+    async def wait_renewed(self, timeout_seconds: float | None) -> None:
+        await self.session.wait_renewed(timeout_seconds)
+
+    def checkpoint(self, seq: int) -> None:
+        if not self._finished and self.session.live:
+            self.session.slots.hold(self.slot, self._epoch, seq)
+
+    def stop_renewing(self) -> None:
+        return  # the session renews on; the slot keeps the checkpoint until the release
+
+    def finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self.session.slots.free(self.slot, time.monotonic())

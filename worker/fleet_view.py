@@ -1,0 +1,79 @@
+"""The fleet as one worker sees it: the fair share, and whether it may join at all.
+
+Pure functions of the worker items (and this worker's own counts); :mod:`worker.fleet` reads the
+items and keeps the view current.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from streamlease import rules
+from streamlease.errors import ConfigError
+from streamlease.model import WorkerInfo
+from streamlease.schema import Liveness, WorkerState
+
+
+@dataclass
+class FleetView:
+    """What this worker last learned about the fleet (written by the fleet watcher)."""
+
+    share: int = 0
+    """Fair share of streams per live worker; 0 until the first count."""
+    live_workers: int = 1
+    total_streams: int = 0
+    orphans: int = 0
+    """Streams wanted and unowned at the last reconcile (counted into the total)."""
+    updated_mono: float = 0.0
+
+
+def count_fleet(
+    workers: Sequence[WorkerInfo], me: str, held: int, orphans: int, dead: frozenset[str]
+) -> tuple[int, int]:
+    """``(streams owned or wanted, live workers)`` from the worker items.
+
+    Streams: this worker's ``held`` + every other live or draining session's
+    ``active_streams`` (a draining or dead worker's streams need a new home too) + ``orphans``.
+    Live workers: this one + the others that are RUNNING and not judged ``dead``.
+    """
+    others = [w for w in workers if w.worker_id != me and (w.is_live or w.active_streams)]
+    total = held + orphans + sum(max(0, w.active_streams) for w in others)
+    live = 1 + sum(1 for w in others if w.state is WorkerState.RUNNING and w.worker_id not in dead)
+    return total, live
+
+
+def update_view(
+    view: FleetView,
+    workers: Sequence[WorkerInfo],
+    me: str,
+    held: int,
+    dead: frozenset[str] = frozenset(),
+) -> None:
+    """Recount ``view`` from the worker items (orphans as last seen by the reconciler)."""
+    total, live = count_fleet(workers, me, held, view.orphans, dead)
+    view.total_streams = total
+    view.live_workers = live
+    view.share = rules.fair_share(total, live)
+    view.updated_mono = time.monotonic()
+
+
+def check_fleet_mode(workers: Sequence[WorkerInfo], mine: Liveness, now_ms: int) -> None:
+    """Refuse to join a fleet that runs the other liveness mode (a rolling deploy must never
+    mix them). Raises :class:`ConfigError` naming both modes; sessions whose expiry has passed
+    by the wall clock do not count (they are dead or about to be judged so)."""
+    others = sorted(
+        {
+            w.worker_id
+            for w in workers
+            if w.is_live and w.liveness is not mine and w.expires_at_ms > now_ms
+        }
+    )
+    if others:
+        raise ConfigError(
+            f"this worker runs STREAMLEASE_LIVENESS={mine.value} but live workers run "
+            f"{'stream' if mine is Liveness.SESSION else 'session'} ({', '.join(others[:3])}"
+            f"{', ...' if len(others) > 3 else ''}); a fleet runs one mode: stop the old fleet "
+            "first, then start the new one"
+        )

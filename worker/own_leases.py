@@ -1,0 +1,83 @@
+"""Sessions: once a heartbeat, read what the store says this session holds (DESIGN §4a "Stop").
+
+A session's streams have no per-stream renewal that could fail with "STOPPED", so the worker
+asks the ``by-owner`` index for its own streams every heartbeat, with ``desired_state`` and
+``generation`` projected. One query per worker and heartbeat, a read (a fifth of a write's
+price) whatever the number of streams; a stop reaches its holder within one heartbeat plus the
+index's replication lag, and the holder then closes with 1000, writes the final checkpoint and
+releases.
+
+The same read catches a stream the store says this session owns but no holder holds — an
+acquire whose answer was lost and whose write landed late. Seen so twice in a row (the index
+lags), it is released (condition owner + epoch) and handed off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from streamlease.errors import LeaseLost, StoreError
+from streamlease.schema import DesiredState
+from worker.context import WorkerContext
+from worker.holder import EndReason
+from worker.holdings import Holdings
+from worker.logs import describe, logger
+
+
+class OwnLeases:
+    """Polls this session's own streams: stops, and streams owned but not held."""
+
+    def __init__(self, ctx: WorkerContext, holdings: Holdings) -> None:
+        self._ctx = ctx
+        self._holdings = holdings
+        self._strays: set[tuple[str, int]] = set()
+
+    async def watch(self) -> None:
+        """Poll every heartbeat (80–100 % of it, so a stop is seen within one) until cancelled."""
+        heartbeat = self._ctx.settings.heartbeat_seconds
+        while True:
+            await asyncio.sleep(heartbeat * (0.8 + 0.2 * random.random()))
+            try:
+                await self.poll_once()
+            except StoreError as exc:
+                logger.info("own leases read failed", error=describe(exc))
+
+    async def poll_once(self) -> list[str]:
+        """One poll; returns the stream ids asked to stop."""
+        ctx = self._ctx
+        session = ctx.session
+        if session is None or not session.live:
+            return []
+        owner = session.worker_id
+        views = await asyncio.to_thread(ctx.store.owned_by, owner)
+        stopping: list[str] = []
+        strays: set[tuple[str, int]] = set()
+        for view in views:
+            holder = self._holdings.holder(view.stream_id)
+            if holder is not None and holder.owner == owner and holder.epoch == view.epoch:
+                if view.desired_state is DesiredState.STOPPED and holder.is_active:
+                    logger.info("stream stopped", stream_id=view.stream_id, epoch=view.epoch)
+                    holder.request_end(EndReason.STOPPED)
+                    stopping.append(view.stream_id)
+            elif view.stream_id not in self._holdings:
+                strays.add((view.stream_id, view.epoch))
+        for stream_id, epoch in strays & self._strays:
+            await self._release_stray(owner, stream_id, epoch)
+        self._strays = strays
+        return stopping
+
+    async def _release_stray(self, owner: str, stream_id: str, epoch: int) -> None:
+        ctx = self._ctx
+        logger.warning("stream owned but not held: releasing it", stream_id=stream_id, epoch=epoch)
+        try:
+            stream = await asyncio.to_thread(ctx.store.release, stream_id, owner, epoch)
+        except (LeaseLost, StoreError) as exc:
+            logger.info("stray release failed", stream_id=stream_id, error=describe(exc))
+            return
+        if (
+            stream is not None
+            and ctx.settings.handoff_on_release
+            and stream.desired_state is DesiredState.STARTED
+        ):
+            await ctx.handoffs.send_handoff(stream_id, stream.generation)

@@ -1,0 +1,286 @@
+"""This worker's session: its worker item, renewed by a thread of its own, and one fencing
+deadline for every stream attached to it (DESIGN §4a).
+
+The worker item ``WORKER#<id>`` is created at start-up and renewed every heartbeat by one
+conditional write (:meth:`SessionStore.renew`) that carries the checkpoint vector of the held
+streams (:class:`~worker.slots.SlotTable`). The renewal runs in a dedicated thread with its own
+DynamoDB client (no botocore retries, the short DynamoDB timeout), so a busy event loop cannot
+delay it: like aiokafka's heartbeat, the time is taken *before* the request, the next one goes
+one heartbeat after the last send, and an unanswered one is retried soon.
+
+**Self-fencing.** The deadline is ``send time of the last successful renewal + lease − margin``
+(monotonic). Past it no holder starts a sink write and nothing new is acquired; renewals go on.
+If one succeeds, nobody can have taken anything (a peer's tombstone needs ``hb`` unchanged for a
+whole lease): delivery resumes. If the store says the session is EXPIRED or gone, every stream
+is lost: the worker writes nothing more under this id and starts a new session.
+
+The thread never touches worker state directly: it hands each outcome to the event loop, which
+publishes the new deadline and records the lease event in the same step, so what holders obey
+and what the event log shows are one and the same.
+
+In per-stream mode (``liveness = stream``) the same session is the worker item's heartbeat:
+it carries no vector and fences nothing (each lease has its own deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+from streamlease import rules
+from streamlease.errors import SessionExpired
+from streamlease.lease_store import wall_ms
+from streamlease.model import WorkerInfo
+from streamlease.schema import Liveness, WorkerState
+from streamlease.session_store import SessionStore
+from streamlease.settings import Settings
+from worker.identity import Identity
+from worker.lease_events import LeaseEvent, LeaseEventLog
+from worker.logs import describe, logger
+from worker.slots import SlotTable
+
+
+class SessionState(StrEnum):
+    """Where a session is in its life, as this worker knows it."""
+
+    LIVE = "live"
+    EXPIRED = "expired"
+    """The store refused a renewal: tombstoned or gone. Nothing more is written under it."""
+    ENDED = "ended"
+    """This worker revoked it itself (after its drain)."""
+
+
+class Session:
+    """One session of this worker: id, slots, deadline, and the thread that renews it.
+
+    Create with :meth:`open` (writes the item), then :meth:`start` the renewal thread; the event
+    loop reads :attr:`deadline_mono` and waits on :meth:`wait_renewed`. ``on_expired`` is called
+    in the event loop when the store says the session is gone.
+    """
+
+    def __init__(
+        self,
+        worker_id: str,
+        settings: Settings,
+        identity: Identity,
+        store: SessionStore,
+        renewal_store: SessionStore,
+        events: LeaseEventLog,
+        *,
+        on_expired: Callable[[Session], None],
+        active_streams: Callable[[], int],
+    ) -> None:
+        """``store``: for the loop's own writes; ``renewal_store``: on the renewal thread's
+        client. ``active_streams()`` is read by the loop only (the thread gets a copy)."""
+        self.worker_id = worker_id
+        self.settings = settings
+        self.state = SessionState.LIVE
+        self.slots = SlotTable(2 * settings.capacity)
+        self.carries_checkpoints = settings.liveness is Liveness.SESSION
+        self._identity = identity
+        self._store = store
+        self._renewal_store = renewal_store
+        self._events = events
+        self._on_expired = on_expired
+        self._active_streams = active_streams
+        self._active_copy = 0
+        self.started_at_ms = wall_ms()
+        self.created_mono = 0.0
+        self.deadline_mono = 0.0
+        """Until when holders may deliver (monotonic; published by the loop)."""
+        self.last_success_sent_mono = 0.0
+        """Send time of the last renewal that succeeded (or of the create)."""
+        self._last_sent_expiry_ms = 0
+        self._renewed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._fenced_logged = False
+
+    # --- life ------------------------------------------------------------------------------
+
+    def info(self, state: WorkerState = WorkerState.RUNNING) -> WorkerInfo:
+        """The item as created."""
+        identity = self._identity
+        now = wall_ms()
+        expires = rules.next_session_expiry_ms(now, self.settings.lease_ms, 0)
+        return WorkerInfo(
+            worker_id=self.worker_id,
+            state=state,
+            heartbeat_at_ms=now,
+            expires_at_ms=expires,
+            active_streams=0,
+            capacity=self.settings.capacity,
+            host=identity.host,
+            pid=identity.pid,
+            task_arn=identity.task_arn,
+            version=identity.version,
+            started_at_ms=self.started_at_ms,
+            hb=0,
+            liveness=self.settings.liveness,
+            checkpoints=self.slots.vector() if self.carries_checkpoints else None,
+        )
+
+    async def open(self) -> None:
+        """Create the worker item; the session is live (its deadline runs) from the moment the
+        create was sent. Raises :class:`StoreError` / :class:`SessionExpired`."""
+        info = self.info()
+        sent = time.monotonic()
+        await asyncio.to_thread(self._store.create, info)
+        self._last_sent_expiry_ms = info.expires_at_ms
+        self.created_mono = sent
+        self._publish(sent)
+
+    def start(self) -> None:
+        """Start the renewal thread (call once, from the event loop, after :meth:`open`)."""
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(
+            target=self._renew_forever, name=f"session {self.worker_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (idempotent); the thread exits after a call in flight."""
+        self._stop.set()
+
+    async def drain(self) -> None:
+        """Mark the session DRAINING. Raises :class:`StoreError` / :class:`SessionExpired`."""
+        await asyncio.to_thread(self._store.mark_draining, self.worker_id)
+
+    async def revoke(self) -> bool:
+        """End the session: stop renewing and write the tombstone (etcd's revoke). True when
+        this call wrote it. Raises :class:`StoreError`."""
+        self.stop()
+        expiry = await asyncio.to_thread(
+            self._store.expire, self.worker_id, by=self.worker_id, seen_hb=None
+        )
+        self.state = SessionState.ENDED
+        return expiry.won
+
+    # --- what the loop asks ----------------------------------------------------------------
+
+    @property
+    def live(self) -> bool:
+        """True until the session expired or was revoked."""
+        return self.state is SessionState.LIVE
+
+    def fenced(self, now_mono: float | None = None) -> bool:
+        """True when holders must not deliver now (past the deadline, or no longer live)."""
+        now = time.monotonic() if now_mono is None else now_mono
+        return not self.live or not rules.is_safe_to_deliver(now, self.deadline_mono)
+
+    def behind_seconds(self, now_mono: float | None = None) -> float:
+        """How long the renewal now due has been due without succeeding (0: on time)."""
+        now = time.monotonic() if now_mono is None else now_mono
+        due = self.last_success_sent_mono + self.settings.heartbeat_seconds
+        return max(0.0, now - due)
+
+    def healthy(self, now_mono: float | None = None) -> bool:
+        """Live, inside the deadline, and renewals not a whole heartbeat behind: only such a
+        session takes streams or judges others dead."""
+        now = time.monotonic() if now_mono is None else now_mono
+        return not self.fenced(now) and self.behind_seconds(now) <= self.settings.heartbeat_seconds
+
+    async def wait_renewed(self, timeout_seconds: float | None = None) -> None:
+        """Return after the next successful renewal is published (or the timeout)."""
+        renewed = self._renewed
+        try:
+            async with asyncio.timeout(timeout_seconds):
+                await renewed.wait()
+        except TimeoutError:
+            return
+
+    def note_fenced(self) -> None:
+        """Log once per fencing that the deadline passed (holders pause on their own)."""
+        if self._fenced_logged or not self.live:
+            return
+        self._fenced_logged = True
+        logger.warning(
+            "session fenced",
+            behind_seconds=round(self.behind_seconds(), 3),
+            deadline_passed_seconds=round(time.monotonic() - self.deadline_mono, 3),
+        )
+
+    def refresh_active_streams(self) -> None:
+        """Copy the stream count for the next renewal (the thread reads the copy)."""
+        self._active_copy = self._active_streams()
+
+    # --- the renewal thread ------------------------------------------------------------------
+
+    def _renew_forever(self) -> None:
+        settings = self.settings
+        interval = settings.heartbeat_seconds
+        next_send = self.last_success_sent_mono + interval
+        while not self._stop.wait(max(0.0, next_send - time.monotonic())):
+            sent = time.monotonic()
+            now = wall_ms()
+            expires = rules.next_session_expiry_ms(
+                now, settings.lease_ms, self._last_sent_expiry_ms
+            )
+            self._last_sent_expiry_ms = expires
+            try:
+                self._renewal_store.renew(
+                    self.worker_id,
+                    expires_at_ms=expires,
+                    now_ms=now,
+                    active_streams=self._active_copy,
+                    checkpoints=self.slots.vector() if self.carries_checkpoints else None,
+                )
+            except SessionExpired:
+                self._to_loop(self._expired)
+                return
+            except Exception as exc:  # StoreError, or a bug in a dependency: retry soon
+                logger.debug("session renewal unanswered", error=describe(exc))
+                next_send = time.monotonic() + rules.retry_delay_seconds(interval, random.random())
+                continue
+            self._to_loop(self._publish, sent)
+            next_send = sent + interval
+
+    def _to_loop(self, callback: Callable[..., Any], *args: Any) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop closed meanwhile
+            return
+
+    # --- in the loop -------------------------------------------------------------------------
+
+    def _publish(self, sent_mono: float) -> None:
+        """A renewal (or the create) sent at ``sent_mono`` succeeded: move the deadline."""
+        if not self.live or sent_mono <= self.last_success_sent_mono:
+            return
+        settings = self.settings
+        self.last_success_sent_mono = sent_mono
+        deadline = rules.fence_deadline_mono(
+            sent_mono, settings.lease_seconds, settings.fence_margin_seconds
+        )
+        if deadline <= self.deadline_mono:
+            return
+        was_fenced = self.fenced()
+        self.deadline_mono = deadline
+        if self.carries_checkpoints:
+            self._events.record(
+                LeaseEvent.SESSION_RENEWED, "", 0, deadline_mono=deadline, worker_id=self.worker_id
+            )
+        if was_fenced and self._fenced_logged and not self.fenced():
+            logger.info("session renewed after fencing: resuming")
+        self._fenced_logged = self.fenced()
+        self.refresh_active_streams()
+        renewed, self._renewed = self._renewed, asyncio.Event()
+        renewed.set()
+
+    def _expired(self) -> None:
+        if not self.live:
+            return
+        self.state = SessionState.EXPIRED
+        logger.error("session expired", worker_id=self.worker_id)
+        renewed, self._renewed = self._renewed, asyncio.Event()
+        renewed.set()
+        self._on_expired(self)

@@ -1,0 +1,167 @@
+"""Taking over a dead session's streams (DESIGN §4a), and sweeping what is left of one.
+
+The worker that wrote a session's tombstone got its checkpoint vector with it. It lists the
+session's streams in the ``by-owner`` index — eventually consistent, so until the list came back
+empty twice — and for each stream, at exactly the dead owner and epoch:
+
+- takes it (epoch + 1, resuming at the larger of the item's ``last_seq`` and the vector's entry
+  for the same epoch) while it has room under its fair share;
+- frees the rest with the same merged checkpoint and sends each a handoff command, so the other
+  workers pick them up within a second instead of at the next reconcile.
+
+Any worker runs the same sweep for an EXPIRED session seen for a heartbeat (a winner that died
+mid-takeover, a drain that left something behind, the reaper's tombstones): every step is a
+conditional write, so sweepers racing each other take or free each stream once. A tombstone is
+deleted by the first sweep that finds it empty at least :data:`KEEP_TOMBSTONE_LEASES` leases
+after it was written: a write to the session's streams still on its way (an acquire whose
+answer was lost) lands long before, and is swept up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Final
+
+from streamlease import checkpoints, rules
+from streamlease.errors import StoreError
+from streamlease.lease_store import wall_ms
+from streamlease.model import LeaseView, WorkerInfo
+from streamlease.schema import DesiredState
+from worker.acquisition import Acquirer, DeadHolding, Outcome
+from worker.context import WorkerContext
+from worker.fleet_view import FleetView
+from worker.holdings import Holdings
+from worker.logs import describe, logger
+
+PARALLEL_STEPS: Final = 8
+"""Streams taken or freed at once during one takeover."""
+EMPTY_READS: Final = 2
+"""How many empty ``by-owner`` reads in a row end a sweep (the index is eventually consistent)."""
+REREAD_SECONDS: Final = 0.2
+"""Pause between ``by-owner`` reads of one sweep."""
+MAX_ROUNDS: Final = 50
+"""A sweep gives up after this many reads (it is tried again on the next fleet read)."""
+KEEP_TOMBSTONE_LEASES: Final = 2.0
+
+
+class Takeover:
+    """Takes over or frees the streams of dead sessions, one sweep per session at a time."""
+
+    def __init__(
+        self, ctx: WorkerContext, acquirer: Acquirer, holdings: Holdings, view: FleetView
+    ) -> None:
+        self._ctx = ctx
+        self._acquirer = acquirer
+        self._holdings = holdings
+        self._view = view
+        self._busy: set[str] = set()
+        self._parallel = asyncio.Semaphore(PARALLEL_STEPS)
+
+    def busy_with(self, session_id: str) -> bool:
+        """True while a sweep of ``session_id`` runs here."""
+        return session_id in self._busy
+
+    async def take_over(self, session: WorkerInfo) -> None:
+        """Sweep ``session`` (a tombstone, read with its checkpoint vector); delete it once it
+        is empty and old enough."""
+        session_id = session.worker_id
+        if session_id in self._busy:
+            return
+        self._busy.add(session_id)
+        try:
+            if await self._sweep(session_id, session.checkpoints):
+                await self.delete_if_old(session)
+        finally:
+            self._busy.discard(session_id)
+
+    async def delete_if_old(self, session: WorkerInfo) -> None:
+        """Delete the tombstone ``session`` once it is :data:`KEEP_TOMBSTONE_LEASES` leases old."""
+        keep_ms = KEEP_TOMBSTONE_LEASES * self._ctx.settings.lease_ms
+        if wall_ms() - session.expired_at_ms < keep_ms:
+            return
+        try:
+            await asyncio.to_thread(self._ctx.sessions.delete, session.worker_id)
+        except StoreError as exc:
+            logger.info("tombstone not deleted", session=session.worker_id, error=describe(exc))
+
+    async def _sweep(self, session_id: str, vector: bytes | None) -> bool:
+        """Take or free every stream still attached; True once it found none twice."""
+        ctx = self._ctx
+        entries = _decode(vector)
+        empty = taken = freed = 0
+        for _ in range(MAX_ROUNDS):
+            try:
+                views = await asyncio.to_thread(ctx.store.owned_by, session_id)
+            except StoreError as exc:
+                logger.info("sweep read failed", session=session_id, error=describe(exc))
+                return False
+            if not views:
+                empty += 1
+                if empty >= EMPTY_READS:
+                    break
+                await asyncio.sleep(REREAD_SECONDS)
+                continue
+            empty = 0
+            random.shuffle(views)
+            async with asyncio.TaskGroup() as tasks:
+                steps = [tasks.create_task(self._step(session_id, view, entries)) for view in views]
+            taken += sum(1 for s in steps if s.result() == "taken")
+            freed += sum(1 for s in steps if s.result() == "freed")
+        else:
+            logger.warning("sweep unfinished", session=session_id)
+            return False
+        if taken or freed:
+            logger.info("session swept", session=session_id, taken=taken, freed=freed)
+        return True
+
+    async def _step(
+        self, session_id: str, view: LeaseView, entries: list[checkpoints.Checkpoint | None]
+    ) -> str:
+        """Take or free one stream of the dead session; returns what happened."""
+        entry = entries[view.slot] if view.slot is not None and view.slot < len(entries) else None
+        resume = rules.checkpoint_for(entry, view.epoch)
+        async with self._parallel:
+            if view.desired_state is DesiredState.STARTED and self._has_room():
+                outcome = await self._acquirer.try_acquire(
+                    view.stream_id,
+                    source="takeover",
+                    dead=DeadHolding(session_id, view.epoch, resume),
+                )
+                if outcome is Outcome.WON:
+                    return "taken"
+                if outcome not in (Outcome.NO_ROOM, Outcome.UNANSWERED, Outcome.HELD):
+                    return "gone"
+            return await self._free(session_id, view, resume)
+
+    def _has_room(self) -> bool:
+        holdings = self._holdings
+        return holdings.free > 0 and holdings.count < max(1, self._view.share)
+
+    async def _free(self, session_id: str, view: LeaseView, resume: int | None) -> str:
+        ctx = self._ctx
+        try:
+            stream = await asyncio.to_thread(
+                ctx.store.release_for,
+                view.stream_id,
+                session_id,
+                view.epoch,
+                resume,
+                last_error=f"worker {session_id} stopped renewing its session",
+            )
+        except StoreError as exc:
+            logger.info("release unanswered", stream_id=view.stream_id, error=describe(exc))
+            return "unanswered"
+        if stream is None:
+            return "gone"
+        if ctx.settings.handoff_on_release and stream.desired_state is DesiredState.STARTED:
+            await ctx.handoffs.send_handoff(view.stream_id, stream.generation)
+        return "freed"
+
+
+def _decode(vector: bytes | None) -> list[checkpoints.Checkpoint | None]:
+    try:
+        return checkpoints.decode(vector or b"")
+    except ValueError:
+        logger.warning("checkpoint vector unreadable: resuming from the stream items")
+        return []
