@@ -6,8 +6,9 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from streamlease import checkpoints, rules
 from streamlease.model import Stream, WorkerInfo, iso_ms
-from streamlease.schema import DesiredState, WorkerState
+from streamlease.schema import DesiredState, Liveness, WorkerState
 from streamlease.url_policy import URL_PATTERN, URL_RULE
 
 STREAM_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -55,8 +56,15 @@ class StreamView(BaseModel):
     ws_url: str
     desired_state: DesiredState
     owner: str | None = Field(description="Worker id holding the lease; null when free.")
-    lease_state: str = Field(description="held, expired (holder missed renewals) or free.")
-    lease_expires_at_ms: int = Field(description="Epoch ms when the lease lapses; 0 when free.")
+    lease_state: str = Field(
+        description="held, expired (the holder, or its session, missed renewals) or free."
+    )
+    lease_expires_at_ms: int = Field(
+        description=(
+            "Epoch ms when the lease lapses unless renewed (a session's lease: when the "
+            "owner's session does); 0 when free."
+        )
+    )
     lease_remaining_ms: int = Field(description="Milliseconds left on the lease; 0 when none.")
     owned_since: str | None = Field(description="When the current owner acquired (ISO-8601).")
     epoch: int = Field(description="Fencing epoch: +1 on every acquisition.")
@@ -71,9 +79,18 @@ class StreamView(BaseModel):
     updated_by: str | None
 
     @classmethod
-    def of(cls, stream: Stream, now_ms: int) -> StreamView:
-        """The view of ``stream`` at wall time ``now_ms``."""
-        remaining = max(0, stream.expires_at_ms - now_ms) if stream.owner else 0
+    def of(cls, stream: Stream, now_ms: int, session: WorkerInfo | None = None) -> StreamView:
+        """The view of ``stream`` at wall time ``now_ms``; ``session``: its owner's worker item
+        when the lease is attached to a session (None: unknown or gone)."""
+        expires = stream.expires_at_ms
+        last_seq = stream.last_seq
+        if stream.held_by_session:
+            expires = session.expires_at_ms if session is not None and session.is_live else 0
+            if session is not None and stream.slot is not None:
+                # The live checkpoint rides on the session's renewals, not on the stream item.
+                entry = checkpoints.entry_at(session.checkpoints, stream.slot)
+                last_seq = max(last_seq, rules.checkpoint_for(entry, stream.epoch) or 0)
+        remaining = max(0, expires - now_ms) if stream.owner else 0
         lease_state = "held" if remaining > 0 else "expired"
         if stream.owner is None:
             lease_state = "free"
@@ -83,13 +100,13 @@ class StreamView(BaseModel):
             desired_state=stream.desired_state,
             owner=stream.owner,
             lease_state=lease_state,
-            lease_expires_at_ms=stream.expires_at_ms,
+            lease_expires_at_ms=expires if stream.owner else 0,
             lease_remaining_ms=remaining,
             owned_since=iso_ms(stream.acquired_at_ms)
             if stream.owner and stream.acquired_at_ms
             else None,
             epoch=stream.epoch,
-            last_seq=stream.last_seq,
+            last_seq=last_seq,
             generation=stream.generation,
             takeovers=stream.takeovers,
             last_error=stream.last_error,
@@ -111,13 +128,14 @@ class StreamList(BaseModel):
 
 
 class WorkerView(BaseModel):
-    """A live worker process."""
+    """A live worker process (its session)."""
 
     id: str
     host: str
     pid: int
     task_arn: str = Field(description="ECS task ARN; empty outside ECS.")
     state: WorkerState
+    liveness: Liveness = Field(description="session (the default) or stream.")
     stream_count: int = Field(description="Streams the worker reported holding.")
     capacity: int
     heartbeat_age_ms: int = Field(description="Milliseconds since the worker's last heartbeat.")
@@ -133,6 +151,7 @@ class WorkerView(BaseModel):
             pid=worker.pid,
             task_arn=worker.task_arn,
             state=worker.state,
+            liveness=worker.liveness,
             stream_count=worker.active_streams,
             capacity=worker.capacity,
             heartbeat_age_ms=max(0, now_ms - worker.heartbeat_at_ms),

@@ -2,14 +2,15 @@
 
 Publishes ``StartedStreams``, ``OwnedStreams``, ``OrphanedStreams``, ``OldestOrphanAgeSeconds``
 and ``LiveWorkers`` as EMF metrics, zeros included, so alarms and scaling see the truth even when
-every worker is dead. Cheap by construction: ``Select=COUNT`` queries on the ``by-state-expiry``
-and ``by-kind`` indexes, no scan and no stream payloads. Only the age of orphans that have no
-expiry at all (new or released: ``lease_expires_at_ms = 0``) needs their ``updated_at``, read
-for at most :data:`ZERO_EXPIRY_SAMPLE` of them.
+every worker is dead. Cheap by construction: ``Select=COUNT`` queries on ``by-state-expiry``, one
+query of the fleet index, and the owners (one small projected attribute) of the STARTED streams
+held through sessions; no scan and no stream payloads.
 
-Definitions at wall time ``now``: a STARTED stream is *owned* while ``lease_expires_at_ms >=
-now`` and *orphaned* once its lease has lapsed or it has none. An orphan's age counts from its
-lease expiry, or from ``updated_at`` (creation, start or release) when it has no expiry.
+Definitions at wall time ``now``: a STARTED stream is *orphaned* when it has no owner, when its
+per-stream lease has lapsed (``0 < lease_expires_at_ms < now``), or when it is attached to a
+session that is not live (tombstoned, gone, or past its expiry: its holder has fenced itself);
+every other STARTED stream is *owned*. An orphan's age counts from its lease's or its session's
+expiry, or from ``updated_at`` (creation, start or release) when it had none.
 """
 
 from __future__ import annotations
@@ -24,14 +25,13 @@ from aws_lambda_powertools.logging import correlation_paths
 from lambdas import runtime
 from streamlease import dynamo
 from streamlease.lease_store import wall_ms
+from streamlease.model import WorkerInfo
 from streamlease.schema import (
-    BY_KIND,
     BY_STATE_EXPIRY,
     PK,
-    WORKER_KIND,
+    SESSION_HELD_MS,
     DesiredState,
     StreamAttr,
-    WorkerAttr,
 )
 from streamlease.telemetry import AUDITOR_SERVICE, AuditorMetric
 
@@ -83,25 +83,47 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
     Raises :class:`streamlease.errors.StoreError` when the table does not answer.
     """
     client, table = rt.dynamodb, rt.settings.table_name
-    owned = _count_started(client, table, "#e >= :now", now_ms)
-    orphaned = _count_started(client, table, "#e < :now", now_ms)
-    oldest = _oldest_orphan_age_ms(client, table, now_ms) if orphaned else 0
-    live = dynamo.count(
-        client,
-        "query",
-        TableName=table,
-        IndexName=BY_KIND.name,
-        KeyConditionExpression="#k = :kind AND #e > :now",
-        ExpressionAttributeNames={"#k": WorkerAttr.KIND, "#e": WorkerAttr.EXPIRES_AT_MS},
-        ExpressionAttributeValues=dynamo.serialize({":kind": WORKER_KIND, ":now": now_ms}),
+    fleet = {w.worker_id: w for w in rt.sessions.list_fleet()}
+    live = {sid for sid, w in fleet.items() if w.is_live and w.expires_at_ms >= now_ms}
+    free_or_lapsed = _count_started(client, table, "#e < :now", now_ms)
+    per_stream_live = _count_started(
+        client, table, "#e BETWEEN :now AND :below", now_ms, below=SESSION_HELD_MS - 1
     )
+    dead_owners: dict[str, int] = {}
+    held_by_sessions = 0
+    for owner in _session_owners(client, table):
+        held_by_sessions += 1
+        if owner not in live:
+            dead_owners[owner] = dead_owners.get(owner, 0) + 1
+    orphaned = free_or_lapsed + sum(dead_owners.values())
+    oldest = _oldest_orphan_age_ms(client, table, now_ms) if free_or_lapsed else 0
+    for owner in dead_owners:
+        session = fleet.get(owner)
+        if session is not None:
+            oldest = max(oldest, now_ms - _dead_since_ms(session))
+    started = free_or_lapsed + per_stream_live + held_by_sessions
     return Audit(
-        started_streams=owned + orphaned,
-        owned_streams=owned,
+        started_streams=started,
+        owned_streams=started - orphaned,
         orphaned_streams=orphaned,
-        oldest_orphan_age_seconds=round(oldest / 1000, 3),
-        live_workers=live,
+        oldest_orphan_age_seconds=round(max(0, oldest) / 1000, 3),
+        live_workers=len(live),
     )
+
+
+def _dead_since_ms(session: WorkerInfo) -> int:
+    """When a dead session's streams became orphans: its expiry (renewals stopped by then)."""
+    return session.expires_at_ms
+
+
+def _session_owners(client: Any, table: str) -> list[str]:
+    """The owner of every STARTED stream held through a session (one projected attribute)."""
+    request = _started_query(table, "#e = :held", {":held": SESSION_HELD_MS})
+    request["ExpressionAttributeNames"]["#o"] = StreamAttr.LEASE_OWNER
+    return [
+        str(item.get(StreamAttr.LEASE_OWNER, ""))
+        for item in dynamo.items(client, "query", ProjectionExpression="#o", **request)
+    ]
 
 
 def _started_query(table: str, expiry_condition: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -119,10 +141,13 @@ def _started_query(table: str, expiry_condition: str, values: dict[str, Any]) ->
     }
 
 
-def _count_started(client: Any, table: str, expiry_condition: str, now_ms: int) -> int:
-    return dynamo.count(
-        client, "query", **_started_query(table, expiry_condition, {":now": now_ms})
-    )
+def _count_started(
+    client: Any, table: str, expiry_condition: str, now_ms: int, *, below: int | None = None
+) -> int:
+    values: dict[str, Any] = {":now": now_ms}
+    if below is not None:
+        values[":below"] = below
+    return dynamo.count(client, "query", **_started_query(table, expiry_condition, values))
 
 
 def _oldest_orphan_age_ms(client: Any, table: str, now_ms: int) -> int:

@@ -1,13 +1,17 @@
-"""The reaper Lambda: when an ECS task has stopped, free the leases its worker still held.
+"""The reaper Lambda: when an ECS task has stopped, free the streams its workers still held.
 
-A stopped task is certainly dead, so its leases can be released at once (condition owner +
-epoch, so a lease someone else has taken meanwhile is left alone) and a HANDOFF hint sent for
-each STARTED stream: failover costs a second instead of a lease duration (DESIGN §4).
+A stopped task is certainly dead, so no waiting is needed: each of its sessions is tombstoned at
+once (no ``hb`` condition: ECS said so), and each stream still attached to one of them is
+released at its exact owner and epoch, with ``last_seq`` moved up to the session's checkpoint
+vector (DESIGN §4a "crash fast path"), and handed off with a HANDOFF command if it is STARTED:
+failover costs about a second instead of a lease. Per-stream leases (``liveness = stream``) are
+released the same way (their checkpoint is on the stream item).
 
-Which workers ran in the task: worker ids start with the ECS task id (the last segment of the
-task ARN) followed by a non-alphanumeric separator, e.g. ``<task id>/<pid>-<suffix>``; worker
-items whose ``task_arn`` is the stopped task add any that do not. The leases are found in the
-sparse ``by-owner`` index, so a worker that died before writing its item is covered too.
+Which workers ran in the task: session ids continue the ECS task id (the last segment of the
+task ARN) after a separator (:func:`streamlease.schema.belongs_to_task`); sessions whose
+``task_arn`` is the stopped task add any that do not. The leases are found in the sparse
+``by-owner`` index (a scan of its few projected attributes), so an owner whose session item is
+gone is covered too. The tombstones stay for the workers' sweeps, which delete them.
 
 Idempotent: a redelivered event finds nothing left to release and sends nothing. The local
 supervisor calls this same handler with :func:`stopped_task_event` when a worker process exits.
@@ -25,19 +29,15 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from lambdas import runtime
 from lambdas.commands import handoff_command, send_command
-from streamlease import dynamo
-from streamlease.errors import LeaseLost, StoreError
-from streamlease.model import LeaseView, Stream
+from streamlease import checkpoints, dynamo, rules
+from streamlease.errors import StoreError
+from streamlease.model import LeaseView
 from streamlease.schema import (
-    BY_KIND,
     BY_OWNER,
-    PK,
-    WORKER_KIND,
     DesiredState,
     StreamAttr,
-    WorkerAttr,
-    worker_id_of,
-    worker_key,
+    belongs_to_task,
+    task_id_of,
 )
 from streamlease.telemetry import REAPER_SERVICE, ApiMetric, ReaperMetric
 
@@ -48,23 +48,6 @@ DETAIL_TYPE: Final = "ECS Task State Change"
 STOPPED: Final = "STOPPED"
 _MAX_ERROR_CHARS: Final = 200
 _PARALLEL_RELEASES: Final = 16
-
-
-def task_id_of(task_arn: str) -> str:
-    """The task id: the last ``/`` segment of an ECS task ARN (the whole string if none)."""
-    return task_arn.strip().rsplit("/", 1)[-1]
-
-
-def belongs_to_task(worker_id: str, task_id: str) -> bool:
-    """True when ``worker_id`` names a worker of task ``task_id`` by the id prefix rule.
-
-    The id equals the task id or continues it after a non-alphanumeric separator, so task
-    ``abc`` never claims worker ``abcd/1-ff``. An empty task id claims nothing.
-    """
-    if not task_id or not worker_id.startswith(task_id):
-        return False
-    rest = worker_id[len(task_id) :]
-    return rest == "" or not rest[0].isalnum()
 
 
 def stopped_task_event(
@@ -108,18 +91,24 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def reap(task_arn: str, task_id: str, stop_code: str) -> dict[str, Any]:
-    """Release every lease held by a worker of the stopped task and hand the streams off.
+    """Tombstone the stopped task's sessions, release every lease they held and hand the
+    streams off.
 
     Raises :class:`StoreError` after trying every lease if some could not be released, so the
     event is delivered again (only the remaining ones will be found then).
     """
     rt = runtime.current()
-    worker_ids = _workers_of_task(rt.dynamodb, rt.settings.table_name, task_arn, task_id)
-    held = _leases_of(rt.dynamodb, rt.settings.table_name, worker_ids, task_id)
-    # A task held up to its capacity of streams; each is a read, a write and a send, so they go
-    # in parallel (boto3 clients are thread-safe) to hand the streams off within a second.
+    vectors = _tombstone_sessions(rt, task_arn, task_id)
+    held = _leases_of(rt.dynamodb, rt.settings.table_name, set(vectors), task_id)
+    # A task held up to its capacity of streams; each is a write and a send, so they go in
+    # parallel (boto3 clients are thread-safe) to hand the streams off within a second.
     with ThreadPoolExecutor(max_workers=_PARALLEL_RELEASES) as pool:
-        outcomes = list(pool.map(lambda lease: _reap_lease(rt, lease, stop_code), held))
+        outcomes = list(
+            pool.map(
+                lambda lease: _reap_lease(rt, lease, vectors.get(str(lease.owner)), stop_code),
+                held,
+            )
+        )
     released = sum(o in _RELEASED for o in outcomes)
     handoffs = outcomes.count(_Outcome.HANDED_OFF)
     failures = outcomes.count(_Outcome.FAILED)
@@ -127,7 +116,7 @@ def reap(task_arn: str, task_id: str, stop_code: str) -> dict[str, Any]:
     metrics.emit({ReaperMetric.LEASES_RELEASED: released})
     if send_failures:
         metrics.emit({ApiMetric.COMMAND_SEND_FAILURES: send_failures})
-    owners = sorted(worker_ids | {str(lease.owner) for lease in held})
+    owners = sorted(set(vectors) | {str(lease.owner) for lease in held})
     logger.info(
         "task reaped",
         task_id=task_id,
@@ -138,8 +127,6 @@ def reap(task_arn: str, task_id: str, stop_code: str) -> dict[str, Any]:
     )
     if failures:
         raise StoreError(f"{failures} lease(s) of task {task_id} could not be released")
-    for worker_id in sorted(worker_ids):
-        rt.leases.remove_worker(worker_id)  # the task is gone: its items would only linger
     return {"task_id": task_id, "workers": owners, "released": released, "handoffs": handoffs}
 
 
@@ -154,15 +141,45 @@ class _Outcome(enum.Enum):
 _RELEASED: Final = frozenset({_Outcome.RELEASED, _Outcome.HANDED_OFF, _Outcome.SEND_FAILED})
 
 
-def _reap_lease(rt: runtime.Runtime, lease: LeaseView, stop_code: str) -> _Outcome:
+def _tombstone_sessions(
+    rt: runtime.Runtime, task_arn: str, task_id: str
+) -> dict[str, bytes | None]:
+    """Tombstone every session of the task; returns their checkpoint vectors by session id."""
+    vectors: dict[str, bytes | None] = {}
+    for session in rt.sessions.list_fleet():
+        sid = session.worker_id
+        if not (belongs_to_task(sid, task_id) or session.task_arn == task_arn):
+            continue
+        expiry = rt.sessions.expire(sid, by="reaper", seen_hb=None)
+        # Already a tombstone (a peer or an earlier delivery wrote it): read its vector.
+        found = expiry.session if expiry.won else rt.sessions.read(sid)
+        vectors[sid] = None if found is None else found.checkpoints
+        if expiry.won:
+            logger.info("session expired", session=sid)
+    return vectors
+
+
+def _reap_lease(
+    rt: runtime.Runtime, lease: LeaseView, vector: bytes | None, stop_code: str
+) -> _Outcome:
     """Release one lease of the dead task and, for a STARTED stream, send its handoff."""
+    assert lease.owner is not None
+    entry = checkpoints.entry_at(vector, lease.slot) if lease.slot is not None else None
+    message = f"worker {lease.owner} stopped holding the lease (ECS {stop_code})"
     try:
-        stream = _release(rt, lease, stop_code)
+        stream = rt.leases.release_for(
+            lease.stream_id,
+            lease.owner,
+            lease.epoch,
+            rules.checkpoint_for(entry, lease.epoch),
+            last_error=message[:_MAX_ERROR_CHARS],
+        )
     except StoreError as exc:
         logger.warning("release failed", stream_id=lease.stream_id, error=str(exc))
         return _Outcome.FAILED
     if stream is None:
-        return _Outcome.NOTHING
+        return _Outcome.NOTHING  # released, taken over or deleted since the index was read
+    logger.info("lease released", stream_id=lease.stream_id, epoch=lease.epoch)
     if stream.desired_state is not DesiredState.STARTED:
         return _Outcome.RELEASED
     sent = send_command(
@@ -172,47 +189,6 @@ def _reap_lease(rt: runtime.Runtime, lease: LeaseView, stop_code: str) -> _Outco
         logger=logger,
     )
     return _Outcome.HANDED_OFF if sent else _Outcome.SEND_FAILED
-
-
-def _release(rt: runtime.Runtime, lease: LeaseView, stop_code: str) -> Stream | None:
-    """Release one lease if it is still the dead worker's; the stream as it was, or None."""
-    assert lease.owner is not None
-    stream = rt.leases.read(lease.stream_id, consistent=True)
-    if stream is None or stream.owner != lease.owner or stream.epoch != lease.epoch:
-        return None  # released, taken over or deleted since the index was read
-    message = f"worker {lease.owner} stopped holding the lease (ECS {stop_code})"
-    try:
-        done = rt.leases.release(
-            lease.stream_id, lease.owner, lease.epoch, last_error=message[:_MAX_ERROR_CHARS]
-        )
-    except LeaseLost:
-        return None
-    if done:
-        logger.info("lease released", stream_id=lease.stream_id, epoch=lease.epoch)
-    return stream if done else None
-
-
-def _workers_of_task(client: Any, table: str, task_arn: str, task_id: str) -> set[str]:
-    """Ids of worker items that belong to the task, by id prefix or by their ``task_arn``."""
-    all_ids = [
-        worker_id_of(str(item[PK]))
-        for item in dynamo.items(
-            client,
-            "query",
-            TableName=table,
-            IndexName=BY_KIND.name,
-            KeyConditionExpression="#k = :kind",
-            ExpressionAttributeNames={"#k": WorkerAttr.KIND},
-            ExpressionAttributeValues=dynamo.serialize({":kind": WORKER_KIND}),
-        )
-    ]
-    matched = {w for w in all_ids if belongs_to_task(w, task_id)}
-    unmatched = [{PK: worker_key(w)} for w in all_ids if w not in matched]
-    projection = [WorkerAttr.WORKER_ID, WorkerAttr.TASK_ARN]
-    for item in dynamo.batch_get(client, table, unmatched, projection):
-        if item.get(WorkerAttr.TASK_ARN) == task_arn and item.get(WorkerAttr.WORKER_ID):
-            matched.add(str(item[WorkerAttr.WORKER_ID]))
-    return matched
 
 
 def _leases_of(client: Any, table: str, worker_ids: set[str], task_id: str) -> list[LeaseView]:

@@ -20,6 +20,7 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
 from lambdas.stream_repo import StreamRepo
 from streamlease import aws
 from streamlease.lease_store import LeaseStore
+from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
 
@@ -49,10 +50,15 @@ class Runtime:
 
     @cached_property
     def leases(self) -> LeaseStore:
-        """The lease store (releases, owner lookups, worker items)."""
+        """The lease store (releases, owner lookups)."""
         return LeaseStore(
             self.dynamodb, self.settings.table_name, clock_skew_ms=self.settings.clock_skew_ms
         )
+
+    @cached_property
+    def sessions(self) -> SessionStore:
+        """Worker items (sessions): the fleet, tombstones."""
+        return SessionStore(self.dynamodb, self.settings.table_name)
 
     @cached_property
     def url_policy(self) -> UrlPolicy:

@@ -30,7 +30,7 @@ from lambdas.http_errors import ApiError
 from lambdas.identity import caller_identity
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
 from streamlease.lease_store import wall_ms
-from streamlease.model import Stream
+from streamlease.model import Stream, WorkerInfo
 from streamlease.schema import DesiredState
 from streamlease.telemetry import API_SERVICE, ApiMetric
 from streamlease.url_policy import parse_upstream_url
@@ -62,8 +62,20 @@ def _stream_response(status: HTTPStatus, description: str) -> dict[int, Any]:
     return {int(status): {"description": description, "content": {_JSON: {"model": StreamView}}}}
 
 
+def _sessions_of(streams: list[Stream]) -> dict[str, WorkerInfo]:
+    """The worker items of the sessions that hold some of ``streams`` (one batch read, only
+    when a lease is attached to a session): such a lease lasts as long as its session, and its
+    checkpoint rides on the session's renewals."""
+    owners = {s.owner for s in streams if s.held_by_session and s.owner}
+    return runtime.current().sessions.read_many(owners) if owners else {}
+
+
+def _view(stream: Stream, sessions: dict[str, WorkerInfo], now_ms: int) -> StreamView:
+    return StreamView.of(stream, now_ms, sessions.get(stream.owner or ""))
+
+
 def _reply(status: HTTPStatus, stream: Stream) -> Response[Any]:
-    view = StreamView.of(stream, wall_ms())
+    view = _view(stream, _sessions_of([stream]), wall_ms())
     return Response(status_code=int(status), content_type=_JSON, body=view.model_dump_json())
 
 
@@ -230,8 +242,9 @@ def list_streams(
             ) from None
     page = rt.repo.page(state, limit or page_max, position)
     now = wall_ms()
+    sessions = _sessions_of(page.streams)
     body = StreamList(
-        streams=[StreamView.of(s, now) for s in page.streams],
+        streams=[_view(s, sessions, now) for s in page.streams],
         next_token=None if page.next is None else encode_token(page.next),
     )
     return Response(status_code=200, content_type=_JSON, body=body.model_dump_json())

@@ -18,8 +18,8 @@ router = Router()
     "/workers",
     summary="List live workers",
     description=(
-        "Every worker whose heartbeat has not expired: id, host, pid, ECS task, state, "
-        "streams held, capacity and heartbeat age."
+        "Every worker whose session is live and has not expired: id, host, pid, ECS task, "
+        "state, liveness mode, streams held, capacity and heartbeat age."
     ),
     operation_id="listWorkers",
     tags=["workers"],
@@ -37,7 +37,9 @@ router = Router()
 def list_workers() -> Response[Any]:
     """The live workers, sorted by id."""
     now = wall_ms()
-    workers = runtime.current().leases.list_workers(now_ms=now)
+    workers = [
+        w for w in runtime.current().sessions.list_fleet() if w.is_live and w.expires_at_ms > now
+    ]
     body = WorkerList(
         workers=[WorkerView.of(w, now) for w in sorted(workers, key=lambda w: w.worker_id)]
     )

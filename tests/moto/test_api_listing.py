@@ -13,6 +13,7 @@ from streamlease import dynamo
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
 from streamlease.schema import BY_STATE, PK, DesiredState, StreamAttr, WorkerState, stream_key
+from streamlease.session_store import SessionStore
 
 URL = "wss://feed.example.com/v1/ticker"
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -61,10 +62,10 @@ def test_list_of_an_empty_table(api: Api) -> None:
     assert api("GET", "/streams").body == {"streams": [], "next_token": None}
 
 
-def test_list_does_not_show_worker_items(api: Api, store: LeaseStore) -> None:
+def test_list_does_not_show_worker_items(api: Api, sessions: SessionStore) -> None:
     """Worker items share the table but are not streams."""
     create(api)
-    store.put_worker(_worker("w-1", wall_ms()))
+    sessions.create(_worker("w-1", wall_ms()))
     assert [s["id"] for s in api("GET", "/streams").body["streams"]] == ["s1"]
 
 
@@ -87,13 +88,13 @@ def list_all(api: Api, *, limit: int, state: str | None = None) -> list[list[str
     raise AssertionError("the listing never ended")
 
 
-def test_paging_never_stops_at_a_worker_item(api: Api, store: LeaseStore) -> None:
+def test_paging_never_stops_at_a_worker_item(api: Api, sessions: SessionStore) -> None:
     """3 streams among 9 worker items, one per page: every token is accepted, all 3 listed."""
     now = wall_ms()
     for stream_id in ("a", "b", "c"):
         create(api, stream_id)
     for i in range(9):
-        store.put_worker(_worker(f"w-{i}", now))
+        sessions.create(_worker(f"w-{i}", now))
     pages = list_all(api, limit=1)
     assert [i for page in pages for i in page] == ["a", "b", "c"]
 
@@ -266,12 +267,12 @@ def _worker(worker_id: str, now_ms: int, *, ttl_ms: int = 20_000) -> WorkerInfo:
     )
 
 
-def test_workers_lists_live_workers_only(api: Api, store: LeaseStore) -> None:
+def test_workers_lists_live_workers_only(api: Api, sessions: SessionStore) -> None:
     """GET /workers shows each live worker's id, host, pid, task, state, counts and age."""
     now = wall_ms()
-    store.put_worker(_worker("w-b", now))
-    store.put_worker(_worker("w-a", now))
-    store.put_worker(_worker("w-dead", now - 60_000))
+    sessions.create(_worker("w-b", now))
+    sessions.create(_worker("w-a", now))
+    sessions.create(_worker("w-dead", now - 60_000))
     body = api("GET", "/workers").body
     assert [w["id"] for w in body["workers"]] == ["w-a", "w-b"]
     worker = body["workers"][0]

@@ -213,7 +213,7 @@ def test_get_answers_who_since_when_how_far_and_what_went_wrong(
     """One GET shows owner, owned_since, lease left, epoch, last_seq and the last error."""
     create(api)
     lease = store.acquire("s1", "w-1", 20_000)
-    store.renew("s1", "w-1", lease.epoch, 41, 20_000)
+    store.renew("s1", "w-1", lease.epoch, 41, 20_000, previous_expires_ms=lease.expires_at_ms)
     store.record_error("s1", "w-1", lease.epoch, "upstream closed 1011")
     body = api("GET", "/streams/s1").body
     assert body["owner"] == "w-1"

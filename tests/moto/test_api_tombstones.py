@@ -47,7 +47,9 @@ def used_and_deleted(api: Api, store: LeaseStore, stream_id: str = "s1", takes: 
     assert api("POST", "/streams", body={"id": stream_id, "ws_url": URL}).status == 201
     for _ in range(takes):
         lease = store.acquire(stream_id, "w-1", LEASE_MS)
-        store.renew(stream_id, "w-1", lease.epoch, 41, LEASE_MS)
+        store.renew(
+            stream_id, "w-1", lease.epoch, 42, LEASE_MS, previous_expires_ms=lease.expires_at_ms
+        )
         store.release(stream_id, "w-1", lease.epoch, last_seq=42, last_error="upstream closed")
     assert api("POST", f"/streams/{stream_id}/stop").status == 202
     assert api("DELETE", f"/streams/{stream_id}").status == 204

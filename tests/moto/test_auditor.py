@@ -10,9 +10,10 @@ from control_plane_support import load_event
 from stream_items import put_stream as put_item
 
 from lambdas import auditor, runtime
-from streamlease.lease_store import LeaseStore, wall_ms
+from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import PK, DesiredState, StreamAttr, WorkerState
+from streamlease.schema import FLEET, PK, SESSION_HELD_MS, DesiredState, StreamAttr, WorkerState
+from streamlease.session_store import SessionStore
 
 NOW = 1_800_000_000_000
 A = StreamAttr
@@ -37,7 +38,9 @@ def worker(worker_id: str, expires_ms: int) -> WorkerInfo:
 
 
 @pytest.fixture
-def prepared(control_plane: runtime.Runtime, dynamodb: Any, store: LeaseStore) -> runtime.Runtime:
+def prepared(
+    control_plane: runtime.Runtime, dynamodb: Any, sessions: SessionStore
+) -> runtime.Runtime:
     """3 owned, 3 orphaned (lapsed 30 s ago, released 45 s ago, new 90 s ago), 2 stopped;
     2 live workers and 1 whose item expired."""
     table = control_plane.settings.table_name
@@ -50,9 +53,9 @@ def prepared(control_plane: runtime.Runtime, dynamodb: Any, store: LeaseStore) -
     put_stream(
         dynamodb, table, "draining", state=DesiredState.STOPPED, owner="w1", expires_ms=NOW - 1
     )
-    store.put_worker(worker("w-live-1", NOW + 10_000))
-    store.put_worker(worker("w-live-2", NOW + 1))
-    store.put_worker(worker("w-gone", NOW - 5_000))
+    sessions.create(worker("w-live-1", NOW + 10_000))
+    sessions.create(worker("w-live-2", NOW + 1))
+    sessions.create(worker("w-gone", NOW - 5_000))
     return control_plane
 
 
@@ -131,7 +134,8 @@ def test_handler_publishes_every_metric_as_emf(
 def test_audit_reads_no_stream_payloads(
     prepared: runtime.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only index queries (COUNT or keys) and a small keyed read of updated_at: no scan."""
+    """Only index queries (COUNT, keys, one projected attribute, or the fleet's small items)
+    and a small keyed read of updated_at: no scan."""
     calls: list[tuple[str, dict[str, Any]]] = []
     client = prepared.dynamodb
     for operation in ("query", "scan", "batch_get_item", "get_item"):
@@ -147,7 +151,31 @@ def test_audit_reads_no_stream_payloads(
     for op, kwargs in calls:
         if op == "query":
             assert "IndexName" in kwargs
-            assert kwargs.get("Select") == "COUNT" or "Limit" in kwargs
+            assert (
+                kwargs.get("Select") == "COUNT"
+                or "Limit" in kwargs
+                or "ProjectionExpression" in kwargs
+                or kwargs["IndexName"] == FLEET.name
+            )
         else:
             projected = kwargs["RequestItems"][prepared.settings.table_name]
             assert set(projected["ExpressionAttributeNames"].values()) == {PK, A.UPDATED_AT}
+
+
+def test_streams_of_a_dead_session_are_orphans_aged_from_its_expiry(
+    control_plane: runtime.Runtime, dynamodb: Any, sessions: SessionStore
+) -> None:
+    """A session's streams are owned while it is live; a tombstoned session's, or one whose
+    expiry passed, are orphans from the moment its renewals stopped counting."""
+    table = control_plane.settings.table_name
+    sessions.create(worker("alive", NOW + 10_000))
+    sessions.create(worker("lapsed", NOW - 8_000))
+    sessions.create(worker("tombstoned", NOW + 10_000))
+    sessions.expire("tombstoned", by="peer", seen_hb=None)
+    for owner, count in (("alive", 3), ("lapsed", 2), ("tombstoned", 1), ("gone", 1)):
+        for n in range(count):
+            put_stream(dynamodb, table, f"{owner}{n}", owner=owner, expires_ms=SESSION_HELD_MS)
+    audit = auditor.run_audit(control_plane, NOW)
+    assert (audit.started_streams, audit.owned_streams, audit.orphaned_streams) == (7, 3, 4)
+    assert audit.oldest_orphan_age_seconds == 8.0
+    assert audit.live_workers == 1

@@ -1,7 +1,9 @@
-"""The bench's write-unit model, checked on the requests the real lease store sends.
+"""The bench's write-unit model, checked on the requests the real lease and session stores send.
 
-A renewal must cost the table write plus the ``by-state-expiry`` delete and insert (its sort key
-moves); ownership changes add ``by-owner`` entries; a failed condition costs the table unit only.
+A per-stream renewal must cost the table write plus the ``by-state-expiry`` delete and insert
+(its sort key moves); a session renewal moves no index key (one rewrite of its fleet-index
+entry); ownership changes add ``by-owner`` entries; a failed condition costs the table unit
+only; a large checkpoint vector costs a unit per started KB.
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ from stream_items import put_stream
 
 from bench.request_counter import RequestCounter, write_requests
 from bench.write_units import changed_attributes
+from streamlease import checkpoints
 from streamlease.errors import LeaseConflict
 from streamlease.lease_store import LeaseStore
 from streamlease.model import WorkerInfo
 from streamlease.schema import (
-    BY_KIND,
     BY_OWNER,
     BY_STATE,
     BY_STATE_EXPIRY,
+    FLEET,
     WorkerState,
 )
+from streamlease.session_store import SessionStore
 
 NOW = 1_800_000_000_000
 LEASE_MS = 20_000
@@ -117,17 +121,42 @@ def test_a_failed_condition_costs_the_table_unit_and_no_index_write(
     assert counted.requests["UpdateItem failed"] == 1
 
 
-def test_worker_heartbeats_move_the_fleet_index_entry(
-    store: LeaseStore, counted: RequestCounter
+def test_session_renewals_move_no_index_key(
+    dynamodb: Any, table: str, counted: RequestCounter
 ) -> None:
-    """The first worker put inserts into by-kind; later ones move its expiry key."""
+    """The create inserts the fleet entry; a renewal rewrites its projected fields only (1 unit,
+    never a key move), and the session acquire's stream write moves its keys once."""
+    sessions = SessionStore(dynamodb, table)
+    info = WorkerInfo("w1", WorkerState.RUNNING, NOW, NOW + LEASE_MS, 0, 100, "host", 1)
+    assert units_of(counted, lambda: sessions.create(info)) == {"table": 1, FLEET.name: 1}
+    vector = checkpoints.encode([(3, 1_000_000 + n) for n in range(100)])
 
-    def put(at: int) -> None:
-        store.put_worker(WorkerInfo("w1", WorkerState.RUNNING, at, at + 20_000, 3, 100, "host", 1))
+    def renew() -> None:
+        sessions.renew(
+            "w1", expires_at_ms=NOW + 30_000, now_ms=NOW, active_streams=100, checkpoints=vector
+        )
 
-    assert units_of(counted, lambda: put(NOW)) == {"table": 1, BY_KIND.name: 1}
-    assert units_of(counted, lambda: put(NOW + 5000)) == {"table": 1, BY_KIND.name: 2}
+    assert units_of(counted, renew) == {"table": 1, FLEET.name: 1}
     assert write_requests(counted.snapshot()) == 2
+
+
+def test_a_large_checkpoint_vector_costs_a_unit_per_kilobyte(
+    dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """Item size is what DynamoDB bills: 1,000 streams' checkpoints take several units."""
+    sessions = SessionStore(dynamodb, table)
+    sessions.create(WorkerInfo("w1", WorkerState.RUNNING, NOW, NOW + LEASE_MS, 0, 1000, "h", 1))
+    vector = checkpoints.encode([(3, 1_000_000 + n) for n in range(1000)])
+
+    def renew() -> None:
+        sessions.renew(
+            "w1", expires_at_ms=NOW + 30_000, now_ms=NOW, active_streams=1000, checkpoints=vector
+        )
+
+    units = units_of(counted, renew)
+    assert len(vector) > 3000
+    assert units["table"] >= 4
+    assert units[FLEET.name] == 1
 
 
 def test_reads_are_counted_in_read_units(

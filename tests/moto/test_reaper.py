@@ -9,10 +9,12 @@ import pytest
 from control_plane_support import Api, CommandQueue, load_event
 
 from lambdas import reaper, runtime
+from streamlease import checkpoints
 from streamlease.errors import StoreError
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
 from streamlease.schema import CommandType, DesiredState, WorkerState
+from streamlease.session_store import SessionStore
 
 URL = "wss://feed.example.com/v1"
 TASK_ARN = "arn:aws:ecs:us-east-1:123456789012:task/streamlease/8f1c2bde0a9e4d55b7c3e1f2a4b6c8d0"
@@ -43,8 +45,13 @@ def worker_item(worker_id: str, task_arn: str) -> WorkerInfo:
 
 
 @pytest.fixture
-def fleet(api: Api, store: LeaseStore, commands: CommandQueue) -> dict[str, int]:
-    """Streams held by the dead task's workers and by a live one; returns epochs by stream."""
+def fleet(
+    api: Api, store: LeaseStore, sessions: SessionStore, commands: CommandQueue
+) -> dict[str, int]:
+    """Streams held by the dead task's workers and by a live one; returns epochs by stream.
+
+    Workers with a session item hold their streams through it (a slot each); DEAD's last
+    renewal checkpointed stream ``a`` at seq 40 (its item still says 0)."""
     owners = {
         "a": DEAD,
         "b": DEAD,
@@ -53,14 +60,25 @@ def fleet(api: Api, store: LeaseStore, commands: CommandQueue) -> dict[str, int]
         "e": ALIVE,
         "f": DEAD,  # stopped while held: released without a handoff
     }
+    sessions.create(worker_item(DEAD, TASK_ARN))
+    sessions.create(worker_item(CUSTOM, TASK_ARN))
+    sessions.create(worker_item(ALIVE, TASK_ARN.replace(TASK_ID, ALIVE.split("/")[0])))
     epochs = {}
+    slots: dict[str, int] = {}
     for stream_id, owner in owners.items():
         assert api("POST", "/streams", body={"id": stream_id, "ws_url": URL}).status == 201
-        epochs[stream_id] = store.acquire(stream_id, owner, 20_000).epoch
+        slot = None if owner == DEAD_NO_ITEM else slots.setdefault(owner, 0)
+        if slot is not None:
+            slots[owner] += 1
+        epochs[stream_id] = store.acquire(stream_id, owner, 20_000, slot=slot).epoch
     api("POST", "/streams/f/stop")
-    store.put_worker(worker_item(DEAD, TASK_ARN))
-    store.put_worker(worker_item(CUSTOM, TASK_ARN))
-    store.put_worker(worker_item(ALIVE, TASK_ARN.replace(TASK_ID, ALIVE.split("/")[0])))
+    sessions.renew(
+        DEAD,
+        expires_at_ms=wall_ms() + 40_000,
+        now_ms=wall_ms(),
+        active_streams=3,
+        checkpoints=checkpoints.encode([(epochs["a"], 40), (epochs["b"], 0)]),
+    )
     commands.drain()
     return epochs
 
@@ -76,20 +94,38 @@ def test_stopped_task_leases_are_released_and_handed_off(
     for stream_id in "abcdf":
         stream = store.read(stream_id)
         assert stream is not None
-        assert (stream.owner, stream.expires_at_ms) == (None, 0)
+        assert (stream.owner, stream.expires_at_ms, stream.slot) == (None, 0, None)
         assert stream.epoch == fleet[stream_id]  # released, not re-acquired
+        assert stream.takeovers == 1
         assert "stopped holding the lease" in (stream.last_error or "")
     sent = sorted((c.stream_id, c.type, c.generation) for c in commands.drain())
     assert sent == [(s, CommandType.HANDOFF, 1) for s in "abcd"]
 
 
-def test_other_tasks_leases_are_untouched(fleet: dict[str, int], store: LeaseStore) -> None:
-    """A live task's worker keeps its lease and its worker item."""
+def test_a_released_stream_resumes_at_its_sessions_checkpoint(
+    fleet: dict[str, int], store: LeaseStore
+) -> None:
+    """The dead session's last renewal carried stream a's checkpoint: the next owner resumes
+    there, not at the stale seq on the stream item."""
+    reaper.handler(load_event("ecs_task_stopped"), None)
+    assert [store.read(s).last_seq for s in "ab"] == [40, 0]  # type: ignore[union-attr]
+
+
+def test_the_dead_tasks_sessions_are_tombstoned_and_others_untouched(
+    fleet: dict[str, int], store: LeaseStore, sessions: SessionStore
+) -> None:
+    """A live task's worker keeps its lease and its session; the dead task's sessions are
+    EXPIRED, so a late renewal of theirs can never succeed."""
     reaper.handler(load_event("ecs_task_stopped"), None)
     alive = store.read("e")
     assert alive is not None
     assert (alive.owner, alive.epoch) == (ALIVE, fleet["e"])
-    assert [w.worker_id for w in store.list_workers()] == [ALIVE]
+    states = {w.worker_id: w.state for w in sessions.list_fleet()}
+    assert states == {
+        ALIVE: WorkerState.RUNNING,
+        DEAD: WorkerState.EXPIRED,
+        CUSTOM: WorkerState.EXPIRED,
+    }
 
 
 def test_redelivered_event_changes_nothing(
@@ -111,7 +147,7 @@ def test_lease_taken_over_meanwhile_is_left_alone(
 ) -> None:
     """A stream another worker took over after the lapse is not released by the reaper."""
     store.release("a", DEAD, fleet["a"])
-    taken = store.acquire("a", ALIVE, 20_000)
+    taken = store.acquire("a", ALIVE, 20_000, slot=9)
     result = reaper.handler(load_event("ecs_task_stopped"), None)
     stream = store.read("a")
     assert stream is not None
