@@ -11,8 +11,9 @@ This module is pure: it classifies one request from its parameters (what the cli
 outcome. Whether an item was in a sparse index *before* a write is not in the request, so it is
 inferred from the condition (``attribute_not_exists(lease_owner)`` → it was not;
 ``lease_owner = :x`` → it was) and, for worker items, from whether this process wrote the key
-before (worker ids are unique per process). Items are assumed to be under 1 KB (the bench
-measures the largest stream item and says so).
+before (worker ids are unique per process). The table's units follow the item's size: the
+values the request writes plus :data:`ITEM_OVERHEAD_BYTES` for what it leaves as it was
+(stream items stay under 1 KB; a session's checkpoint vector can make its item larger).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ WRITE_OPERATIONS: Final = frozenset({"UpdateItem", "PutItem", "DeleteItem"})
 READ_OPERATIONS: Final = frozenset({"GetItem", "Query", "Scan", "BatchGetItem"})
 
 _CLAUSE = re.compile(r"\b(SET|REMOVE|ADD|DELETE)\b", re.IGNORECASE)
+_PLACEHOLDER = re.compile(r"#[A-Za-z0-9_]+")
+ITEM_OVERHEAD_BYTES: Final = 400
+"""Generous size of an item's attributes a write leaves unchanged (names, ids, timestamps)."""
 
 
 @dataclass(frozen=True)
@@ -145,10 +149,14 @@ def write_cost(
     if operation not in WRITE_OPERATIONS:
         raise ValueError(f"not a single-item write: {operation}")
     key = str(_plain(params.get("Key", {}).get(PK) or params.get("Item", {}).get(PK) or ""))
+    base = table_units(params)
     if not succeeded:
-        return WriteCost(1, {})
-    condition = str(params.get("ConditionExpression", ""))
+        return WriteCost(base, {})
     names = params.get("ExpressionAttributeNames") or {}
+    condition = _PLACEHOLDER.sub(
+        lambda m: str(names.get(m.group(0), m.group(0))),
+        str(params.get("ConditionExpression", "")),
+    )
     costs: dict[str, int] = {}
     for index in membership.indexes:
         keys = _index_keys(index)
@@ -167,14 +175,31 @@ def write_cost(
             elif keys & set_attrs:
                 cost = 2 if before else 1
                 after = True
-            elif before and (index.project_all or projected & (set_attrs | removed)):
+            elif before and projected & (set_attrs | removed):
                 cost, after = 1, True
             else:
                 cost, after = 0, before
         if cost:
             costs[index.name] = cost
         membership.note(key, index, after)
-    return WriteCost(1, costs)
+    return WriteCost(base, costs)
+
+
+def table_units(params: Mapping[str, Any]) -> int:
+    """The table's write units of one request: 1 per started KB of the item's estimated size."""
+    written = sum(_value_bytes(v) for v in (params.get("ExpressionAttributeValues") or {}).values())
+    written += sum(_value_bytes(v) for v in (params.get("Item") or {}).values())
+    return max(1, -(-(written + ITEM_OVERHEAD_BYTES) // 1024))
+
+
+def _value_bytes(value: Any) -> int:
+    """Size of one attribute value as sent by a low-level client (``{"S": ...}``, ``{"B": ...}``,
+    ``{"N": "..."}``); other shapes count a few bytes."""
+    if isinstance(value, Mapping) and len(value) == 1:
+        inner = next(iter(value.values()))
+        if isinstance(inner, bytes | bytearray | str):
+            return len(inner)
+    return 8
 
 
 def read_units(operation: str, params: Mapping[str, Any], response_bytes: int) -> float:

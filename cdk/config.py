@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from streamlease import telemetry
 from streamlease.errors import ConfigError
-from streamlease.schema import COMMAND_MAX_RECEIVES
+from streamlease.schema import COMMAND_MAX_RECEIVES, Liveness
 from streamlease.settings import Settings
 
 
@@ -59,6 +59,9 @@ class DeploymentConfig:
     """Prefix of both stack names; a second deployment in one account uses another prefix."""
 
     # --- lease protocol and fleet (passed to the worker and Lambdas as settings) ---
+    liveness: Liveness = Liveness.SESSION
+    """``session`` (one renewal per worker) or ``stream`` (one per held stream). Changing it on a
+    running fleet needs a stop of the old fleet first: workers refuse to mix modes."""
     capacity_per_worker: int = 100
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
@@ -98,6 +101,7 @@ class DeploymentConfig:
         try:
             # The worker's own rules decide whether these lease timings can work at all.
             Settings(
+                liveness=self.liveness,
                 capacity=self.capacity_per_worker,
                 lease_seconds=self.lease_seconds,
                 heartbeat_seconds=self.heartbeat_seconds,

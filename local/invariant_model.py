@@ -11,6 +11,8 @@ from typing import Final
 
 ACQUIRED: Final = "acquired"
 RENEWED: Final = "renewed"
+SESSION_RENEWED: Final = "session_renewed"
+"""A session renewal: moves the deadline of every stream its worker id holds (no stream id)."""
 TERMINAL_EVENTS: Final = frozenset({"released", "fenced", "lost", "stopped"})
 EXITED: Final = "exited"
 """End reason of a segment cut short because its worker process was seen dead."""

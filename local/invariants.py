@@ -5,8 +5,10 @@ Inputs (both JSONL, written by the worker):
 
 - lease events (``Settings.lease_event_log``): ``{"event", "stream_id", "epoch", "worker_id",
   "mono", "wall_ms"}`` plus ``"deadline_mono"`` (the holder's self-fencing deadline) on
-  ``acquired`` and ``renewed``. ``mono`` is ``time.monotonic()``, one clock for every process
-  of a Linux machine, so events of different workers compare directly.
+  ``acquired``, ``renewed`` and ``session_renewed``. A ``session_renewed`` event (no stream)
+  counts as a renewal of every stream its worker id (the session) holds at that moment.
+  ``mono`` is ``time.monotonic()``, one clock for every process of a Linux machine, so events
+  of different workers compare directly.
 - sink records (file sink, one JSONL file per stream): :class:`streamlease.schema.SinkField`.
 
 What it reports, per stream:
@@ -37,6 +39,7 @@ What it reports, per stream:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
@@ -52,6 +55,7 @@ from local.invariant_model import (
     EXITED,
     EXPIRED,
     RENEWED,
+    SESSION_RENEWED,
     TERMINAL_EVENTS,
     Overlap,
     Report,
@@ -97,6 +101,40 @@ def segments_of(events: Sequence[LeaseEvent]) -> list[Segment]:
     return out
 
 
+HolderKey = tuple[str, int, str]
+"""(stream id, epoch, worker id): one holding."""
+
+
+def by_holder(events: Iterable[LeaseEvent]) -> dict[HolderKey, list[LeaseEvent]]:
+    """Events grouped by holding, each session renewal copied into every holding of its worker
+    that it falls into (from the holding's first ``acquired`` to its last terminal event) as a
+    ``renewed`` event of that stream."""
+    holders: dict[HolderKey, list[LeaseEvent]] = defaultdict(list)
+    sessions: dict[str, list[LeaseEvent]] = defaultdict(list)
+    for ev in events:
+        if ev.event == SESSION_RENEWED:
+            sessions[ev.worker_id].append(ev)
+        else:
+            holders[(ev.stream_id, ev.epoch, ev.worker_id)].append(ev)
+    for renewals in sessions.values():
+        renewals.sort(key=lambda e: e.mono)
+    for (stream_id, epoch, worker_id), held in holders.items():
+        renewals = sessions.get(worker_id)
+        if not renewals:
+            continue
+        start = min((e.mono for e in held if e.event == ACQUIRED), default=None)
+        if start is None:
+            continue
+        end = max((e.mono for e in held if e.event in TERMINAL_EVENTS), default=math.inf)
+        first = bisect.bisect_left(renewals, start, key=lambda e: e.mono)
+        last = bisect.bisect_right(renewals, end, key=lambda e: e.mono)
+        held.extend(
+            dataclasses.replace(r, event=RENEWED, stream_id=stream_id, epoch=epoch)
+            for r in renewals[first:last]
+        )
+    return holders
+
+
 def current_owners(
     events: Iterable[LeaseEvent], at: float, *, worker_exits: Mapping[str, float] | None = None
 ) -> dict[str, str]:
@@ -109,9 +147,7 @@ def current_owners(
     early, as in :func:`check`). When two segments of one stream still cover ``at`` (a holder
     that died or froze, and the one that took over), the newer epoch is the holder.
     """
-    holders: dict[tuple[str, int, str], list[LeaseEvent]] = {}
-    for ev in events:
-        holders.setdefault((ev.stream_id, ev.epoch, ev.worker_id), []).append(ev)
+    holders = by_holder(events)
     exits = worker_exits or {}
     newest: dict[str, tuple[int, str]] = {}
     for (stream_id, epoch, worker_id), held in holders.items():
@@ -155,10 +191,8 @@ def check(
     monotonic time by which its process had certainly exited. ``clock_tolerance_seconds``: slack
     when placing a record's wall-clock receive time on the monotonic clock.
     """
-    by_holder: dict[tuple[str, int, str], list[LeaseEvent]] = defaultdict(list)
     all_events = list(events)
-    for ev in all_events:
-        by_holder[(ev.stream_id, ev.epoch, ev.worker_id)].append(ev)
+    holdings = by_holder(all_events)
     end = observation_end
     if end is None:
         end = max((ev.mono for ev in all_events), default=0.0)
@@ -168,10 +202,10 @@ def check(
         records_by_stream[rec.stream_id].append(rec)
 
     streams: dict[str, StreamReport] = {}
-    stream_ids = {k[0] for k in by_holder} | set(records_by_stream) | set(wanted or {})
+    stream_ids = {k[0] for k in holdings} | set(records_by_stream) | set(wanted or {})
     for stream_id in sorted(stream_ids):
         report = StreamReport(stream_id)
-        holders = {k: v for k, v in by_holder.items() if k[0] == stream_id}
+        holders = {k: v for k, v in holdings.items() if k[0] == stream_id}
         for (_, _, worker), evs in sorted(holders.items(), key=lambda kv: kv[0][1]):
             segments = segments_of(evs)
             exit_mono = (worker_exits or {}).get(worker)
@@ -391,6 +425,7 @@ __all__ = [
     "EXITED",
     "EXPIRED",
     "RENEWED",
+    "SESSION_RENEWED",
     "TERMINAL_EVENTS",
     "LeaseEvent",
     "Overlap",
@@ -401,6 +436,7 @@ __all__ = [
     "StreamReport",
     "Takeover",
     "Window",
+    "by_holder",
     "check",
     "check_files",
     "current_owners",

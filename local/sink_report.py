@@ -25,6 +25,7 @@ from typing import Any
 
 from local.invariant_inputs import LeaseEvent, SinkRecord, load_events, load_records
 from local.invariants import TERMINAL_EVENTS, Report, check
+from streamlease.schema import belongs_to_task
 
 EXIT_AS_EVENT = "fenced"
 """How a process exit enters the checker: it stopped delivering at that moment, as a fence."""
@@ -40,8 +41,8 @@ class ProcessExit:
     returncode: int = 0
 
     def owns(self, worker_id: str) -> bool:
-        """True when ``worker_id`` ran in this process's task."""
-        return worker_id == self.task_id or worker_id.startswith(self.task_id + "/")
+        """True when ``worker_id`` (any of its sessions) ran in this process's task."""
+        return belongs_to_task(worker_id, self.task_id)
 
 
 def load_exits(path: str | Path | None) -> list[ProcessExit]:
@@ -76,7 +77,7 @@ def end_at_exits(events: Sequence[LeaseEvent], exits: Sequence[ProcessExit]) -> 
         last[(event.stream_id, event.epoch, event.worker_id)] = event
     added = []
     for (stream_id, epoch, worker_id), event in last.items():
-        if event.event in TERMINAL_EVENTS:
+        if event.event in TERMINAL_EVENTS or not stream_id:
             continue
         gone = next((x for x in exits if x.owns(worker_id) and x.mono >= event.mono), None)
         if gone is not None:
@@ -175,7 +176,8 @@ def build_report(
     wanted = set(stream_ids) if stream_ids is not None else None
     if wanted is not None:
         records = [r for r in records if r.stream_id in wanted]
-        events = [e for e in events if e.stream_id in wanted]
+        # Session renewals name no stream: they move the deadline of every stream held.
+        events = [e for e in events if e.stream_id in wanted or not e.stream_id]
     invariants = check(
         events,
         records,

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from streamlease.schema import belongs_to_task
+
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 CLUSTER: Final = "streamlease-local"
 ACCOUNT_ID: Final = "000000000000"
@@ -200,8 +202,8 @@ class WorkerProcess:
     child: Child
 
     def owns(self, worker_id: str) -> bool:
-        """True when ``worker_id`` is this process's (worker ids start with the task id)."""
-        return worker_id == self.task_id or worker_id.startswith(self.task_id + "/")
+        """True when ``worker_id`` is one of this process's sessions (ids continue the task id)."""
+        return belongs_to_task(worker_id, self.task_id)
 
 
 @dataclass
@@ -251,7 +253,7 @@ class WorkerSupervisor:
     def label_for(self, worker_id: str) -> str:
         """The short label of the process a worker id belongs to (the id itself if unknown)."""
         for task_id, label in self._labels.items():
-            if worker_id == task_id or worker_id.startswith(task_id + "/"):
+            if belongs_to_task(worker_id, task_id):
                 return label
         return worker_id
 

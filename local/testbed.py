@@ -25,6 +25,7 @@ from local.invariants import Report, Window, check, current_owners, load_records
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
 from local.worker_process import ApiProcess, WorkerProcess
 from streamlease.cli.client import ApiClient
+from streamlease.schema import belongs_to_task
 from streamlease.settings import Settings
 
 ACCOUNT: Final = "000000000000"
@@ -256,12 +257,18 @@ class Testbed:
         )
 
     def worker_exits(self) -> dict[str, float]:
-        """Worker id → a monotonic time by which its process had exited (dead workers only)."""
-        exits = {}
-        for worker in self.workers:
-            if not worker.alive and worker.exited_mono is not None:
-                exits[worker.worker_id] = worker.exited_mono
-        return exits
+        """Worker id → a monotonic time by which its process had exited (dead workers only).
+
+        Every session of a process counts: one that lost its session went on under a new id
+        that continues its first one."""
+        sessions = {e.worker_id for e in self.tail.events}
+        return {
+            session: worker.exited_mono
+            for worker in self.workers
+            if not worker.alive and worker.exited_mono is not None
+            for session in sessions | {worker.worker_id}
+            if belongs_to_task(session, worker.worker_id)
+        }
 
     def wait_for(
         self, condition: Callable[[], bool], timeout_seconds: float, what: str, every: float = 0.1

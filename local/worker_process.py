@@ -31,8 +31,6 @@ _SCALED: Final = (
     "fence_margin_seconds",
     "rebalance_seconds",
     "min_tenure_seconds",
-    "worker_heartbeat_seconds",
-    "worker_ttl_seconds",
     "backoff_base_seconds",
     "backoff_max_seconds",
     "stable_seconds",
@@ -42,6 +40,7 @@ _SCALED: Final = (
     "health_max_age_seconds",
 )
 """Timers that scale with the lease (every one of them is a fraction of production's)."""
+MIN_FLEET_RECOUNT_SECONDS: Final = 0.25
 _SCALED_WHOLE: Final = ("poll_wait_seconds", "visibility_timeout_seconds")
 """SQS takes whole seconds: scaled, rounded up, at least 1."""
 
@@ -80,6 +79,11 @@ def scaled_settings(base: Settings, lease_seconds: float = 2.0, **overrides: Any
     for name in _SCALED_WHOLE:
         values[name] = float(max(1, math.ceil(getattr(base, name) * factor)))
     values["dynamodb_timeout_seconds"] = max(0.5, base.dynamodb_timeout_seconds * factor)
+    # Dead sessions are noticed at fleet re-reads: scaled too, but a query every 0.25 s per
+    # worker is as often as the serialised moto server should be asked.
+    values["fleet_recount_seconds"] = max(
+        MIN_FLEET_RECOUNT_SECONDS, base.fleet_recount_seconds * factor
+    )
     values["connect_timeout_seconds"] = max(1.0, base.connect_timeout_seconds * factor)
     values.update(allow_insecure_ws=True, allow_loopback_upstreams=True)
     values.update(overrides)

@@ -74,8 +74,6 @@ class LeaseTable(Construct):
 
 def _projection(index: IndexSpec) -> dynamodb.ProjectionType:
     """The projection ``index`` asks for, as ``schema.create_table_kwargs`` builds it locally."""
-    if index.project_all:
-        return dynamodb.ProjectionType.ALL
     if index.projected:
         return dynamodb.ProjectionType.INCLUDE
     return dynamodb.ProjectionType.KEYS_ONLY

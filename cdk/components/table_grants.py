@@ -13,7 +13,7 @@ from constructs import IConstruct, IValidation
 
 INDEX_WILDCARD_REASON = (
     "The table grant helpers scope index access as '<table ARN>/index/*': every index of this one "
-    "table (the schema's by-state-expiry, by-owner, by-kind and by-state) and nothing else."
+    "table (the schema's by-state-expiry, by-owner, fleet and by-state) and nothing else."
 )
 
 

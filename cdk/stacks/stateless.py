@@ -55,6 +55,7 @@ class StatelessStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         shared_settings: dict[str, SettingValue] = {
+            "liveness": config.liveness.value,
             "lease_seconds": config.lease_seconds,
             "heartbeat_seconds": config.heartbeat_seconds,
             "reconcile_seconds": config.reconcile_seconds,

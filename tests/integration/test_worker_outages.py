@@ -19,7 +19,7 @@ from worker_helpers import (
 
 from local.moto_server import set_dynamodb_fault
 from local.upstream_sim import UpstreamSimulator
-from streamlease.schema import SinkField
+from streamlease.schema import Liveness, SinkField
 from streamlease.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -28,10 +28,11 @@ pytestmark = pytest.mark.slow
 def test_dynamodb_outage_longer_than_a_lease_fences_then_recovers(
     fleet: Fleet, streams: Streams, upstream: UpstreamSimulator, settings: Settings
 ) -> None:
-    """With DynamoDB down for longer than a lease, the worker stops delivering every stream by
-    its fencing deadline (nothing under the old epoch afterwards), and once DynamoDB is back
-    the streams are owned again, resumed without a gap, never by two holders at once."""
-    worker = fleet.start()
+    """Per-stream leases: with DynamoDB down for longer than a lease, the worker stops delivering
+    every stream by its fencing deadline (nothing under the old epoch afterwards), and once
+    DynamoDB is back the streams are owned again, resumed without a gap, never by two holders
+    at once."""
+    worker = fleet.start(liveness=Liveness.STREAM)
     ids = new_ids(2)
     for stream_id in ids:
         streams.put(stream_id, upstream.url_for(stream_id))
@@ -63,6 +64,43 @@ def test_dynamodb_outage_longer_than_a_lease_fences_then_recovers(
         assert_no_gap(fleet.seqs(stream_id))
     report = fleet.report()
     assert report.ok, report.format()
+    assert worker.alive
+
+
+def test_dynamodb_outage_longer_than_a_lease_pauses_a_session_then_resumes_it(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator, settings: Settings
+) -> None:
+    """Sessions: with DynamoDB down for longer than a lease, every stream stops delivering at the
+    session's deadline; nobody could take anything (no peer, and a tombstone needs DynamoDB), so
+    when DynamoDB is back the session's next renewal succeeds and delivery resumes under the
+    same epochs, exactly where it paused: no gap, no repeat, never outside the deadline."""
+    worker = fleet.start()
+    ids = new_ids(2)
+    for stream_id in ids:
+        streams.put(stream_id, upstream.url_for(stream_id))
+    for stream_id in ids:
+        fleet.wait_seq(stream_id, 10)
+    epochs = {s: streams.read(s).epoch for s in ids}
+
+    set_dynamodb_fault(settings.aws_endpoint_url, "down")
+    try:
+        fleet.wait(lambda: not fleet.owners(), 5 * LEASE_SECONDS, "every stream fenced")
+        delivered_at_fence = {s: len(fleet.records(s)) for s in ids}
+        time.sleep(LEASE_SECONDS)  # still down: nothing may be delivered meanwhile
+        assert {s: len(fleet.records(s)) for s in ids} == delivered_at_fence
+    finally:
+        set_dynamodb_fault(settings.aws_endpoint_url, "up")
+
+    for stream_id in ids:
+        fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 10)
+        records = fleet.records(stream_id)
+        assert {r[SinkField.EPOCH] for r in records} == {epochs[stream_id]}
+        seqs = fleet.seqs(stream_id)
+        assert seqs == list(range(1, len(seqs) + 1)), "resumed exactly where it paused"
+    report = fleet.report()
+    assert report.ok, report.format()
+    assert report.duplicates == 0
+    assert not fleet.events("lost"), "the session was never lost"
     assert worker.alive
 
 

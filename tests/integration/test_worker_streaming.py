@@ -23,8 +23,9 @@ from worker_helpers import (
 
 from local.upstream_sim import UpstreamSimulator
 from streamlease import aws
-from streamlease.lease_store import LeaseStore
+from streamlease.model import WorkerInfo
 from streamlease.schema import SinkField, WorkerState
+from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -50,16 +51,16 @@ def test_started_stream_is_owned_and_delivered_in_order(
     assert {r[SinkField.WORKER_ID] for r in records} == {worker.worker_id}
     assert all(r[SinkField.PAYLOAD]["seq"] == r[SinkField.SEQ] for r in records)
     assert all(r[SinkField.RECEIVED_AT_MS] > 0 for r in records)
-    # The checkpoint follows what the sink acknowledged, never ahead of it.
-    fleet.wait(lambda: streams.read(stream_id).last_seq >= 20, 5, "checkpoint advanced")
-    assert streams.read(stream_id).last_seq <= max(fleet.seqs(stream_id))
+    # The checkpoint (on the session's renewals) follows what the sink acknowledged, never ahead.
+    fleet.wait(lambda: streams.checkpoint(stream_id) >= 20, 5, "checkpoint advanced")
+    assert streams.checkpoint(stream_id) <= max(fleet.seqs(stream_id))
 
 
 def test_stop_closes_the_upstream_within_a_heartbeat_and_releases(
     fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
 ) -> None:
-    """desired_state STOPPED reaches the owner through its next renewal: it closes the upstream
-    (1000), writes the final checkpoint, releases, and sends no handoff."""
+    """desired_state STOPPED reaches the owner within a heartbeat (its poll of its own streams):
+    it closes the upstream (1000), writes the final checkpoint, releases, sends no handoff."""
     fleet.start()
     (stream_id,) = new_ids(1)
     streams.put(stream_id, upstream.url_for(stream_id))
@@ -86,24 +87,27 @@ def test_stop_closes_the_upstream_within_a_heartbeat_and_releases(
     assert streams.read(stream_id).owner is None
 
 
-def test_worker_item_is_published_while_running_and_removed_on_exit(
+def test_worker_item_is_published_while_running_and_revoked_on_exit(
     fleet: Fleet, settings: Settings
 ) -> None:
-    """The worker item names the worker, its state, capacity, host and pid while it runs, and
-    is deleted by a graceful exit (status 0)."""
+    """The worker item (its session) names the worker, its state, capacity, host and pid and
+    its hb counts renewals while it runs; a graceful exit (status 0) leaves it a tombstone, so
+    a renewal still on its way can never bring it back."""
     worker = fleet.start(capacity=7, task_arn="arn:aws:ecs:us-east-1:000000000000:task/c/abc")
-    store = LeaseStore(aws.client("dynamodb", settings), settings.table_name)
+    sessions = SessionStore(aws.client("dynamodb", settings), settings.table_name)
 
-    def mine() -> object:
-        return next((w for w in store.list_workers() if w.worker_id == worker.worker_id), None)
+    def mine() -> WorkerInfo | None:
+        return next((w for w in sessions.list_fleet() if w.worker_id == worker.worker_id), None)
 
     info = fleet.wait(mine, 20, "worker item published")
     assert info.state is WorkerState.RUNNING
     assert info.capacity == 7
     assert info.pid == worker.pid
     assert info.task_arn.endswith("task/c/abc")
+    fleet.wait(lambda: (mine() or info).hb >= 3, 10, "the session renewed")
     assert worker.terminate(20) == 0
-    assert mine() is None
+    gone = mine()
+    assert gone is not None and gone.state is WorkerState.EXPIRED
 
 
 def test_health_check_follows_the_event_loop(fleet: Fleet, settings: Settings) -> None:

@@ -25,7 +25,7 @@ from local.invariants import Report, check
 from local.testbed import EventTail
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
 from local.worker_process import WorkerProcess, scaled_settings
-from streamlease import aws
+from streamlease import aws, checkpoints, rules
 from streamlease.model import Stream
 from streamlease.schema import (
     PK,
@@ -35,6 +35,7 @@ from streamlease.schema import (
     StreamAttr,
     stream_key,
 )
+from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from worker.sinks import sink_file_name
 
@@ -53,8 +54,6 @@ def worker_settings(aws_settings: Settings, run_dir: Path, **overrides: Any) -> 
         "fence_margin_seconds": 0.3,
         "clock_skew_seconds": 0.1,
         "poll_wait_seconds": 1.0,
-        "worker_heartbeat_seconds": 0.5,
-        "worker_ttl_seconds": 2.0,
         "rebalance_seconds": 0.5,
         "min_tenure_seconds": 1.0,
         "shutdown_budget_seconds": 15.0,
@@ -141,6 +140,16 @@ class Streams:
         )
         de = TypeDeserializer()
         return Stream.from_item({k: de.deserialize(v) for k, v in response["Item"].items()})
+
+    def checkpoint(self, stream_id: str) -> int:
+        """How far the stream got: its item's ``last_seq``, or, while it is held through a
+        session, the larger checkpoint that session's last renewal carried for it."""
+        stream = self.read(stream_id)
+        if not (stream.held_by_session and stream.owner and stream.slot is not None):
+            return stream.last_seq
+        session = SessionStore(self.dynamodb, self.settings.table_name).read(stream.owner)
+        entry = checkpoints.entry_at(session.checkpoints if session else None, stream.slot)
+        return max(stream.last_seq, rules.checkpoint_for(entry, stream.epoch) or 0)
 
     def queue_depth(self, *, dead_letter: bool = False) -> int:
         """Messages visible or in flight on the command queue (or its DLQ)."""
