@@ -24,8 +24,9 @@ def client(
 
     ``read_timeout_seconds`` defaults to ``settings.dynamodb_timeout_seconds``; an SQS long poll
     needs more than its wait time. Retries use botocore's ``standard`` mode, ``max_attempts``
-    attempts in all (1: no retry behind the caller's back, for callers that must not send after
-    a deadline).
+    attempts in all, the first included (1: no retry behind the caller's back, for callers that
+    must not send after a deadline). botocore's own ``max_attempts`` key counts *retries*; this
+    sets ``total_max_attempts``, which counts attempts.
     """
     timeout = (
         settings.dynamodb_timeout_seconds if read_timeout_seconds is None else read_timeout_seconds
@@ -33,7 +34,7 @@ def client(
     config = Config(
         connect_timeout=settings.dynamodb_timeout_seconds,
         read_timeout=timeout,
-        retries={"mode": "standard", "max_attempts": max_attempts},
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
         max_pool_connections=64,
     )
     return boto3.session.Session().client(

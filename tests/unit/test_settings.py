@@ -185,3 +185,15 @@ def test_to_env_validates_its_overrides():
     """A child is never handed settings that would fail at its start-up."""
     with pytest.raises(ConfigError):
         Settings().to_env(heartbeat_seconds=30.0)
+
+
+def test_a_client_asked_for_one_attempt_never_retries_behind_the_callers_back() -> None:
+    """botocore's ``max_attempts`` counts retries; ``aws.client`` means attempts in all, so a
+    caller that must send nothing after a deadline (sinks, session renewals) gets exactly one."""
+    from streamlease import aws
+
+    settings = Settings(aws_endpoint_url="http://127.0.0.1:9")
+    one = aws.client("dynamodb", settings, max_attempts=1)
+    default = aws.client("dynamodb", settings)
+    assert one.meta.config.retries["total_max_attempts"] == 1
+    assert default.meta.config.retries["total_max_attempts"] == 3
