@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.common import Progress
-from local.moto_server import MotoProcess
+from local.moto_process import MotoProcess
 from local.resources import create_resources
 from local.testbed import Testbed
 from local.worker_process import (

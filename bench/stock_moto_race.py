@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from bench.common import Table, machine_description
-from local.moto_server import MotoProcess
+from local.moto_process import MotoProcess
 from local.resources import create_resources
 from streamlease import aws
 from streamlease.settings import Settings

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from local.moto_server import MotoProcess
+from local.moto_process import MotoProcess
 from local.resources import create_resources
 from local.upstream_sim import UpstreamSimulator, raise_open_file_limit, run_in_thread
 from local.worker_process import WorkerProcess, use_dummy_aws_credentials

@@ -11,53 +11,51 @@ for its full wait. This server therefore:
 - serialises the SQS backend's methods, but does the long-poll *wait* outside that lock, so a
   ``ReceiveMessage`` waiting for 20 s blocks neither DynamoDB nor other SQS callers;
 - offers a fault switch for chaos tests at ``POST /_streamlease/faults`` with
-  ``{"dynamodb": "up" | "down" | "drop" | "blackhole"}``: ``down`` answers DynamoDB requests with
-  HTTP 503 ``ServiceUnavailable``, ``drop`` closes their connection without an answer,
-  ``blackhole`` holds them unanswered until the fault is lifted and then drops them. None of
-  them is applied while the fault lasts; SQS and Kinesis keep working.
+  ``{"dynamodb": "up" | "down" | "drop" | "blackhole" | "slow"}``: ``down`` answers DynamoDB
+  requests with HTTP 503 ``ServiceUnavailable``, ``drop`` closes their connection without an
+  answer, ``blackhole`` holds them unanswered until the fault is lifted and then drops them
+  (none of them is applied while the fault lasts); ``slow`` (with ``"delay_seconds"``) is a
+  brownout: every request waits that long, then is applied. ``{"hold": {"match": [...],
+  "delay_seconds": s, "count": n}}`` holds the next ``n`` DynamoDB requests whose target and
+  body contain every ``match`` string for ``s`` seconds and then applies them — a write that lands after
+  its client gave up. SQS and Kinesis keep working through all of it.
 
 Run it in the foreground with ``python -m local.moto_server [--host H] [--port P]``, or from
-Python as a subprocess with :meth:`MotoProcess.start`.
+another process with :class:`local.moto_process.MotoProcess`.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import errno
 import inspect
+import io
 import json
 import os
-import queue
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
-from types import TracebackType
+from dataclasses import dataclass
 from typing import Any, Final
 
 FAULTS_PATH: Final = "/_streamlease/faults"
-FAULT_MODES: Final = ("up", "down", "drop", "blackhole")
+FAULT_MODES: Final = ("up", "down", "drop", "blackhole", "slow")
 READY_MARKER: Final = "moto server ready at"
 EXIT_PORT_IN_USE: Final = 2
 BLACKHOLE_MAX_SECONDS: Final = 60.0
 """A blackholed request is dropped after this long even if the fault is still on."""
+MAX_DELAY_SECONDS: Final = 60.0
+"""Longest brownout delay or hold the switch accepts."""
 
 _DYNAMODB_TARGET: Final = "DynamoDB"
 _KINESIS_TARGET: Final = "Kinesis_"
-_REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
-
-
-# --- server side -----------------------------------------------------------------------------
 
 
 class _ReleasableLock:
@@ -131,6 +129,24 @@ def serialise_sqs_backend() -> None:
     models.SQSBackend._streamlease_serialised = True  # type: ignore[attr-defined]
 
 
+@dataclass
+class _Hold:
+    """Requests to hold, then apply late (see the module docstring)."""
+
+    match: tuple[bytes, ...]
+    delay_seconds: float
+    remaining: int
+    waiting: int = 0
+    applied: int = 0
+
+    def take(self, body: bytes) -> float:
+        """The delay for a request with ``body`` (0: not held), counting it down."""
+        if self.remaining <= 0 or not all(m in body for m in self.match):
+            return 0.0
+        self.remaining -= 1
+        return self.delay_seconds
+
+
 class SerialisedApp:
     """WSGI middleware over moto's app: per-service locks and the DynamoDB fault switch."""
 
@@ -139,6 +155,9 @@ class SerialisedApp:
         self._dynamodb_lock = threading.Lock()
         self._kinesis_lock = threading.Lock()
         self._fault = "up"
+        self._delay_seconds = 0.0
+        self._hold = _Hold((), 0.0, 0)
+        self._hold_lock = threading.Lock()
         self._fault_changed = threading.Condition()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -153,12 +172,34 @@ class SerialisedApp:
         return self._app(environ, start_response)
 
     def _dynamodb(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        self._delay(environ)
         with self._dynamodb_lock:
             # Checked under the lock: once a fault is switched on, no queued request applies.
             fault = self._fault
-            if fault == "up":
+            if fault in ("up", "slow"):
                 return self._complete(environ, start_response)
         return self._refuse(fault, environ, start_response)
+
+    def _delay(self, environ: dict[str, Any]) -> None:
+        """Brownout and held requests wait here, outside the lock, each in its own thread."""
+        delay = self._delay_seconds if self._fault == "slow" else 0.0
+        if self._hold.remaining > 0:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = environ["wsgi.input"].read(length)
+            environ["wsgi.input"] = io.BytesIO(body)
+            target = str(environ.get("HTTP_X_AMZ_TARGET", "")).encode()
+            with self._hold_lock:
+                held = self._hold.take(target + b"\n" + body)
+                if held:
+                    self._hold.waiting += 1
+            if held:
+                time.sleep(held)
+                with self._hold_lock:
+                    self._hold.waiting -= 1
+                    self._hold.applied += 1
+                return
+        if delay:
+            time.sleep(delay)
 
     def _complete(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         """Run moto's handler to the last byte of its body (inside the caller's lock)."""
@@ -202,13 +243,28 @@ class SerialisedApp:
         start_response("503 Service Unavailable", [("Content-Length", "0")])
         return [b""]
 
-    def set_fault(self, mode: str) -> None:
+    def set_fault(self, mode: str, delay_seconds: float = 0.0) -> None:
         """Switch the DynamoDB fault; returns once no request of the old mode is applying."""
         if mode not in FAULT_MODES:
             raise ValueError(f"unknown fault mode {mode!r}; expected one of {FAULT_MODES}")
+        if not 0 <= delay_seconds <= MAX_DELAY_SECONDS:
+            raise ValueError(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}")
         with self._dynamodb_lock, self._fault_changed:
             self._fault = mode
+            self._delay_seconds = delay_seconds if mode == "slow" else 0.0
             self._fault_changed.notify_all()
+
+    def hold(self, match: list[str], delay_seconds: float, count: int) -> None:
+        """Hold the next ``count`` requests containing every ``match`` string (see above)."""
+        if not match or not all(isinstance(m, str) and m for m in match):
+            raise ValueError("match must be a list of non-empty strings")
+        if not 0 < delay_seconds <= MAX_DELAY_SECONDS or count < 1:
+            raise ValueError("delay_seconds must be in (0, 60] and count at least 1")
+        with self._hold_lock:
+            waiting, applied = self._hold.waiting, self._hold.applied
+            self._hold = _Hold(
+                tuple(m.encode() for m in match), delay_seconds, count, waiting, applied
+            )
 
     def _faults_endpoint(
         self, environ: dict[str, Any], start_response: StartResponse
@@ -221,11 +277,27 @@ class SerialisedApp:
                 if not isinstance(request, dict):
                     raise ValueError("expected a JSON object")
                 if "dynamodb" in request:
-                    self.set_fault(str(request["dynamodb"]))
-            except ValueError as exc:
+                    self.set_fault(
+                        str(request["dynamodb"]), float(request.get("delay_seconds") or 0.0)
+                    )
+                if "hold" in request:
+                    hold = request["hold"]
+                    if not isinstance(hold, dict):
+                        raise ValueError("hold must be an object")
+                    self.hold(
+                        list(hold.get("match") or []),
+                        float(hold.get("delay_seconds") or 0.0),
+                        int(hold.get("count") or 1),
+                    )
+            except (ValueError, TypeError) as exc:
                 status, payload = "400 Bad Request", {"error": str(exc)}
         if not payload:
-            payload = {"dynamodb": self._fault}
+            payload = {
+                "dynamodb": self._fault,
+                "delay_seconds": self._delay_seconds,
+                "held_waiting": self._hold.waiting,
+                "held_applied": self._hold.applied,
+            }
         body = json.dumps(payload).encode()
         start_response(
             status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
@@ -308,164 +380,6 @@ def main(argv: list[str] | None = None) -> int:
     server.shutdown()
     server.server_close()
     return 0
-
-
-# --- client side -----------------------------------------------------------------------------
-
-
-class MotoStartError(RuntimeError):
-    """The moto server process exited or stayed silent before it was ready."""
-
-
-class MotoProcess:
-    """A running moto server subprocess (see :meth:`start`). A context manager that stops it."""
-
-    def __init__(self, process: subprocess.Popen[str], host: str, port: int) -> None:
-        self._process = process
-        self.host = host
-        self.port = port
-        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=50)
-
-    @classmethod
-    def start(
-        cls, *, host: str = "127.0.0.1", port: int = 0, timeout_seconds: float = 60.0
-    ) -> MotoProcess:
-        """Start ``python -m local.moto_server`` and wait until it accepts requests.
-
-        ``port=0`` lets the server pick a free port (read it from ``.port``). The child stops
-        by itself if this process dies. Raises :class:`MotoStartError` if it exits (e.g. the
-        port is in use) or is not ready within ``timeout_seconds``.
-        """
-        process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-            [
-                sys.executable,
-                "-m",
-                "local.moto_server",
-                "--host",
-                host,
-                "--port",
-                str(port),
-                "--exit-with-parent",
-            ],
-            cwd=_REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        handle = cls(process, host, port)
-        lines: queue.Queue[str] = queue.Queue()
-        assert process.stdout is not None and process.stderr is not None
-        threading.Thread(target=_drain, args=(process.stdout, lines.put), daemon=True).start()
-        threading.Thread(
-            target=_drain, args=(process.stderr, handle._stderr_tail.append), daemon=True
-        ).start()
-        deadline = time.monotonic() + timeout_seconds
-        while True:
-            try:
-                line = lines.get(timeout=0.1)
-            except queue.Empty:
-                line = ""
-            if READY_MARKER in line:
-                handle.port = int(line.rsplit(":", 1)[1])
-                return handle
-            if process.poll() is not None:
-                process.wait()
-                time.sleep(0.1)  # let the stderr drain catch the last words
-                raise MotoStartError(
-                    f"moto server exited with status {process.returncode}: {handle._last_words()}"
-                )
-            if time.monotonic() > deadline:
-                handle.stop()
-                raise MotoStartError(f"moto server not ready after {timeout_seconds} s")
-
-    @property
-    def endpoint_url(self) -> str:
-        """``http://host:port``: pass it as ``endpoint_url`` to boto3."""
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        """Process id of the server."""
-        return self._process.pid
-
-    def is_running(self) -> bool:
-        """True until the server process has exited."""
-        return self._process.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        """The exit status once the process has exited (0 after a clean stop), else None."""
-        return self._process.poll()
-
-    def set_dynamodb_down(self, down: bool = True) -> None:
-        """Shorthand for :func:`set_dynamodb_down` on this server."""
-        set_dynamodb_down(self.endpoint_url, down)
-
-    def stop(self, timeout_seconds: float = 10.0) -> None:
-        """SIGTERM, wait up to ``timeout_seconds``, then SIGKILL. Safe to call twice."""
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout_seconds)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-
-    def _last_words(self) -> str:
-        return self._stderr_tail[-1].strip() if self._stderr_tail else "(no output)"
-
-    def __enter__(self) -> MotoProcess:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-def _drain(stream: Any, sink: Callable[[str], object]) -> None:
-    for line in stream:
-        sink(line)
-
-
-def _control(endpoint_url: str, payload: dict[str, str] | None) -> dict[str, Any]:
-    data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(  # noqa: S310 - endpoint_url is our own local server
-        endpoint_url.rstrip("/") + FAULTS_PATH,
-        data=data,
-        method="GET" if data is None else "POST",
-        headers={"Content-Type": "application/json"},
-    )
-    # A local server: never go through a proxy from the environment.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=10) as response:
-        result: dict[str, Any] = json.loads(response.read())
-    return result
-
-
-def set_dynamodb_fault(endpoint_url: str, mode: str) -> None:
-    """Set the DynamoDB fault of our server at ``endpoint_url``: one of :data:`FAULT_MODES`.
-
-    Returns once the mode is in force: no DynamoDB request is applied after a fault is set.
-    Raises ``ValueError`` for an unknown mode, ``urllib.error.URLError`` if unreachable.
-    """
-    if mode not in FAULT_MODES:
-        raise ValueError(f"unknown fault mode {mode!r}; expected one of {FAULT_MODES}")
-    _control(endpoint_url, {"dynamodb": mode})
-
-
-def set_dynamodb_down(endpoint_url: str, down: bool = True) -> None:
-    """Make DynamoDB at ``endpoint_url`` answer 503 to everything (``down``) or work again."""
-    set_dynamodb_fault(endpoint_url, "down" if down else "up")
-
-
-def dynamodb_fault(endpoint_url: str) -> str:
-    """The DynamoDB fault mode currently in force at ``endpoint_url``."""
-    return str(_control(endpoint_url, None)["dynamodb"])
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ class LocalStack:
     def _start_moto(self) -> None:
         # Our serialised launcher, run as a child in its own process group: a Ctrl-C in the
         # terminal must not stop moto before the workers have released their leases into it.
-        from local.moto_server import dynamodb_fault
+        from local.moto_process import dynamodb_fault
         from local.resources import create_resources
 
         # Dummy credentials, no ~/.aws: requests go to moto, a developer's keys never leave.

@@ -5,7 +5,7 @@
   no HTTP(S) proxy, and no ``STREAMLEASE_*`` variable from the developer's shell. Set in
   ``os.environ``, so every subprocess a test starts inherits it too.
 - ``moto_server`` (session): one serialised moto server subprocess
-  (:class:`local.moto_server.MotoProcess`: ``.endpoint_url``, ``.port``, ``.pid``), started on the
+  (:class:`local.moto_process.MotoProcess`: ``.endpoint_url``, ``.port``, ``.pid``), started on the
   first test that asks for it. DynamoDB conditional writes and SQS receives on it are atomic.
 - ``aws_settings`` (function): a :class:`~streamlease.settings.Settings` whose ``table_name``,
   ``queue_url`` and ``kinesis_stream_name`` name fresh resources (unique per test) on that server
@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from local.moto_server import MotoProcess, set_dynamodb_fault
+from local.moto_process import MotoProcess, set_dynamodb_fault
 from local.resources import create_resources
 from local.worker_process import DUMMY_AWS_ENV
 from streamlease import aws

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import pytest
 
-from local.moto_server import MotoProcess
+from local.moto_process import MotoProcess
 from local.resources import create_resources
 from local.worker_process import ApiProcess
 from streamlease.settings import Settings

@@ -17,7 +17,7 @@ from bench import failover
 from bench.common import Progress
 from bench.context import DEFAULT_SCALE, OURS, BenchContext
 from local.invariants import load_events
-from local.moto_server import MotoProcess
+from local.moto_process import MotoProcess
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 from bench import write_cost
 from bench.common import Progress
 from bench.context import OURS, BenchContext
-from local.moto_server import MotoProcess
+from local.moto_process import MotoProcess
 from streamlease.schema import BY_STATE_EXPIRY
 
 pytestmark = pytest.mark.slow

@@ -97,15 +97,17 @@ def stored_items(endpoint_url: str, table: str) -> dict[str, dict[str, Any]]:
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def run_racers(arguments: list[list[str]], timeout_seconds: float) -> list[dict[str, Any]]:
+def run_racers(
+    arguments: list[list[str]], timeout_seconds: float, *, script: Path = RACER
+) -> list[dict[str, Any]]:
     """Start one racer process per argument list, release them together, collect their reports.
 
-    Each racer prints ``ready`` once connected, waits for ``go`` on stdin, races, and prints
-    one JSON report.
+    Each racer (``script`` run with the arguments) prints ``ready`` once connected, waits for
+    ``go`` on stdin, races, and prints one JSON report.
     """
     processes = [
         subprocess.Popen(
-            [sys.executable, str(RACER), *args],
+            [sys.executable, str(script), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -140,13 +142,15 @@ def _connected_store(endpoint_url: str, table: str, skew_ms: int) -> LeaseStore:
     return LeaseStore(client, table, clock_skew_ms=skew_ms)
 
 
-def _wait_for_go() -> None:
+def wait_for_go() -> None:
+    """A racer's start line: say ``ready``, then wait for ``go``."""
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         raise SystemExit("racer: no go signal")
 
 
-def _run_threads(target: Any, count: int) -> None:
+def run_threads(target: Any, count: int) -> None:
+    """Run ``target(index)`` in ``count`` threads and wait for all of them."""
     threads = [threading.Thread(target=target, args=(index,)) for index in range(count)]
     for thread in threads:
         thread.start()
@@ -264,8 +268,8 @@ def acquire_racer(args: argparse.Namespace) -> dict[str, Any]:
             with lock:
                 wins.append((stream_id, lease.owner, lease.epoch))
 
-    _wait_for_go()
-    _run_threads(race, args.threads)
+    wait_for_go()
+    run_threads(race, args.threads)
     return {"wins": wins, "store_errors": errors["store"]}
 
 
@@ -440,8 +444,8 @@ def boundary_racer(args: argparse.Namespace) -> dict[str, Any]:
                 with lock:
                     store_errors += 1
 
-    _wait_for_go()
-    _run_threads(hold_or_hunt, args.streams)
+    wait_for_go()
+    run_threads(hold_or_hunt, args.streams)
     return {"events": events, "store_errors": store_errors}
 
 

@@ -4,6 +4,7 @@ poll, a DynamoDB fault switch, and a clean process life cycle."""
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -19,15 +20,17 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
-from local.moto_server import (
-    EXIT_PORT_IN_USE,
-    FAULTS_PATH,
+from local.moto_process import (
     MotoProcess,
     MotoStartError,
     dynamodb_fault,
+    held_writes,
+    hold_dynamodb_writes,
     set_dynamodb_down,
     set_dynamodb_fault,
+    set_dynamodb_slow,
 )
+from local.moto_server import EXIT_PORT_IN_USE, FAULTS_PATH
 from streamlease import aws
 from streamlease.errors import StoreError
 from streamlease.schema import PK
@@ -48,7 +51,7 @@ def one_shot_client(service: str, settings: Any, timeout_seconds: float = 5.0) -
         config=Config(
             connect_timeout=timeout_seconds,
             read_timeout=timeout_seconds,
-            retries={"mode": "standard", "max_attempts": 1},
+            retries={"mode": "standard", "total_max_attempts": 1},
         ),
     )
 
@@ -259,6 +262,46 @@ def test_blackhole_leaves_dynamodb_calls_unanswered_until_lifted(aws_settings):
     assert "Item" not in client.get_item(TableName=table, Key=key("lost"), ConsistentRead=True)
 
 
+def test_a_brownout_slows_every_dynamodb_call_and_still_applies_it(aws_settings):
+    """ "slow": each call waits the delay (calls in parallel wait side by side), then applies;
+    a client whose timeout is shorter gives up while the write lands anyway."""
+    table = aws_settings.table_name
+    patient = one_shot_client("dynamodb", aws_settings, timeout_seconds=5.0)
+    hasty = one_shot_client("dynamodb", aws_settings, timeout_seconds=0.2)
+    set_dynamodb_slow(aws_settings.aws_endpoint_url, 0.6)
+    try:
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda n: patient.put_item(TableName=table, Item=key(f"k{n}")), range(4)))
+        took = time.monotonic() - started
+        with pytest.raises(ReadTimeoutError):
+            hasty.put_item(TableName=table, Item=key("late"))
+    finally:
+        set_dynamodb_fault(aws_settings.aws_endpoint_url, "up")
+    assert 0.6 <= took < 2.0, "four calls waited side by side, not one after another"
+    wait_for(lambda: "Item" in patient.get_item(TableName=table, Key=key("late"))), "landed"
+
+
+def test_a_held_write_lands_after_its_client_gave_up(aws_settings):
+    """ "hold": the next matching request waits, then applies; others pass meanwhile."""
+    table = aws_settings.table_name
+    client = one_shot_client("dynamodb", aws_settings, timeout_seconds=0.3)
+    hold_dynamodb_writes(aws_settings.aws_endpoint_url, ["PutItem", "held-key"], 1.0)
+    with pytest.raises(ReadTimeoutError):
+        client.put_item(TableName=table, Item=key("held-key"))
+    client.put_item(TableName=table, Item=key("other"))  # not held
+    assert "Item" not in client.get_item(TableName=table, Key=key("held-key"), ConsistentRead=True)
+    wait_for(lambda: held_writes(aws_settings.aws_endpoint_url)["applied"] >= 1)
+    assert "Item" in client.get_item(TableName=table, Key=key("held-key"), ConsistentRead=True)
+
+
+def wait_for(condition: Any, timeout_seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
 def test_an_unknown_fault_mode_is_refused(moto_server):
     """The switch accepts only its modes, on the client side and on the server side."""
     with pytest.raises(ValueError, match="unknown fault mode"):
@@ -317,7 +360,7 @@ def test_the_server_exits_when_the_process_that_started_it_dies():
         [
             sys.executable,
             "-c",
-            "import time; from local.moto_server import MotoProcess; "
+            "import time; from local.moto_process import MotoProcess; "
             "print(MotoProcess.start().pid, flush=True); time.sleep(120)",
         ],
         stdout=subprocess.PIPE,

@@ -17,7 +17,7 @@ from worker_helpers import (
     new_ids,
 )
 
-from local.moto_server import set_dynamodb_fault
+from local.moto_process import set_dynamodb_fault
 from local.upstream_sim import UpstreamSimulator
 from streamlease.schema import Liveness, SinkField
 from streamlease.settings import Settings

@@ -1,0 +1,254 @@
+"""Session races between real OS processes against the serialised moto server (DESIGN §4a).
+
+Racer processes (this file run as a script; the harness is ``test_lease_race``'s) are released
+together by a go signal:
+
+- **tombstone vs renewal**: one process renews a few sessions, now and then stalling right
+  around the observers' patience; observer processes each watch every session and tombstone it
+  (condition ``hb = :seen``) once its ``hb`` stood still for that long on their own clock. A
+  session may be tombstoned once; the winner's ``hb`` must be the last renewal that took effect
+  (no renewal succeeds after a tombstone), and every renewal the holder was told succeeded is
+  counted in the stored ``hb``.
+- **takeover vs release**: the dead session's worker releases its streams while taker
+  processes take them over (``take_from``) or free them (``release_for``) at its epoch. At most
+  one taker wins a stream; a stream someone took is never freed by the old holder, and ends
+  held by that taker one epoch up; every other stream ends free at the old epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_lease_race import (
+    race_settings,
+    run_racers,
+    run_threads,
+    seed_streams,
+    stored_items,
+    wait_for_go,
+)
+
+from streamlease import aws, checkpoints
+from streamlease.errors import LeaseConflict, LeaseLost, SessionExpired, StoreError
+from streamlease.lease_store import LeaseStore, wall_ms
+from streamlease.model import WorkerInfo
+from streamlease.schema import SESSION_HELD_MS, StreamAttr, WorkerState
+from streamlease.session_store import SessionStore
+
+pytestmark = pytest.mark.slow
+
+RACER = Path(__file__).resolve()
+SESSIONS = 6
+PATIENCE_MS = 150
+"""How long an observer waits for an hb that does not move before it tombstones."""
+DEAD = "w-dead"
+DEAD_EPOCH = 5
+A = StreamAttr
+
+
+def _stores(endpoint: str, table: str) -> tuple[SessionStore, LeaseStore]:
+    client = aws.client("dynamodb", race_settings(endpoint))
+    client.describe_table(TableName=table)  # open a connection before the start line
+    return SessionStore(client, table), LeaseStore(client, table)
+
+
+# --- tombstone vs renewal ------------------------------------------------------------------------
+
+
+def run_tombstone_race(
+    endpoint: str, table: str, *, observers: int, duration: float
+) -> list[dict[str, Any]]:
+    sessions = SessionStore(aws.client("dynamodb", race_settings(endpoint)), table)
+    now = wall_ms()
+    for index in range(SESSIONS):
+        sessions.create(
+            WorkerInfo(f"s{index}", WorkerState.RUNNING, now, now + 60_000, 0, 10, "h", 1)
+        )
+    common = ["tombstone", f"--endpoint={endpoint}", f"--table={table}", f"--duration={duration}"]
+    arguments = [[*common, "--role=holder", "--process=0"]]
+    arguments += [[*common, "--role=observer", f"--process={p}"] for p in range(1, observers + 1)]
+    return run_racers(arguments, duration + 60, script=RACER)
+
+
+def tombstone_racer(args: argparse.Namespace) -> dict[str, Any]:
+    sessions, _ = _stores(args.endpoint, args.table)
+    rng = random.Random()
+    lock = threading.Lock()
+    report: dict[str, Any] = {"renewed": collections.Counter(), "expired_seen": [], "won": []}
+    end = time.monotonic() + args.duration
+
+    def hold(index: int) -> None:
+        session_id = f"s{index}"
+        expires = wall_ms() + 60_000
+        while time.monotonic() < end:
+            # Usually well inside the observers' patience; one in four a stall around it.
+            pause = rng.uniform(0.1, 0.25) if rng.random() < 0.25 else rng.uniform(0.01, 0.05)
+            time.sleep(pause)
+            expires += 1
+            try:
+                sessions.renew(
+                    session_id, expires_at_ms=expires, now_ms=wall_ms(), active_streams=0
+                )
+            except SessionExpired:
+                with lock:
+                    report["expired_seen"].append(session_id)
+                return
+            with lock:
+                report["renewed"][session_id] += 1
+
+    def observe(index: int) -> None:
+        session_id = f"s{index}"
+        seen: tuple[int, float] | None = None
+        while time.monotonic() < end:
+            info = sessions.read(session_id)
+            if info is None or not info.is_live:
+                return
+            now = time.monotonic()
+            if seen is None or seen[0] != info.hb:
+                seen = (info.hb, now)
+            elif (now - seen[1]) * 1000 >= PATIENCE_MS:
+                expiry = sessions.expire(session_id, by=f"p{args.process}", seen_hb=info.hb)
+                if expiry.won:
+                    with lock:
+                        report["won"].append((session_id, info.hb))
+                    return
+            time.sleep(rng.uniform(0.005, 0.02))
+
+    wait_for_go()
+    run_threads(hold if args.role == "holder" else observe, SESSIONS)
+    report["renewed"] = dict(report["renewed"])
+    return report
+
+
+def test_a_tombstone_and_a_renewal_never_both_win(aws_settings):
+    """Renewals that stall around the observers' patience against observers that tombstone at
+    once: one tombstone per session at most, naming the last renewal that took effect; no
+    renewal succeeds after it; the holder learns its session expired."""
+    endpoint, table = aws_settings.aws_endpoint_url, aws_settings.table_name
+    reports = run_tombstone_race(endpoint, table, observers=3, duration=4.0)
+    holder, observers = reports[0], reports[1:]
+    wins: dict[str, list[int]] = collections.defaultdict(list)
+    for report in observers:
+        for session_id, hb in report["won"]:
+            wins[session_id].append(hb)
+    sessions = SessionStore(aws.client("dynamodb", race_settings(endpoint)), table)
+    assert any(wins.values()), "no session was ever judged dead: the race did not happen"
+    for index in range(SESSIONS):
+        session_id = f"s{index}"
+        stored = sessions.read(session_id)
+        assert stored is not None
+        renewed = holder["renewed"].get(session_id, 0)
+        assert stored.hb == renewed, f"{session_id}: hb {stored.hb}, {renewed} renewals told ok"
+        assert len(wins[session_id]) <= 1, f"{session_id} tombstoned {wins[session_id]}"
+        if wins[session_id]:
+            assert stored.state is WorkerState.EXPIRED
+            assert wins[session_id] == [stored.hb], "a renewal succeeded after the tombstone"
+            assert session_id in holder["expired_seen"]
+
+
+# --- takeover vs release ---------------------------------------------------------------------
+
+
+def run_release_race(
+    endpoint: str, table: str, *, streams: int, takers: int
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    ids = [f"rel-{i:03d}" for i in range(streams)]
+    seed_streams(endpoint, table, ids, owner=DEAD, expires_ms=SESSION_HELD_MS, epoch=DEAD_EPOCH)
+    common = ["release", f"--endpoint={endpoint}", f"--table={table}", f"--streams={streams}"]
+    arguments = [[*common, "--role=holder", "--process=0"]]
+    arguments += [[*common, "--role=taker", f"--process={p}"] for p in range(1, takers + 1)]
+    return run_racers(arguments, 120, script=RACER), stored_items(endpoint, table)
+
+
+def release_racer(args: argparse.Namespace) -> dict[str, Any]:
+    _, store = _stores(args.endpoint, args.table)
+    rng = random.Random()
+    ids = [f"rel-{i:03d}" for i in range(args.streams)]
+    rng.shuffle(ids)
+    outcomes: dict[str, str] = {}
+    vector = checkpoints.encode([(DEAD_EPOCH, 100)])
+    wait_for_go()
+    for slot, stream_id in enumerate(ids):
+        try:
+            if args.role == "holder":
+                released = store.release(stream_id, DEAD, DEAD_EPOCH, last_seq=50)
+                outcomes[stream_id] = "released" if released is not None else "gone"
+            elif rng.random() < 0.5:
+                entry = checkpoints.entry_at(vector, 0)
+                store.take_from(
+                    stream_id,
+                    DEAD,
+                    DEAD_EPOCH,
+                    entry[1] if entry else None,
+                    f"p{args.process}",
+                    slot,
+                )
+                outcomes[stream_id] = "taken"
+            else:
+                freed = store.release_for(stream_id, DEAD, DEAD_EPOCH, 100)
+                outcomes[stream_id] = "freed" if freed is not None else "nothing"
+        except (LeaseConflict, LeaseLost) as exc:
+            outcomes[stream_id] = type(exc).__name__
+        except StoreError:
+            outcomes[stream_id] = "error"
+    return {"owner": f"p{args.process}", "outcomes": outcomes}
+
+
+def test_a_takeover_and_the_old_holders_release_never_both_win(aws_settings):
+    """The dead session's worker releases while takers take over or free: at most one taker
+    per stream; a taken stream is never freed by the old holder and sits one epoch up with its
+    taker; every other stream ends free at the old epoch."""
+    endpoint, table = aws_settings.aws_endpoint_url, aws_settings.table_name
+    reports, stored = run_release_race(endpoint, table, streams=80, takers=3)
+    holder, takers = reports[0], reports[1:]
+    assert "error" not in holder["outcomes"].values()
+    taken_by: dict[str, list[str]] = collections.defaultdict(list)
+    for report in takers:
+        for stream_id, outcome in report["outcomes"].items():
+            assert outcome != "error"
+            if outcome == "taken":
+                taken_by[stream_id].append(report["owner"])
+    assert taken_by and len(taken_by) < 80, "the race did not happen both ways"
+    for stream_id, item in stored.items():
+        winners = taken_by.get(stream_id, [])
+        assert len(winners) <= 1, f"{stream_id} taken by {winners}"
+        if winners:
+            assert (item.get(A.LEASE_OWNER), int(item[A.LEASE_EPOCH])) == (
+                winners[0],
+                DEAD_EPOCH + 1,
+            )
+            assert holder["outcomes"][stream_id] == "LeaseLost"
+            assert int(item[A.LAST_SEQ]) == 100
+        else:
+            assert item.get(A.LEASE_OWNER) is None, stream_id
+            assert int(item[A.LEASE_EPOCH]) == DEAD_EPOCH
+
+
+# --- racer entry point -----------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description="a racer process of the session races")
+    parser.add_argument("race", choices=["tombstone", "release"])
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--process", type=int, required=True)
+    parser.add_argument("--role", required=True)
+    parser.add_argument("--streams", type=int, default=0)
+    parser.add_argument("--duration", type=float, default=4.0)
+    args = parser.parse_args(argv)
+    report = tombstone_racer(args) if args.race == "tombstone" else release_racer(args)
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
