@@ -3,8 +3,9 @@
 Every scenario runs real ``python -m worker`` processes against the session's serialised moto
 server and an upstream simulator, with every timer at a tenth of production (lease 2 s,
 heartbeat 0.5 s, reconcile 0.5 s), injects its faults, then hands the workers' lease events and
-the sink's records to :mod:`local.invariants`. A failing scenario prints the checker's report and
-the tail of each worker's log.
+the sink's records to :mod:`local.invariants`. Every scenario runs twice: with sessions (the
+default) and with per-stream leases. A failing scenario prints the checker's report and the
+tail of each worker's log.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from chaos_support import LEASE_SECONDS, RATE, STREAMS
 
 from local.testbed import Testbed
 from local.worker_process import scaled_settings
+from streamlease.schema import Liveness
 from streamlease.settings import Settings
 
 
@@ -26,8 +28,15 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.fixture(params=[Liveness.SESSION, Liveness.STREAM], ids=["sessions", "per-stream"])
+def liveness(request: pytest.FixtureRequest) -> Liveness:
+    """The liveness mode the fleet of this run uses."""
+    mode: Liveness = request.param
+    return mode
+
+
 @pytest.fixture
-def chaos_settings(aws_settings: Settings) -> Settings:
+def chaos_settings(aws_settings: Settings, liveness: Liveness) -> Settings:
     """Fresh resources, timers at a tenth of production, capacity for the whole set twice.
 
     Two timers stay longer than a tenth: DynamoDB calls may take 1 s (a loaded two-core machine
@@ -35,6 +44,7 @@ def chaos_settings(aws_settings: Settings) -> Settings:
     """
     return scaled_settings(
         aws_settings,
+        liveness=liveness,
         lease_seconds=LEASE_SECONDS,
         capacity=2 * STREAMS,
         metrics_flush_seconds=600.0,
