@@ -17,8 +17,8 @@ for its full wait. This server therefore:
   (none of them is applied while the fault lasts); ``slow`` (with ``"delay_seconds"``) is a
   brownout: every request waits that long, then is applied. ``{"hold": {"match": [...],
   "delay_seconds": s, "count": n}}`` holds the next ``n`` DynamoDB requests whose target and
-  body contain every ``match`` string for ``s`` seconds and then applies them — a write that lands after
-  its client gave up. SQS and Kinesis keep working through all of it.
+  body contain every ``match`` string for ``s`` seconds and then applies them — a write that
+  lands after its client gave up. SQS and Kinesis keep working through all of it.
 
 Run it in the foreground with ``python -m local.moto_server [--host H] [--port P]``, or from
 another process with :class:`local.moto_process.MotoProcess`.
