@@ -247,6 +247,7 @@ class Worker:
                 ctx.events,
                 on_expired=lambda _: self._session_lost.set(),
                 active_streams=lambda: self.holdings.active_count,
+                observe=self.metrics.observe,
             )
             try:
                 await session.open()

@@ -39,9 +39,11 @@ from streamlease.model import WorkerInfo
 from streamlease.schema import Liveness, WorkerState
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
+from streamlease.telemetry import WorkerMetric
 from worker.identity import Identity
 from worker.lease_events import LeaseEvent, LeaseEventLog
 from worker.logs import describe, logger
+from worker.metrics import RENEWAL_CALL_MS
 from worker.slots import SlotTable
 
 
@@ -74,9 +76,11 @@ class Session:
         *,
         on_expired: Callable[[Session], None],
         active_streams: Callable[[], int],
+        observe: Callable[[str, float], None] | None = None,
     ) -> None:
         """``store``: for the loop's own writes; ``renewal_store``: on the renewal thread's
-        client. ``active_streams()`` is read by the loop only (the thread gets a copy)."""
+        client. ``active_streams()`` is read by the loop only (the thread gets a copy).
+        ``observe(metric, ms)`` records each renewal's lag and round trip (called in the loop)."""
         self.worker_id = worker_id
         self.settings = settings
         self.state = SessionState.LIVE
@@ -88,6 +92,7 @@ class Session:
         self._events = events
         self._on_expired = on_expired
         self._active_streams = active_streams
+        self._observe = observe
         self._active_copy = 0
         self.started_at_ms = wall_ms()
         self.created_mono = 0.0
@@ -218,6 +223,7 @@ class Session:
         next_send = self.last_success_sent_mono + interval
         while not self._stop.wait(max(0.0, next_send - time.monotonic())):
             sent = time.monotonic()
+            lag_ms = max(0.0, sent - next_send) * 1000.0
             now = wall_ms()
             expires = rules.next_session_expiry_ms(
                 now, settings.lease_ms, self._last_sent_expiry_ms
@@ -236,8 +242,10 @@ class Session:
                 return
             except Exception as exc:  # StoreError, or a bug in a dependency: retry soon
                 logger.debug("session renewal unanswered", error=describe(exc))
+                self._to_loop(self._measured, lag_ms, (time.monotonic() - sent) * 1000.0)
                 next_send = time.monotonic() + rules.retry_delay_seconds(interval, random.random())
                 continue
+            self._to_loop(self._measured, lag_ms, (time.monotonic() - sent) * 1000.0)
             self._to_loop(self._publish, sent)
             next_send = sent + interval
 
@@ -251,6 +259,11 @@ class Session:
             return
 
     # --- in the loop -------------------------------------------------------------------------
+
+    def _measured(self, lag_ms: float, call_ms: float) -> None:
+        if self._observe is not None:
+            self._observe(WorkerMetric.RENEWAL_LAG_MS, lag_ms)
+            self._observe(RENEWAL_CALL_MS, call_ms)
 
     def _publish(self, sent_mono: float) -> None:
         """A renewal (or the create) sent at ``sent_mono`` succeeded: move the deadline."""
