@@ -80,7 +80,7 @@ def test_the_real_source_is_what_gets_checked():
     [
         ("import worker.main", {"worker.main"}),
         ("import lambdas as l, os", {"lambdas", "os"}),
-        ("from local.moto_process import MotoProcess", {"local.moto_server.MotoProcess"}),
+        ("from local.moto_process import MotoProcess", {"local.moto_process.MotoProcess"}),
         ("from streamlease import telemetry", {"streamlease.telemetry"}),
         ("def f():\n    from worker import x\n", {"worker.x"}),
         (
