@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from streamlease import checkpoints, rules
 from streamlease.model import Stream, WorkerInfo, iso_ms
-from streamlease.schema import DesiredState, Liveness, WorkerState
+from streamlease.schema import ConnectionState, DesiredState, Liveness, WorkerState
 from streamlease.url_policy import URL_PATTERN, URL_RULE
 
 STREAM_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -71,8 +71,19 @@ class StreamView(BaseModel):
     last_seq: int = Field(description="Last upstream sequence number delivered to the sink.")
     generation: int = Field(description="+1 on every desired_state change.")
     takeovers: int = Field(description="Acquisitions of a lease its holder did not release.")
+    connection_state: ConnectionState | None = Field(
+        description=(
+            "How the holder's upstream connection is doing: connecting, connected, retrying, "
+            "rejected (the upstream refuses it: held, retried slowly, nothing flows) or ended "
+            "(the upstream finished it); null while nobody holds it."
+        )
+    )
+    connection_since: str | None = Field(description="When the connection state last changed.")
     last_error: str | None
     last_error_at: str | None
+    last_error_active: bool = Field(
+        description="False once the stream has been connected since its last error."
+    )
     created_at: str | None
     updated_at: str | None
     created_by: str | None
@@ -109,8 +120,11 @@ class StreamView(BaseModel):
             last_seq=last_seq,
             generation=stream.generation,
             takeovers=stream.takeovers,
+            connection_state=stream.connection_state,
+            connection_since=stream.connection_since,
             last_error=stream.last_error,
             last_error_at=stream.last_error_at,
+            last_error_active=stream.last_error_active,
             created_at=stream.created_at,
             updated_at=stream.updated_at,
             created_by=stream.created_by,

@@ -1,10 +1,11 @@
 """The auditor Lambda (every minute): how many streams are wanted, owned and orphaned.
 
-Publishes ``StartedStreams``, ``OwnedStreams``, ``OrphanedStreams``, ``OldestOrphanAgeSeconds``
-and ``LiveWorkers`` as EMF metrics, zeros included, so alarms and scaling see the truth even when
-every worker is dead. Cheap by construction: ``Select=COUNT`` queries on ``by-state-expiry``, one
-query of the fleet index, and the owners (one small projected attribute) of the STARTED streams
-held through sessions; no scan and no stream payloads.
+Publishes ``StartedStreams``, ``OwnedStreams``, ``OrphanedStreams``, ``OldestOrphanAgeSeconds``,
+``LiveWorkers`` and the owned streams per connection state (``ConnectingStreams``,
+``ConnectedStreams``, ``RetryingStreams``, ``RejectedStreams``) as EMF metrics, zeros included,
+so alarms and scaling see the truth even when every worker is dead. Cheap by construction: one
+query of the fleet index and one of the STARTED partition of ``by-state-expiry`` reading three
+small projected attributes (owner, expiry, connection state); no scan, no stream payloads.
 
 Definitions at wall time ``now``: a STARTED stream is *orphaned* when it has no owner, when its
 per-stream lease has lapsed (``0 < lease_expires_at_ms < now``), or when it is attached to a
@@ -16,6 +17,8 @@ expiry, or from ``updated_at`` (creation, start or release) when it had none.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -25,11 +28,11 @@ from aws_lambda_powertools.logging import correlation_paths
 from lambdas import runtime
 from streamlease import dynamo
 from streamlease.lease_store import wall_ms
-from streamlease.model import WorkerInfo
 from streamlease.schema import (
     BY_STATE_EXPIRY,
     PK,
     SESSION_HELD_MS,
+    ConnectionState,
     DesiredState,
     StreamAttr,
 )
@@ -51,6 +54,10 @@ class Audit:
     orphaned_streams: int
     oldest_orphan_age_seconds: float
     live_workers: int
+    connecting_streams: int = 0
+    connected_streams: int = 0
+    retrying_streams: int = 0
+    rejected_streams: int = 0
 
     def metrics(self) -> dict[str, float]:
         """The numbers under their metric names."""
@@ -60,6 +67,10 @@ class Audit:
             AuditorMetric.ORPHANED_STREAMS: self.orphaned_streams,
             AuditorMetric.OLDEST_ORPHAN_AGE_SECONDS: self.oldest_orphan_age_seconds,
             AuditorMetric.LIVE_WORKERS: self.live_workers,
+            AuditorMetric.CONNECTING_STREAMS: self.connecting_streams,
+            AuditorMetric.CONNECTED_STREAMS: self.connected_streams,
+            AuditorMetric.RETRYING_STREAMS: self.retrying_streams,
+            AuditorMetric.REJECTED_STREAMS: self.rejected_streams,
         }
 
 
@@ -78,52 +89,52 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
 
 
 def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
-    """Count wanted, owned and orphaned streams and live workers at ``now_ms``.
+    """Count wanted, owned and orphaned streams, connection states and live workers at
+    ``now_ms``.
 
     Raises :class:`streamlease.errors.StoreError` when the table does not answer.
     """
     client, table = rt.dynamodb, rt.settings.table_name
     fleet = {w.worker_id: w for w in rt.sessions.list_fleet()}
     live = {sid for sid, w in fleet.items() if w.is_live and w.expires_at_ms >= now_ms}
-    free_or_lapsed = _count_started(client, table, "#e < :now", now_ms)
-    per_stream_live = _count_started(
-        client, table, "#e BETWEEN :now AND :below", now_ms, below=SESSION_HELD_MS - 1
-    )
-    dead_owners: dict[str, int] = {}
-    held_by_sessions = 0
-    for owner in _session_owners(client, table):
-        held_by_sessions += 1
-        if owner not in live:
-            dead_owners[owner] = dead_owners.get(owner, 0) + 1
-    orphaned = free_or_lapsed + sum(dead_owners.values())
-    oldest = _oldest_orphan_age_ms(client, table, now_ms) if free_or_lapsed else 0
-    for owner in dead_owners:
-        session = fleet.get(owner)
-        if session is not None:
-            oldest = max(oldest, now_ms - _dead_since_ms(session))
-    started = free_or_lapsed + per_stream_live + held_by_sessions
+    started = orphaned = free_or_lapsed = 0
+    states: Counter[str] = Counter()
+    oldest = 0
+    for item in _started_leases(client, table):
+        started += 1
+        owner = item.get(StreamAttr.LEASE_OWNER)
+        expires = int(item.get(StreamAttr.LEASE_EXPIRES_AT_MS, 0))
+        if expires == SESSION_HELD_MS and owner not in live:
+            orphaned += 1
+            session = fleet.get(str(owner))
+            if session is not None:  # its renewals stopped counting at its expiry
+                oldest = max(oldest, now_ms - session.expires_at_ms)
+        elif expires < now_ms:
+            orphaned += 1
+            free_or_lapsed += 1
+        else:
+            states[str(item.get(StreamAttr.CONNECTION_STATE, ""))] += 1
+    if free_or_lapsed:
+        oldest = max(oldest, _oldest_orphan_age_ms(client, table, now_ms))
     return Audit(
         started_streams=started,
         owned_streams=started - orphaned,
         orphaned_streams=orphaned,
         oldest_orphan_age_seconds=round(max(0, oldest) / 1000, 3),
         live_workers=len(live),
+        connecting_streams=states[ConnectionState.CONNECTING],
+        connected_streams=states[ConnectionState.CONNECTED],
+        retrying_streams=states[ConnectionState.RETRYING],
+        rejected_streams=states[ConnectionState.REJECTED],
     )
 
 
-def _dead_since_ms(session: WorkerInfo) -> int:
-    """When a dead session's streams became orphans: its expiry (renewals stopped by then)."""
-    return session.expires_at_ms
-
-
-def _session_owners(client: Any, table: str) -> list[str]:
-    """The owner of every STARTED stream held through a session (one projected attribute)."""
-    request = _started_query(table, "#e = :held", {":held": SESSION_HELD_MS})
-    request["ExpressionAttributeNames"]["#o"] = StreamAttr.LEASE_OWNER
-    return [
-        str(item.get(StreamAttr.LEASE_OWNER, ""))
-        for item in dynamo.items(client, "query", ProjectionExpression="#o", **request)
-    ]
+def _started_leases(client: Any, table: str) -> Iterator[dict[str, Any]]:
+    """Owner, expiry and connection state of every STARTED stream (projected index items)."""
+    request = _started_query(table, "#e >= :zero", {":zero": 0})
+    names = request["ExpressionAttributeNames"]
+    names.update({"#o": StreamAttr.LEASE_OWNER, "#c": StreamAttr.CONNECTION_STATE})
+    return dynamo.items(client, "query", ProjectionExpression="#o, #e, #c", **request)
 
 
 def _started_query(table: str, expiry_condition: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -139,15 +150,6 @@ def _started_query(table: str, expiry_condition: str, values: dict[str, Any]) ->
             {":started": DesiredState.STARTED.value, **values}
         ),
     }
-
-
-def _count_started(
-    client: Any, table: str, expiry_condition: str, now_ms: int, *, below: int | None = None
-) -> int:
-    values: dict[str, Any] = {":now": now_ms}
-    if below is not None:
-        values[":below"] = below
-    return dynamo.count(client, "query", **_started_query(table, expiry_condition, values))
 
 
 def _oldest_orphan_age_ms(client: Any, table: str, now_ms: int) -> int:

@@ -33,6 +33,7 @@ from streamlease.schema import (
     BY_STATE_EXPIRY,
     PK,
     SESSION_HELD_MS,
+    ConnectionState,
     DesiredState,
     StreamAttr,
     stream_key,
@@ -53,6 +54,9 @@ _NAMES: Final = {
     "#tko": _A.TAKEOVERS,
     "#err": _A.LAST_ERROR,
     "#errat": _A.LAST_ERROR_AT,
+    "#conn": _A.CONNECTION_STATE,
+    "#connat": _A.CONNECTION_SINCE,
+    "#uby": _A.UPDATED_BY,
 }
 """Every attribute this module names, by placeholder."""
 
@@ -177,8 +181,12 @@ class LeaseStore:
             "#exp = :exp",
             "#acq = :now",
             "#uat = :iso",
+            "#uby = :me",
+            "#conn = :connecting",
+            "#connat = :iso",
             "#epoch = if_not_exists(#epoch, :zero) + :one",
         ]
+        values[":connecting"] = ConnectionState.CONNECTING.value
         removes = []
         if take.slot is None:
             removes.append("#slot")
@@ -291,7 +299,8 @@ class LeaseStore:
         taken the stream since (the final checkpoint was *not* written).
         """
         now = self._clock_ms() if now_ms is None else now_ms
-        sets = ["#exp = :zero", "#uat = :iso"]
+        sets = ["#exp = :zero", "#uat = :iso", "#uby = :me"]
+        removes = ["#owner", "#slot"]
         values: dict[str, Any] = {":zero": 0, ":iso": iso_ms(now), ":me": owner, ":epoch": epoch}
         if last_seq is not None:
             sets.append("#seq = :seq")
@@ -300,13 +309,21 @@ class LeaseStore:
             sets += ["#err = :err", "#errat = :iso"]
             values[":err"] = last_error[:500]
         if stop:
-            sets += ["#state = :stopped", "#gen = #gen + :one"]
+            sets += [
+                "#state = :stopped",
+                "#gen = #gen + :one",
+                "#conn = :ended",
+                "#connat = :iso",
+            ]
             values[":stopped"] = DesiredState.STOPPED.value
+            values[":ended"] = ConnectionState.ENDED.value
             values[":one"] = 1
+        else:
+            removes += ["#conn", "#connat"]
         try:
             item = self._update(
                 stream_key(stream_id),
-                f"SET {', '.join(sets)} REMOVE #owner, #slot",
+                f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
                 _HELD_BY_ME,
                 values,
                 "ALL_NEW",
@@ -320,21 +337,34 @@ class LeaseStore:
             raise LeaseLost(stream_id, epoch, _loss_reason(old, owner, epoch)) from None
         return Stream.from_item(item)
 
-    def record_error(
-        self, stream_id: str, owner: str, epoch: int, message: str, *, now_ms: int | None = None
+    def record_connection(
+        self,
+        stream_id: str,
+        owner: str,
+        epoch: int,
+        state: ConnectionState,
+        error: str | None = None,
+        *,
+        now_ms: int | None = None,
     ) -> None:
-        """Set ``last_error`` (a short, sanitized message) while holding the lease.
+        """Record a change of the connection state (and, with it, ``last_error``: a short,
+        sanitized message) while holding the lease.
 
         Raises :class:`LeaseLost` if the lease is no longer ours at ``epoch``.
         """
         now = self._clock_ms() if now_ms is None else now_ms
+        sets = ["#conn = :conn", "#connat = :iso"]
+        values: dict[str, Any] = {
+            ":conn": state.value,
+            ":iso": iso_ms(now),
+            ":me": owner,
+            ":epoch": epoch,
+        }
+        if error is not None:
+            sets += ["#err = :err", "#errat = :iso"]
+            values[":err"] = error[:500]
         try:
-            self._update(
-                stream_key(stream_id),
-                "SET #err = :err, #errat = :iso",
-                _HELD_BY_ME,
-                {":err": message[:500], ":iso": iso_ms(now), ":me": owner, ":epoch": epoch},
-            )
+            self._update(stream_key(stream_id), "SET " + ", ".join(sets), _HELD_BY_ME, values)
         except dynamo.ConditionFailed as failed:
             raise LeaseLost(stream_id, epoch, _loss_reason(failed.old, owner, epoch)) from None
 
@@ -365,10 +395,14 @@ class LeaseStore:
             "#exp = :held",
             "#acq = :now",
             "#uat = :iso",
+            "#uby = :me",
+            "#conn = :connecting",
+            "#connat = :iso",
             "#epoch = #epoch + :one",
             "#tko = if_not_exists(#tko, :zero) + :one",
         ]
         values: dict[str, Any] = {
+            ":connecting": ConnectionState.CONNECTING.value,
             ":me": new_owner,
             ":slot": slot,
             ":held": SESSION_HELD_MS,
@@ -436,7 +470,7 @@ class LeaseStore:
         try:
             item = self._update(
                 stream_key(stream_id),
-                f"SET {', '.join(sets)} REMOVE #owner, #slot",
+                f"SET {', '.join(sets)} REMOVE #owner, #slot, #conn, #connat",
                 _all(*condition),
                 values,
                 "ALL_NEW",

@@ -13,6 +13,7 @@ from streamlease.schema import (
     PK,
     SESSION_HELD_MS,
     WORKER_KIND,
+    ConnectionState,
     DesiredState,
     Liveness,
     StreamAttr,
@@ -39,6 +40,13 @@ def _int(value: Any, default: int = 0) -> int:
 
 def _opt_int(value: Any) -> int | None:
     return None if value is None else _int(value)
+
+
+def _connection(value: Any) -> ConnectionState | None:
+    try:
+        return None if value is None else ConnectionState(str(value))
+    except ValueError:
+        return None
 
 
 def _str(value: Any) -> str | None:
@@ -75,6 +83,17 @@ class Stream:
     last_error: str | None = None
     last_error_at: str | None = None
     slot: int | None = None
+    connection_state: ConnectionState | None = None
+    connection_since: str | None = None
+
+    @property
+    def last_error_active(self) -> bool:
+        """False when ``last_error`` is from the past: the stream has been connected since."""
+        if self.last_error is None:
+            return False
+        if self.connection_state is not ConnectionState.CONNECTED or not self.connection_since:
+            return True
+        return (self.last_error_at or "") >= self.connection_since
 
     @property
     def held_by_session(self) -> bool:
@@ -105,6 +124,8 @@ class Stream:
             last_error=_str(item.get(StreamAttr.LAST_ERROR)),
             last_error_at=_str(item.get(StreamAttr.LAST_ERROR_AT)),
             slot=_opt_int(item.get(StreamAttr.LEASE_SLOT)),
+            connection_state=_connection(item.get(StreamAttr.CONNECTION_STATE)),
+            connection_since=_str(item.get(StreamAttr.CONNECTION_SINCE)),
         )
 
 

@@ -83,6 +83,22 @@ class DesiredState(StrEnum):
     STOPPED = "STOPPED"
 
 
+class ConnectionState(StrEnum):
+    """How a held stream's upstream connection is doing, as its holder last wrote it (only on a
+    change, never per message or heartbeat)."""
+
+    CONNECTING = "connecting"
+    """Acquired; the first connection is being opened."""
+    CONNECTED = "connected"
+    RETRYING = "retrying"
+    """The connection failed or dropped; reconnecting with backoff (``last_error`` says why)."""
+    REJECTED = "rejected"
+    """The upstream refused the stream (a 4xx at the handshake, a forbidden address): the holder
+    keeps the lease and tries again every ``backoff_max_seconds``; nothing flows meanwhile."""
+    ENDED = "ended"
+    """The upstream finished the stream (close 1000): released and set STOPPED."""
+
+
 class WorkerState(StrEnum):
     """Lifecycle of a worker's session as published in its worker item.
 
@@ -131,6 +147,10 @@ class StreamAttr:
     LEASE_ACQUIRED_AT_MS: Final = "lease_acquired_at_ms"
     LEASE_SLOT: Final = "lease_slot"
     """Sessions: the holder's checkpoint-vector slot of this stream (absent when free)."""
+    CONNECTION_STATE: Final = "connection_state"
+    """A :class:`ConnectionState` (absent while nobody holds the stream)."""
+    CONNECTION_SINCE: Final = "connection_since"
+    """When the connection state last changed (ISO-8601 UTC)."""
     STREAM_ID: Final = "stream_id"
     DELETED_AT: Final = "deleted_at"
     """Set only on a tombstone: when the stream was deleted (ISO-8601 UTC)."""
@@ -208,9 +228,11 @@ BY_STATE_EXPIRY: Final = IndexSpec(
     name="by-state-expiry",
     partition_key=StreamAttr.DESIRED_STATE,
     sort_key=StreamAttr.LEASE_EXPIRES_AT_MS,
-    projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH),
+    projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH, StreamAttr.CONNECTION_STATE),
 )
-"""Orphans and suspects: ``desired_state = STARTED AND lease_expires_at_ms < :t``."""
+"""Orphans and suspects: ``desired_state = STARTED AND lease_expires_at_ms < :t``; the auditor
+reads the owners and connection states of the STARTED streams here (a connection state changes
+rarely, so projecting it costs little)."""
 
 BY_OWNER: Final = IndexSpec(
     name="by-owner",

@@ -45,6 +45,11 @@ class AuditorMetric:
     ORPHANED_STREAMS: Final = "OrphanedStreams"
     OLDEST_ORPHAN_AGE_SECONDS: Final = "OldestOrphanAgeSeconds"
     LIVE_WORKERS: Final = "LiveWorkers"
+    CONNECTING_STREAMS: Final = "ConnectingStreams"
+    CONNECTED_STREAMS: Final = "ConnectedStreams"
+    RETRYING_STREAMS: Final = "RetryingStreams"
+    REJECTED_STREAMS: Final = "RejectedStreams"
+    """Owned but refused by their upstream: nothing flows (an alarm watches it)."""
 
 
 class ApiMetric:

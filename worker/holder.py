@@ -9,7 +9,8 @@ one task in the worker's stream TaskGroup until its lease ends. Inside it:
   self-fencing deadline (its :class:`~worker.fence.Fence`: the lease's own, or its session's);
   ``acked_seq`` — the checkpoint renewals carry — moves only after the sink acknowledged a whole
   batch;
-- *report* (the feed too): upstream failures into ``last_error`` (rate-limited);
+- *report* (the feed too): connection-state changes, with failures as ``last_error``
+  (rate-limited);
 - *watch*: waits for an end request or, for a per-stream lease, the fencing deadline.
 
 Past a per-stream lease's deadline the holding ends (FENCED). Past a session's deadline delivery
@@ -175,7 +176,7 @@ class StreamHolder:
             async with asyncio.TaskGroup() as tasks:
                 receiver = tasks.create_task(self._feed.receive())
                 deliverer = tasks.create_task(self._deliver())
-                reporter = tasks.create_task(self._feed.report_errors())
+                reporter = tasks.create_task(self._feed.report_connection())
                 await self._watch()
                 reporter.cancel()
                 if self.end_reason in GRACEFUL:

@@ -1,10 +1,12 @@
-"""The upstream side of one held stream: reader → bounded queue, and failures → ``last_error``.
+"""The upstream side of one held stream: reader → bounded queue, and the connection's state →
+the stream item.
 
 An :class:`UpstreamFeed` belongs to one :class:`~worker.holder.StreamHolder`. It opens a
 :class:`~worker.upstream.UpstreamReader` resuming after the lease's checkpoint, puts messages on
 the holder's bounded queue (a slow sink slows reading, never grows memory), counts what the
-reader reports, and writes upstream failures into the stream item's ``last_error`` — new texts
-soon, repeats rarely, never more than one write a second.
+reader reports, and writes the connection state (connected, retrying, rejected) into the stream
+item when it changes, with the failure as ``last_error`` — changes soon, repeats rarely, never
+more than one write a second, never per message.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Final
 
 from streamlease.errors import LeaseLost, StoreError, UpstreamRejected
 from streamlease.model import Lease
+from streamlease.schema import ConnectionState
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.logs import describe, logger
@@ -30,9 +33,16 @@ from worker.upstream import (
 )
 
 ERROR_REPEAT_SECONDS: Final = 60.0
-"""The same ``last_error`` text is written again at most this often."""
+"""The same state with the same ``last_error`` text is written again at most this often."""
 ERROR_MIN_GAP_SECONDS: Final = 1.0
-"""At most one ``last_error`` write per stream per this many seconds."""
+"""At most one connection-state write per stream per this many seconds (a flapping upstream
+coalesces into its latest state)."""
+
+_STATES: Final = {
+    UpstreamEventKind.CONNECTED: ConnectionState.CONNECTED,
+    UpstreamEventKind.RETRYING: ConnectionState.RETRYING,
+    UpstreamEventKind.REJECTED: ConnectionState.REJECTED,
+}
 
 
 class UpstreamFeed:
@@ -64,8 +74,8 @@ class UpstreamFeed:
         self._fenced = fenced
         self._until_renewed = until_renewed
         self._reader: UpstreamReader | None = None
-        self._pending_error: str | None = None
-        self._error_ready = asyncio.Event()
+        self._pending: tuple[ConnectionState, str | None] | None = None
+        self._state_changed = asyncio.Event()
 
     async def receive(self) -> None:
         """Upstream → queue until cancelled or the upstream finished the stream (close 1000:
@@ -128,7 +138,7 @@ class UpstreamFeed:
             )
 
     def _on_event(self, event: UpstreamEvent) -> None:
-        """Called synchronously by the reader: count, log, and queue ``last_error`` writes."""
+        """Called synchronously by the reader: count, log, and queue connection-state writes."""
         kind = event.kind
         metrics = self._ctx.metrics
         stream_id = self._lease.stream_id
@@ -141,6 +151,7 @@ class UpstreamFeed:
             )
         elif kind is UpstreamEventKind.CONNECTED:
             logger.info("upstream connected", stream_id=stream_id, attempt=event.attempt)
+            self._note(ConnectionState.CONNECTED, None)
         else:
             if kind is UpstreamEventKind.RETRYING:
                 metrics.incr(WorkerMetric.RECONNECTS)
@@ -153,32 +164,40 @@ class UpstreamFeed:
                 close_code=event.close_code,
                 retry_in_seconds=round(event.delay_seconds, 3),
             )
-            self._pending_error = event.error
-            self._error_ready.set()
+            state = _STATES.get(kind)
+            if state is not None:
+                self._note(state, event.error)
 
-    async def report_errors(self) -> None:
-        """Write upstream failures to ``last_error`` until cancelled."""
-        last_text: str | None = None
+    def _note(self, state: ConnectionState, error: str | None) -> None:
+        self._pending = (state, error)
+        self._state_changed.set()
+
+    async def report_connection(self) -> None:
+        """Write connection-state changes (with their error) to the stream item until
+        cancelled. The acquire wrote ``connecting``."""
+        last: tuple[ConnectionState, str | None] = (ConnectionState.CONNECTING, None)
         last_at = -math.inf
         lease = self._lease
         while True:
-            await self._error_ready.wait()
-            self._error_ready.clear()
-            text = self._pending_error
+            await self._state_changed.wait()
+            self._state_changed.clear()
+            pending = self._pending
             now = time.monotonic()
-            if not text or (text == last_text and now - last_at < ERROR_REPEAT_SECONDS):
+            if pending is None or (pending == last and now - last_at < ERROR_REPEAT_SECONDS):
                 continue
-            with contextlib.suppress(StoreError):  # the next failure tries again
+            state, error = pending
+            with contextlib.suppress(StoreError):  # the next change tries again
                 try:
                     await asyncio.to_thread(
-                        self._ctx.store.record_error,
+                        self._ctx.store.record_connection,
                         lease.stream_id,
-                        self._ctx.worker_id,
+                        lease.owner,
                         lease.epoch,
-                        text,
+                        state,
+                        error,
                     )
                 except LeaseLost:
                     self._on_lost()
                     return
-                last_text, last_at = text, now
+                last, last_at = pending, now
                 await asyncio.sleep(ERROR_MIN_GAP_SECONDS)

@@ -68,6 +68,14 @@ class FleetAlarms(Construct):
             "capacity, not running, or failing to acquire. Check running tasks and the worker "
             "logs; scaling may be at its maximum.",
         )
+        self.rejected = self._alarm(
+            "RejectedStreams",
+            metrics.auditor(AuditorMetric.REJECTED_STREAMS),
+            evaluation_periods=5,
+            description="Owned streams whose upstream refuses them (a 4xx at the handshake or a "
+            "forbidden address) for 5 minutes: they are held and retried slowly, nothing flows. "
+            "GET the stream for last_error; fix its credentials or URL, or stop it.",
+        )
         self.dead_letters = self._alarm(
             "DeadLetters",
             dead_letter_queue.metric_approximate_number_of_messages_visible(
@@ -112,6 +120,7 @@ class FleetAlarms(Construct):
         )
         self.alarms = (
             self.orphans,
+            self.rejected,
             self.dead_letters,
             self.leases_lost,
             self.api_errors,

@@ -77,6 +77,17 @@ class FleetDashboard(Construct):
         )
         self.dashboard.add_widgets(
             _graph(
+                "Owned streams by connection state",
+                [
+                    auditor(AuditorMetric.CONNECTED_STREAMS),
+                    auditor(AuditorMetric.CONNECTING_STREAMS),
+                    auditor(AuditorMetric.RETRYING_STREAMS),
+                    auditor(AuditorMetric.REJECTED_STREAMS),
+                ],
+            ),
+        )
+        self.dashboard.add_widgets(
+            _graph(
                 "Active connections per task",
                 [
                     worker(WorkerMetric.ACTIVE_CONNECTIONS, statistic=stat).with_(
@@ -92,6 +103,8 @@ class FleetDashboard(Construct):
                     worker(WorkerMetric.TAKEOVERS),
                     worker(WorkerMetric.HANDOFFS),
                     worker(WorkerMetric.LEASES_LOST),
+                    worker(WorkerMetric.SESSIONS_EXPIRED),
+                    worker(WorkerMetric.STREAMS_ENDED),
                 ],
             ),
             _graph(

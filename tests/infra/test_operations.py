@@ -36,6 +36,19 @@ def test_orphan_alarm_fires_after_five_minutes_of_orphans(
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
 
 
+def test_rejected_streams_alarm_after_five_minutes(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    """Streams owned but refused by their upstream look healthy by ownership: their own alarm."""
+    alarm = _alarm(stateless_json, "AlarmsRejectedStreams")
+    assert (alarm["Namespace"], alarm["MetricName"]) == (
+        config.metrics_namespace,
+        AuditorMetric.REJECTED_STREAMS,
+    )
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (60, 5)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+
+
 def test_leases_lost_alarm_watches_the_workers_metric(
     stateless_json: TemplateJson, config: DeploymentConfig
 ) -> None:

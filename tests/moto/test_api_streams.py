@@ -12,8 +12,18 @@ from control_plane_support import OPERATOR_ARN, Api, CommandQueue, load_event
 
 from lambdas import runtime
 from lambdas.api import handler
+from streamlease import checkpoints
 from streamlease.lease_store import LeaseStore, wall_ms
-from streamlease.schema import PK, CommandType, DesiredState, stream_key
+from streamlease.model import WorkerInfo
+from streamlease.schema import (
+    PK,
+    CommandType,
+    ConnectionState,
+    DesiredState,
+    WorkerState,
+    stream_key,
+)
+from streamlease.session_store import SessionStore
 
 URL = "wss://feed.example.com/v1/ticker"
 OTHER_URL = "wss://feed.example.com/v2/ticker"
@@ -31,6 +41,9 @@ STREAM_FIELDS = {
     "last_seq",
     "generation",
     "takeovers",
+    "connection_state",
+    "connection_since",
+    "last_error_active",
     "last_error",
     "last_error_at",
     "created_at",
@@ -214,7 +227,9 @@ def test_get_answers_who_since_when_how_far_and_what_went_wrong(
     create(api)
     lease = store.acquire("s1", "w-1", 20_000)
     store.renew("s1", "w-1", lease.epoch, 41, 20_000, previous_expires_ms=lease.expires_at_ms)
-    store.record_error("s1", "w-1", lease.epoch, "upstream closed 1011")
+    store.record_connection(
+        "s1", "w-1", lease.epoch, ConnectionState.RETRYING, "upstream closed 1011"
+    )
     body = api("GET", "/streams/s1").body
     assert body["owner"] == "w-1"
     assert body["lease_state"] == "held"
@@ -223,6 +238,32 @@ def test_get_answers_who_since_when_how_far_and_what_went_wrong(
     assert (body["epoch"], body["last_seq"]) == (1, 41)
     assert body["last_error"] == "upstream closed 1011"
     assert ISO_MS.match(body["last_error_at"])
+    assert (body["connection_state"], body["last_error_active"]) == ("retrying", True)
+    assert ISO_MS.match(body["connection_since"])
+
+
+def test_get_of_a_session_lease_shows_its_sessions_expiry_and_live_checkpoint(
+    api: Api, store: LeaseStore, sessions: SessionStore
+) -> None:
+    """A lease attached to a session lasts as its session does; how far the stream got rides on
+    the session's renewals, not on the stream item."""
+    create(api)
+    now = wall_ms()
+    sessions.create(WorkerInfo("w-1", WorkerState.RUNNING, now, now + 20_000, 0, 10, "h", 1))
+    lease = store.acquire("s1", "w-1", 20_000, slot=0)
+    sessions.renew(
+        "w-1",
+        expires_at_ms=now + 25_000,
+        now_ms=now,
+        active_streams=1,
+        checkpoints=checkpoints.encode([(lease.epoch, 77)]),
+    )
+    body = api("GET", "/streams/s1").body
+    assert (body["owner"], body["lease_state"], body["last_seq"]) == ("w-1", "held", 77)
+    assert body["lease_expires_at_ms"] == now + 25_000
+    sessions.expire("w-1", by="peer", seen_hb=None)
+    body = api("GET", "/streams/s1").body
+    assert (body["lease_state"], body["lease_remaining_ms"]) == ("expired", 0)
 
 
 def test_get_shows_a_lapsed_lease_as_expired(api: Api, store: LeaseStore) -> None:

@@ -122,6 +122,10 @@ def test_handler_publishes_every_metric_as_emf(
         "OrphanedStreams": "Count",
         "OldestOrphanAgeSeconds": "Seconds",
         "LiveWorkers": "Count",
+        "ConnectingStreams": "Count",
+        "ConnectedStreams": "Count",
+        "RetryingStreams": "Count",
+        "RejectedStreams": "Count",
     }
     assert (doc["StartedStreams"], doc["OwnedStreams"], doc["OrphanedStreams"]) == (
         [1.0],
@@ -179,3 +183,24 @@ def test_streams_of_a_dead_session_are_orphans_aged_from_its_expiry(
     assert (audit.started_streams, audit.owned_streams, audit.orphaned_streams) == (7, 3, 4)
     assert audit.oldest_orphan_age_seconds == 8.0
     assert audit.live_workers == 1
+
+
+def test_owned_streams_are_counted_by_connection_state(
+    control_plane: runtime.Runtime, dynamodb: Any
+) -> None:
+    """Owned streams per connection state; an orphan counts in none of them."""
+    table = control_plane.settings.table_name
+    for name, state in (("a", "connected"), ("b", "connected"), ("c", "rejected"), ("d", None)):
+        put_stream(dynamodb, table, name, owner="w", expires_ms=NOW + 10_000)
+        if state is not None:
+            dynamodb.update_item(
+                TableName=table,
+                Key={PK: {"S": f"CONN#{name}"}},
+                UpdateExpression="SET #c = :c",
+                ExpressionAttributeNames={"#c": A.CONNECTION_STATE},
+                ExpressionAttributeValues={":c": {"S": state}},
+            )
+    put_stream(dynamodb, table, "orphan", updated_ms=NOW)
+    audit = auditor.run_audit(control_plane, NOW)
+    assert (audit.connected_streams, audit.rejected_streams, audit.retrying_streams) == (2, 1, 0)
+    assert (audit.owned_streams, audit.orphaned_streams) == (4, 1)

@@ -14,7 +14,14 @@ from stream_items import put_stream
 from streamlease import rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
 from streamlease.lease_store import LeaseStore
-from streamlease.schema import PK, SESSION_HELD_MS, DesiredState, StreamAttr, stream_key
+from streamlease.schema import (
+    PK,
+    SESSION_HELD_MS,
+    ConnectionState,
+    DesiredState,
+    StreamAttr,
+    stream_key,
+)
 
 NOW = 1_800_000_000_000
 LEASE_MS = 20_000
@@ -285,7 +292,7 @@ def test_renew_after_deletion_is_lost_and_recreates_nothing(store, seed, dynamod
     assert store.read("s1") is None
 
 
-# --- release and record_error ----------------------------------------------------------------
+# --- release and record_connection -----------------------------------------------------------
 
 
 def test_release_frees_the_lease_with_a_final_checkpoint_and_is_idempotent(store, seed):
@@ -329,25 +336,53 @@ def test_release_of_a_deleted_stream_reports_nothing_released(store, seed, dynam
     assert store.read("s1") is None
 
 
-def test_record_error_sets_last_error_while_holding(store, seed):
-    """The holder can record why the stream is unhappy; long messages are truncated."""
+def test_a_connection_state_change_is_recorded_with_its_error_while_holding(store, seed):
+    """The holder records how the upstream is doing and why; long messages are truncated."""
     seed("s1")
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    assert store.read("s1").connection_state is ConnectionState.CONNECTING
 
-    store.record_error("s1", "w1", lease.epoch, "handshake 403 " + "x" * 1000, now_ms=NOW)
+    store.record_connection(
+        "s1", "w1", lease.epoch, ConnectionState.REJECTED, "handshake 403 " + "x" * 1000, now_ms=NOW
+    )
 
     stored = store.read("s1")
+    assert stored.connection_state is ConnectionState.REJECTED
     assert stored.last_error.startswith("handshake 403")
     assert len(stored.last_error) == 500
-    assert stored.last_error_at == "2027-01-15T08:00:00.000Z"
+    assert stored.last_error_at == stored.connection_since == "2027-01-15T08:00:00.000Z"
+    assert stored.last_error_active
 
 
-def test_record_error_after_losing_the_lease_is_lost(store, seed):
-    """An old holder cannot write last_error over the new holder's item."""
+def test_an_error_is_past_once_the_stream_is_connected_again(store, seed):
+    """last_error stays, with its time; once connected since, it reads as past."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    store.record_connection("s1", "w1", lease.epoch, ConnectionState.RETRYING, "1006", now_ms=NOW)
+    store.record_connection("s1", "w1", lease.epoch, ConnectionState.CONNECTED, now_ms=NOW + 5)
+    stored = store.read("s1")
+    assert (stored.last_error, stored.connection_state) == ("1006", ConnectionState.CONNECTED)
+    assert not stored.last_error_active
+
+
+def test_a_release_clears_the_connection_state_and_an_ended_stream_keeps_it(store, seed):
+    seed("a")
+    seed("b")
+    a = store.acquire("a", "w1", LEASE_MS, now_ms=NOW)
+    b = store.acquire("b", "w1", LEASE_MS, now_ms=NOW)
+    store.release("a", "w1", a.epoch, now_ms=NOW + 1)
+    ended = store.release("b", "w1", b.epoch, stop=True, last_error="closed 1000", now_ms=NOW + 1)
+    assert store.read("a").connection_state is None
+    assert ended is not None and ended.connection_state is ConnectionState.ENDED
+    assert (ended.desired_state, ended.generation) == (DesiredState.STOPPED, 2)
+
+
+def test_a_connection_state_after_losing_the_lease_is_lost(store, seed):
+    """An old holder cannot write over the new holder's item."""
     seed("s1", owner="w2", expires_ms=NOW + LEASE_MS, epoch=2)
 
     with pytest.raises(LeaseLost):
-        store.record_error("s1", "w1", 1, "boom", now_ms=NOW)
+        store.record_connection("s1", "w1", 1, ConnectionState.RETRYING, "boom", now_ms=NOW)
 
     assert store.read("s1").last_error is None
 

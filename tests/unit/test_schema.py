@@ -171,7 +171,11 @@ def test_indexes_are_those_the_lease_protocol_queries():
     ]
     assert state["Projection"] == {
         "ProjectionType": "INCLUDE",
-        "NonKeyAttributes": [StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH],
+        "NonKeyAttributes": [
+            StreamAttr.LEASE_OWNER,
+            StreamAttr.LEASE_EPOCH,
+            StreamAttr.CONNECTION_STATE,
+        ],
     }
 
     owner = gsis[BY_OWNER.name]

@@ -86,6 +86,7 @@ class RecordingStore:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.errors: list[str] = []
+        self.states: list[str] = []
         self.state_after_release = DesiredState.STARTED
 
     def release(self, stream_id: str, owner: str, epoch: int, **kwargs: Any) -> Stream:
@@ -93,8 +94,12 @@ class RecordingStore:
         state = DesiredState.STOPPED if kwargs.get("stop") else self.state_after_release
         return Stream(stream_id, state, "", None, 0, kwargs.get("last_seq") or 0, epoch, 2)
 
-    def record_error(self, stream_id: str, owner: str, epoch: int, message: str) -> None:
-        self.errors.append(message)
+    def record_connection(
+        self, stream_id: str, owner: str, epoch: int, state: Any, error: str | None = None
+    ) -> None:
+        self.states.append(str(state))
+        if error is not None:
+            self.errors.append(error)
 
 
 class RecordingHandoffs:
@@ -283,13 +288,15 @@ async def test_sink_failures_are_retried_and_never_checkpointed(
 async def test_a_forbidden_upstream_is_parked_with_its_error(
     sim: UpstreamSimulator, tmp_path: Path
 ) -> None:
-    """HTTP 403: the holder keeps the stream, records the error, delivers nothing."""
+    """HTTP 403: the holder keeps the stream, records it as rejected with the error, delivers
+    nothing."""
     rig = make_rig(sim, tmp_path)
     holder = rig.holder("s6", reject=403)
     task = asyncio.create_task(holder.run())
     await until(lambda: rig.store.errors)
     assert holder.is_active
     assert "403" in rig.store.errors[0]
+    assert rig.store.states[0] == "rejected"
     holder.request_end(EndReason.SHUTDOWN)
     await asyncio.wait_for(task, 10)
     assert rig.journal.written() == []
