@@ -346,24 +346,27 @@ class Command:
     """An SQS command: "look at this stream, it may need an owner".
 
     ``generation`` is the stream's generation when the command was sent; a worker ignores a
-    command whose generation is older than the item's (it is stale).
+    command whose generation is older than the item's (it is stale). ``rebalance``: a handoff
+    from a worker above its fair share, meant for a worker below it (one at its share passes it
+    on): a move that does not reduce the imbalance is a wasted handover.
     """
 
     type: CommandType
     stream_id: str
     generation: int
+    rebalance: bool = False
 
     def to_json(self) -> str:
         """The message body."""
-        return json.dumps(
-            {
-                "v": COMMAND_VERSION,
-                "type": self.type.value,
-                "stream_id": self.stream_id,
-                "generation": self.generation,
-            },
-            separators=(",", ":"),
-        )
+        body: dict[str, object] = {
+            "v": COMMAND_VERSION,
+            "type": self.type.value,
+            "stream_id": self.stream_id,
+            "generation": self.generation,
+        }
+        if self.rebalance:
+            body["rebalance"] = True
+        return json.dumps(body, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, body: str) -> Command:
@@ -387,7 +390,10 @@ class Command:
             kind = CommandType(str(data.get("type")))
         except ValueError as exc:
             raise ValueError("unknown command type") from exc
-        return cls(type=kind, stream_id=stream_id, generation=generation)
+        rebalance = data.get("rebalance", False)
+        if not isinstance(rebalance, bool):
+            raise ValueError("command rebalance is not a boolean")
+        return cls(type=kind, stream_id=stream_id, generation=generation, rebalance=rebalance)
 
 
 # --- sink records ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease import rules
-from streamlease.schema import Command, CommandType
+from streamlease.schema import COMMAND_MAX_RECEIVES, Command, CommandType
 from worker.acquisition import Acquirer, Outcome
 from worker.blocking import run_in_daemon_thread
 from worker.context import WorkerContext
@@ -37,6 +37,9 @@ IDLE_CHECK_SECONDS: Final = 0.1
 """How often a worker that may not take more streams looks again (an in-memory check: the
 share changes when the rebalancer recounts, the holdings when a stream leaves)."""
 ERROR_PAUSE_SECONDS: Final = 1.0
+PASS_ON_LIMIT: Final = COMMAND_MAX_RECEIVES - 2
+"""A rebalance handoff is passed on by workers not below their share until this receive, well
+before the dead-letter queue takes it (at its ``COMMAND_MAX_RECEIVES``-th)."""
 
 
 def receive_count(share: int, held: int, free: int) -> int:
@@ -108,9 +111,12 @@ class CommandQueue:
         except (BotoCoreError, ClientError) as exc:
             logger.info("command return failed", error=describe(exc))
 
-    async def send_handoff(self, stream_id: str, generation: int) -> bool:
-        """Send a HANDOFF command; True when SQS accepted it. Never raises for SQS errors."""
-        body = Command(CommandType.HANDOFF, stream_id, generation).to_json()
+    async def send_handoff(
+        self, stream_id: str, generation: int, *, rebalance: bool = False
+    ) -> bool:
+        """Send a HANDOFF command (``rebalance``: meant for a worker below its fair share); True
+        when SQS accepted it. Never raises for SQS errors."""
+        body = Command(CommandType.HANDOFF, stream_id, generation, rebalance).to_json()
         try:
             await asyncio.to_thread(self._sqs.send_message, QueueUrl=self._url, MessageBody=body)
         except (BotoCoreError, ClientError) as exc:
@@ -176,6 +182,12 @@ class CommandPoller:
             # or a worker alone on the queue would receive it again at once, in a tight loop.
             await self._queue.give_back(receipt, self._holdings.given_away_seconds)
             return
+        if command.rebalance and not self._below_share() and _receives(message) < PASS_ON_LIMIT:
+            # Meant for a worker below its share: taking it would only move the imbalance.
+            # Passed on a bounded number of times (a receive counts towards the dead-letter
+            # queue); after that, whoever has room takes it.
+            await self._queue.give_back(receipt)
+            return
         try:
             outcome = await self._acquirer.try_acquire(
                 command.stream_id, source=command.type.value.lower()
@@ -194,6 +206,17 @@ class CommandPoller:
             generation=command.generation,
             outcome=outcome.value,
         )
+
+    def _below_share(self) -> bool:
+        return self._holdings.count < self._fleet.share
+
+
+def _receives(message: dict[str, Any]) -> int:
+    """How many times SQS has delivered ``message`` (1 the first time)."""
+    try:
+        return int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
+    except (TypeError, ValueError):
+        return 1
 
 
 def given_away_window_seconds(reconcile_seconds: float) -> float:

@@ -25,8 +25,11 @@ if TYPE_CHECKING:
 class HandoffSender(Protocol):
     """Sends a handoff command for a released stream (implemented by the command queue)."""
 
-    async def send_handoff(self, stream_id: str, generation: int) -> bool:
-        """Send it; True when SQS accepted it. Never raises for an SQS failure."""
+    async def send_handoff(
+        self, stream_id: str, generation: int, *, rebalance: bool = False
+    ) -> bool:
+        """Send it (``rebalance``: meant for a worker below its fair share); True when SQS
+        accepted it. Never raises for an SQS failure."""
         ...
 
 

@@ -26,6 +26,8 @@ class FleetView:
     total_streams: int = 0
     orphans: int = 0
     """Streams wanted and unowned at the last reconcile (counted into the total)."""
+    deficit: int = 0
+    """Streams the other live, running workers lack to reach the share (what shedding fills)."""
     updated_mono: float = 0.0
 
 
@@ -56,6 +58,11 @@ def update_view(
     view.total_streams = total
     view.live_workers = live
     view.share = rules.fair_share(total, live)
+    view.deficit = sum(
+        max(0, view.share - max(0, w.active_streams))
+        for w in workers
+        if w.worker_id != me and w.state is WorkerState.RUNNING and w.worker_id not in dead
+    )
     view.updated_mono = time.monotonic()
 
 

@@ -294,7 +294,8 @@ class StreamHolder:
         # was finishing): tell a worker now instead of leaving it to reconciliation.
         if not (self._settings.handoff_on_release and stream.desired_state is DesiredState.STARTED):
             return
-        if await ctx.handoffs.send_handoff(self.stream_id, stream.generation):
+        rebalance = reason is EndReason.SHED
+        if await ctx.handoffs.send_handoff(self.stream_id, stream.generation, rebalance=rebalance):
             ctx.metrics.incr(WorkerMetric.HANDOFFS)
             self._record(LeaseEvent.HANDOFF)
 

@@ -3,7 +3,9 @@
 The fair share comes from the fleet watcher (:mod:`worker.fleet`, recounted every second).
 Every ``rebalance_seconds`` (jittered), when this worker holds more than share + slack, it hands
 off a few streams (release + handoff) that it has held for at least ``min_tenure_seconds``. A few
-at a time, so the fleet converges without a herd.
+at a time, so the fleet converges without a herd; never more than the workers below their share
+lack (a stream shed when nobody below the share can take it only moves the imbalance), and each
+handoff is marked for them (:class:`~streamlease.schema.Command` ``rebalance``).
 """
 
 from __future__ import annotations
@@ -73,7 +75,11 @@ class Rebalancer:
         settings = ctx.settings
         active: list[StreamHolder] = [h for h in self._holdings if h.is_active]
         count = rules.streams_to_shed(
-            len(active), self._view.share, settings.rebalance_slack, settings.shed_batch
+            len(active),
+            self._view.share,
+            settings.rebalance_slack,
+            settings.shed_batch,
+            self._view.deficit,
         )
         chosen = choose_to_shed(
             [(h.stream_id, h.acquired_mono) for h in active],

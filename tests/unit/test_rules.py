@@ -161,7 +161,14 @@ def test_fair_share_is_ceil_of_streams_over_live_workers(streams, workers, share
 )
 def test_streams_to_shed_respects_slack_and_batch(held, share, slack, batch, shed):
     """Nothing until held > share + slack; then min(batch, held − share)."""
-    assert rules.streams_to_shed(held, share, slack, batch) == shed
+    assert rules.streams_to_shed(held, share, slack, batch, room_elsewhere=1000) == shed
+
+
+@pytest.mark.parametrize(("room", "shed"), [(0, 0), (1, 1), (2, 2), (9, 2)])
+def test_nothing_is_shed_beyond_what_the_workers_below_share_lack(room, shed):
+    """After a scale-out the excess moves to the workers below their share, and no further: a
+    stream handed to a worker already at its share is a wasted handover."""
+    assert rules.streams_to_shed(12, 9, 1, 2, room_elsewhere=room) == shed
 
 
 @given(
@@ -169,11 +176,15 @@ def test_streams_to_shed_respects_slack_and_batch(held, share, slack, batch, she
     share=st.integers(0, 10_000),
     slack=st.integers(0, 100),
     batch=st.integers(1, 100),
+    room=st.integers(0, 10_000),
 )
-def test_shedding_never_drops_below_fair_share_nor_exceeds_the_batch(held, share, slack, batch):
-    """A shedding worker ends at or above its share, moving at most one batch."""
-    shed = rules.streams_to_shed(held, share, slack, batch)
-    assert 0 <= shed <= batch
+def test_shedding_never_drops_below_fair_share_nor_exceeds_the_batch(
+    held, share, slack, batch, room
+):
+    """A shedding worker ends at or above its share, moving at most one batch and never more
+    than the others can take."""
+    shed = rules.streams_to_shed(held, share, slack, batch, room)
+    assert 0 <= shed <= min(batch, room)
     if shed:
         assert held - shed >= share
 

@@ -70,11 +70,24 @@ def test_a_non_worker_key_is_not_parsed_as_a_worker(pk):
 # --- commands --------------------------------------------------------------------------------
 
 
-@given(kind=st.sampled_from(CommandType), stream_id=ids, generation=st.integers(0, 2**53))
-def test_commands_round_trip_through_json(kind, stream_id, generation):
-    """from_json(to_json(c)) == c for every command type, id and generation."""
-    command = Command(type=kind, stream_id=stream_id, generation=generation)
+@given(
+    kind=st.sampled_from(CommandType),
+    stream_id=ids,
+    generation=st.integers(0, 2**53),
+    rebalance=st.booleans(),
+)
+def test_commands_round_trip_through_json(kind, stream_id, generation, rebalance):
+    """from_json(to_json(c)) == c for every command type, id, generation and rebalance mark."""
+    command = Command(type=kind, stream_id=stream_id, generation=generation, rebalance=rebalance)
     assert Command.from_json(command.to_json()) == command
+
+
+def test_a_rebalance_handoff_is_marked_and_an_ordinary_one_is_not():
+    """Only a shed carries the mark, so a command from an older worker reads as ordinary."""
+    plain = json.loads(Command(CommandType.HANDOFF, "s1", 3).to_json())
+    marked = json.loads(Command(CommandType.HANDOFF, "s1", 3, rebalance=True).to_json())
+    assert "rebalance" not in plain
+    assert marked["rebalance"] is True
 
 
 def test_command_body_is_compact_versioned_json():
@@ -122,6 +135,8 @@ def body_with(**changes: object) -> str:
         (body_with(type="start"), "type"),
         (body_with(type="STOP"), "type"),
         (body_with(type=None), "type"),
+        (body_with(rebalance="yes"), "rebalance"),
+        (body_with(rebalance=1), "rebalance"),
     ],
 )
 def test_malformed_commands_are_rejected(body, message):

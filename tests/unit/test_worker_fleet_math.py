@@ -90,3 +90,19 @@ def test_timers_are_jittered_by_twenty_percent() -> None:
 
 def test_a_handed_off_stream_is_left_to_others_for_three_reconcile_rounds() -> None:
     assert given_away_window_seconds(5.0) == 15.0
+
+
+def test_the_deficit_is_what_running_workers_below_the_share_lack() -> None:
+    """A new empty worker, two at the share, a draining one and a dead one: only the running,
+    live workers below the share count."""
+    workers = [
+        info("me", 12),
+        info("new", 0),
+        info("b", 9),
+        info("d", 3, WorkerState.DRAINING),
+        info("dead", 2),
+    ]
+    view = FleetView()
+    update_view(view, workers, "me", held=12, dead=frozenset({"dead"}))
+    assert view.share == 9  # 26 streams over 3 live workers
+    assert view.deficit == 9

@@ -105,9 +105,13 @@ class RecordingStore:
 class RecordingHandoffs:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
+        self.rebalance: list[bool] = []
 
-    async def send_handoff(self, stream_id: str, generation: int) -> bool:
+    async def send_handoff(
+        self, stream_id: str, generation: int, *, rebalance: bool = False
+    ) -> bool:
         self.journal.entries.append(("handoff", stream_id, generation))
+        self.rebalance.append(rebalance)
         return True
 
 
@@ -440,3 +444,19 @@ async def test_a_lost_session_ends_a_paused_holder_without_a_write(
     await asyncio.wait_for(task, 10)
     assert len(rig.journal.entries) == writes_before
     assert rig.events() == ["lost"]
+
+
+async def test_a_shed_stream_is_handed_off_for_a_worker_below_its_share(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """Shedding marks its handoff (a drain does not): only a worker below its share should take
+    it, or the move would not reduce the imbalance."""
+    rig = make_rig(sim, tmp_path)
+    shed, drained = rig.holder("s12"), rig.holder("s13")
+    for holder, reason in ((shed, EndReason.SHED), (drained, EndReason.SHUTDOWN)):
+        task = asyncio.create_task(holder.run())
+        await until(lambda h=holder: h.acked_seq >= 3)
+        holder.request_end(reason)
+        await asyncio.wait_for(task, 10)
+    handoffs = cast(RecordingHandoffs, rig.ctx.handoffs)
+    assert handoffs.rebalance == [True, False]
