@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from typing import Any
 
 import pytest
 
 from streamlease import aws
-from streamlease.errors import SinkError
+from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.schema import SinkField
 from streamlease.settings import Settings
 from worker.sinks import KinesisSink, NoDeadline, SinkRecord, encode_record
@@ -35,10 +36,17 @@ class RecordingClient:
         self.real = real
         self.fail_indexes = fail_indexes or {}
         self.calls: list[list[dict[str, Any]]] = []
+        self.started: list[float] = []
+
+    delay_seconds = 0.0
+    """How long each call takes on top of Kinesis (a slow sink)."""
 
     def put_records(self, *, StreamName: str, Records: list[dict[str, Any]]) -> dict[str, Any]:
         call = len(self.calls)
         self.calls.append(Records)
+        self.started.append(time.monotonic())
+        if self.delay_seconds:
+            time.sleep(self.delay_seconds)
         failing = self.fail_indexes.get(call, set())
         sent = [r for i, r in enumerate(Records) if i not in failing]
         results = iter(
@@ -119,6 +127,55 @@ async def test_a_record_failing_every_attempt_fails_the_write(
         await sink.write([record("s", 1)], ALWAYS)
     await sink.close()
     assert len(recording.calls) == 3
+
+
+class Deadline:
+    """A fencing deadline ``seconds`` from now."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def remaining_seconds(self) -> float:
+        return self.at - time.monotonic()
+
+
+async def test_no_retry_is_sent_after_the_deadline_and_the_unsent_are_named(
+    aws_settings: Settings, client: Any
+) -> None:
+    """A slow sink whose calls keep partly failing: once the holder's deadline passes nothing
+    more is sent — not even a retry — and the write fails naming the records not stored, so
+    the holder neither acknowledges them nor sends the stored ones again."""
+    settings = dataclasses.replace(aws_settings, sink_max_attempts=100)
+    failing = {0: {2, 3}} | {n: {0, 1} for n in range(1, 100)}  # 3 and 4 never get through
+    recording = RecordingClient(client, fail_indexes=failing)
+    recording.delay_seconds = 0.1
+    sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.05)
+    deadline = Deadline(0.5)
+    with pytest.raises(SinkDeadlinePassed) as cut:
+        await sink.write([record("s", n) for n in range(1, 5)], deadline)
+    await sink.close()
+    assert recording.started and all(t < deadline.at for t in recording.started)
+    assert [r.seq for r in cut.value.unsent or []] == [3, 4]
+    assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2]}
+
+
+async def test_a_write_after_the_deadline_sends_nothing(
+    aws_settings: Settings, client: Any
+) -> None:
+    recording = RecordingClient(client)
+    sink = KinesisSink(aws_settings, client=recording)
+    with pytest.raises(SinkDeadlinePassed) as cut:
+        await sink.write([record("s", 1)], Deadline(-1.0))
+    await sink.close()
+    assert recording.calls == []
+    assert [r.seq for r in cut.value.unsent or []] == [1]
+
+
+def test_the_sink_client_never_retries_behind_the_sinks_back(aws_settings: Settings) -> None:
+    """botocore's own retries would send after the deadline: the sink's client makes one
+    attempt per call and the sink decides about retries."""
+    sink = KinesisSink(aws_settings)
+    assert sink._client.meta.config.retries["total_max_attempts"] == 1
 
 
 async def test_a_missing_stream_fails_at_once_without_retries(aws_settings: Settings) -> None:
