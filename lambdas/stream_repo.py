@@ -243,9 +243,13 @@ class StreamRepo:
                 raise StreamConflict(
                     f"stream {stream_id!r} is STARTED; stop it before deleting it", "id"
                 ) from None
+            held = (
+                "its owner is releasing it"
+                if stream.held_by_session
+                else f"lease ends in {max(0, stream.expires_at_ms - now)} ms"
+            )
             raise StreamConflict(
-                f"stream {stream_id!r} is still held by {stream.owner} "
-                f"(lease ends in {max(0, stream.expires_at_ms - now)} ms); "
+                f"stream {stream_id!r} is still held by {stream.owner} ({held}); "
                 "retry once the owner has released it",
                 "id",
             ) from None

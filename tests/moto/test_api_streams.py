@@ -313,6 +313,16 @@ def test_delete_of_a_held_stream_conflicts(api: Api, store: LeaseStore) -> None:
     assert "w-1" in result.error["message"]
 
 
+def test_delete_of_a_stream_its_session_still_holds_conflicts(api: Api, store: LeaseStore) -> None:
+    """A session's lease has no expiry of its own: the answer says the owner is releasing it."""
+    create(api)
+    store.acquire("s1", "w-1", 20_000, slot=0)
+    api("POST", "/streams/s1/stop")
+    response = api("DELETE", "/streams/s1")
+    assert response.status == 409
+    assert "its owner is releasing it" in response.body["error"]["message"]
+
+
 def test_delete_of_a_stopped_free_stream(api: Api) -> None:
     """A STOPPED, unowned stream is deleted (204) and then gone (404)."""
     create(api)
