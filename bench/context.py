@@ -1,8 +1,17 @@
 """The stage every measuring section shares: one moto server, fresh resources per preset, scale.
 
-All timers are scaled by one factor, the run's ``--scale`` (default 0.1: lease 2 s = production's
-20 s / 10), the same for our defaults and the reference preset; figures are reported in seconds
-*and* in leases so they translate back to production.
+Three presets, compared side by side in one run:
+
+- ``sessions``: our defaults (``liveness = session``, DESIGN §4a);
+- ``per-stream``: our defaults with ``liveness = stream`` (one renewal per held stream, §4b);
+- ``reference (seed design)``: per-stream plus the seed's slow reconcile (3 leases), releases
+  without a handoff command and no acquire scheduled for suspect leases.
+
+A section runs the presets that differ in what it measures: write cost, CPU and scale run
+sessions and per-stream (the reference renews exactly as per-stream does); failover and stop run
+all three. All timers are scaled by one factor, the run's ``--scale`` (default 0.1: lease 2 s =
+production's 20 s / 10), the same for every preset; figures are reported in seconds *and* in
+leases so they translate back to production.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from local.worker_process import (
     scaled_settings,
     use_dummy_aws_credentials,
 )
+from streamlease.schema import Liveness
 from streamlease.settings import Settings
 
 DEFAULT_SCALE: Final = 0.1
@@ -34,13 +44,31 @@ or 6 s (reference)."""
 MIN_SCALE: Final = 0.1
 """Below this, floors that do not scale (SQS waits in whole seconds, a 0.5 s DynamoDB timeout,
 the 1 s fleet recount) are as long as the timers they sit beside."""
-OURS: Final = "ours"
+SESSIONS: Final = "sessions"
+PER_STREAM: Final = "per-stream"
 REFERENCE: Final = "reference"
-PRESETS: Final = (OURS, REFERENCE)
+PRESETS: Final = (SESSIONS, PER_STREAM, REFERENCE)
+"""Every preset, in the order tables list them (failover and stop run all three)."""
+RENEWAL_PRESETS: Final = (SESSIONS, PER_STREAM)
+"""The presets whose renewals differ (write cost, CPU, scale): the reference renews as
+per-stream does."""
 PRESET_LABELS: Final = {
-    OURS: "streamlease defaults",
+    SESSIONS: "sessions",
+    PER_STREAM: "per-stream",
     REFERENCE: "reference (seed design)",
 }
+
+
+def preset_settings(preset: str, ours: Settings) -> Settings:
+    """``ours`` (our defaults, already scaled) as ``preset`` runs them; the liveness mode is
+    always set explicitly, so a change of default cannot relabel a column. Raises ``KeyError``
+    for an unknown preset."""
+    if preset not in PRESET_LABELS:
+        raise KeyError(preset)
+    if preset == SESSIONS:
+        return dataclasses.replace(ours, liveness=Liveness.SESSION)
+    per_stream = dataclasses.replace(ours, liveness=Liveness.STREAM)
+    return reference_settings(per_stream) if preset == REFERENCE else per_stream
 
 
 @dataclass
@@ -76,12 +104,13 @@ class BenchContext:
         named = create_resources(base, prefix=f"bench-{name}-{uuid.uuid4().hex[:8]}")
         return dataclasses.replace(named, **overrides)
 
-    def settings(self, preset: str, **overrides: Any) -> Settings:
-        """Fresh resources on the moto server with the preset's scaled settings."""
+    def settings(self, preset: str, *, scale: float | None = None, **overrides: Any) -> Settings:
+        """Fresh resources on the moto server with the preset's settings at timer ``scale``
+        (default: the run's). Raises ``KeyError`` for an unknown preset."""
         named = self.resources(preset)
-        ours = scaled_settings(named, lease_seconds=self.lease_seconds, metrics_flush_seconds=600.0)
-        chosen = reference_settings(ours) if preset == REFERENCE else ours
-        return dataclasses.replace(chosen, **overrides)
+        lease = PRODUCTION_LEASE_SECONDS * (self.scale if scale is None else scale)
+        ours = scaled_settings(named, lease_seconds=lease, metrics_flush_seconds=600.0)
+        return dataclasses.replace(preset_settings(preset, ours), **overrides)
 
     def testbed(self, name: str, settings: Settings, *, rate: float) -> Testbed:
         """A testbed in a fresh directory under the scratch directory."""

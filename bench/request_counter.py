@@ -15,6 +15,7 @@ import os
 import runpy
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,14 @@ class RequestCounter:
         the index queried (``table`` for a query of the table itself)."""
         self.write_units_by_target: Counter[str] = Counter()
         """Write units (table + indexes) by ``stream``/``worker`` item."""
+        self.write_units_by_request: Counter[str] = Counter()
+        """Write units (table + indexes) by ``"<Operation> <target>"``, as :attr:`by_target`."""
+        self.index_units_by_request: Counter[str] = Counter()
+        """The index part of :attr:`write_units_by_request`."""
+        self.read_units_by_request: Counter[str] = Counter()
+        """Read units by ``"<Operation> <target>"``."""
+        self.read_bytes_by_request: Counter[str] = Counter()
+        """Bytes of the answers to reads by ``"<Operation> <target>"`` (what units follow)."""
         self.attempts: Counter[str] = Counter()
         """HTTP attempts by operation (retries included)."""
         self.write_units: Counter[str] = Counter()
@@ -93,28 +102,40 @@ class RequestCounter:
         ok = http_response is not None and http_response.status_code < 300
         code = (parsed or {}).get("Error", {}).get("Code", "") if not ok else ""
         target = _target(params)
+        request = f"{operation} {target}"
         with self._lock:
             self.requests[f"{operation} {'ok' if ok else 'failed'}"] += 1
-            self.by_target[f"{operation} {target}"] += 1
+            self.by_target[request] += 1
             if operation in WRITE_OPERATIONS and (ok or code == "ConditionalCheckFailedException"):
                 cost = write_cost(operation, params, ok, self._membership)
                 self.write_units["table"] += cost.base
                 for name, units in cost.index.items():
                     self.write_units[name] += units
                 self.write_units_by_target[target] += cost.total
+                self.write_units_by_request[request] += cost.total
+                self.index_units_by_request[request] += cost.total - cost.base
             elif operation in READ_OPERATIONS and ok:
                 size = len(http_response.content or b"")
-                self.read_units += read_units(operation, params, size)
+                units = read_units(operation, params, size)
+                self.read_units += units
+                self.read_units_by_request[request] += units
+                self.read_bytes_by_request[request] += size
 
     # --- results ---------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """The counts so far as plain JSON-able data."""
+        """The counts so far as plain JSON-able data, with ``mono``: when they were taken
+        (``time.monotonic()``, one clock for every process of a Linux machine)."""
         with self._lock:
             return {
+                "mono": time.monotonic(),
                 "requests": dict(self.requests),
                 "by_target": dict(self.by_target),
                 "write_units_by_target": dict(self.write_units_by_target),
+                "write_units_by_request": dict(self.write_units_by_request),
+                "index_units_by_request": dict(self.index_units_by_request),
+                "read_units_by_request": dict(self.read_units_by_request),
+                "read_bytes_by_request": dict(self.read_bytes_by_request),
                 "attempts": dict(self.attempts),
                 "write_units": dict(self.write_units),
                 "read_units": self.read_units,
@@ -146,13 +167,30 @@ def write_requests(snapshot: dict[str, Any]) -> int:
     )
 
 
+COUNTED_FIELDS = (
+    "requests",
+    "by_target",
+    "write_units_by_target",
+    "write_units_by_request",
+    "index_units_by_request",
+    "read_units_by_request",
+    "read_bytes_by_request",
+    "attempts",
+    "write_units",
+)
+"""The per-key counts of a :meth:`RequestCounter.snapshot` (``read_units`` is one number)."""
+
+
 def diff(later: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
-    """``later − earlier`` of two snapshots (counts taken in a steady window)."""
+    """``later − earlier`` of two snapshots (counts taken in a steady window), with
+    ``seconds`` between them when both say when they were taken."""
     out: dict[str, Any] = {}
-    for field in ("requests", "by_target", "write_units_by_target", "attempts", "write_units"):
+    for field in COUNTED_FIELDS:
         a, b = later.get(field, {}), earlier.get(field, {})
         out[field] = {k: a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)}
     out["read_units"] = later.get("read_units", 0.0) - earlier.get("read_units", 0.0)
+    if "mono" in later and "mono" in earlier:
+        out["seconds"] = later["mono"] - earlier["mono"]
     return out
 
 

@@ -192,6 +192,37 @@ def table_units(params: Mapping[str, Any]) -> int:
     return max(1, -(-(written + ITEM_OVERHEAD_BYTES) // 1024))
 
 
+def item_size_bytes(item: Mapping[str, Any]) -> int:
+    """An item's size by DynamoDB's billing rule, from a low-level client's item
+    (``{"name": {"S": ...}}``): per attribute its name's UTF-8 length plus its value's size.
+
+    A string is its UTF-8 length, binary its length, a number about one byte per two significant
+    digits plus one, a boolean or null one byte; a list or map 3 bytes plus 1 per element plus
+    the elements (a map's keys included).
+    """
+    return sum(len(name.encode()) + _attribute_bytes(value) for name, value in item.items())
+
+
+def _attribute_bytes(value: Mapping[str, Any]) -> int:
+    kind, inner = next(iter(value.items()))
+    if kind == "S":
+        return len(str(inner).encode())
+    if kind == "B":
+        return len(inner)
+    if kind == "N":
+        digits = str(inner).lstrip("-").replace(".", "").strip("0") or "0"
+        return -(-len(digits) // 2) + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + _attribute_bytes(v) + 1 for k, v in inner.items())
+    if kind == "L":
+        return 3 + sum(_attribute_bytes(v) + 1 for v in inner)
+    if kind in ("SS", "BS", "NS"):
+        return sum(_attribute_bytes({kind[0]: v}) for v in inner)
+    return 8
+
+
 def _value_bytes(value: Any) -> int:
     """Size of one attribute value as sent by a low-level client (``{"S": ...}``, ``{"B": ...}``,
     ``{"N": "..."}``); other shapes count a few bytes."""

@@ -1,7 +1,8 @@
-"""The benchmark harness runs: its smallest measurement, on a real worker, for a few seconds.
+"""The benchmark harness runs: its smallest write-cost measurement, on a real worker per preset.
 
 ``make bench`` is not part of ``make test``; this proves the request counter still hooks into a
-worker process and prices what it sends (nothing is asserted about speed).
+worker process, tells session renewals from per-stream renewals and prices what each sends
+(nothing is asserted about speed).
 """
 
 from __future__ import annotations
@@ -13,23 +14,50 @@ import pytest
 
 from bench import write_cost
 from bench.common import Progress
-from bench.context import OURS, BenchContext
+from bench.context import DEFAULT_SCALE, PER_STREAM, SESSIONS, BenchContext
 from local.moto_process import MotoProcess
-from streamlease.schema import BY_STATE_EXPIRY
+from streamlease.schema import BY_STATE_EXPIRY, FLEET
 
 pytestmark = pytest.mark.slow
 
+STREAMS = 3
+HEARTBEATS = 4
 
-def test_the_write_cost_measurement_counts_a_real_workers_renewals(
-    moto_server: MotoProcess, tmp_path: Path
-) -> None:
-    """One worker, three streams, two seconds of counting: renewals were seen, and each moved
-    the by-state-expiry index entry (delete + insert) on top of its table write."""
-    ctx = BenchContext(
+
+def context(moto_server: MotoProcess, tmp_path: Path) -> BenchContext:
+    return BenchContext(
         quick=True, progress=Progress(1, stream=io.StringIO()), work_dir=tmp_path, _moto=moto_server
     )
-    delta = write_cost.measure(ctx, OURS, streams=3, window_seconds=2.0)
-    renewals = delta["by_target"].get("UpdateItem stream", 0)
-    assert renewals >= 3, delta
-    units = delta["write_units"]
-    assert units.get(BY_STATE_EXPIRY.name, 0) >= units["table"] > 0, delta
+
+
+def test_a_session_worker_renews_its_session_and_no_stream_in_a_steady_window(
+    moto_server: MotoProcess, tmp_path: Path
+) -> None:
+    """Sessions: the window counts session renewals (the worker item, table + fleet-index
+    units, no key move), no stream write at all, and divides by the streams really held."""
+    ctx = context(moto_server, tmp_path)
+    [window] = write_cost.measure(ctx, SESSIONS, (STREAMS,), HEARTBEATS, scale=DEFAULT_SCALE)
+    counts = window.counts
+    renewals = counts["by_target"].get(write_cost.SESSION_RENEWAL, 0)
+    assert renewals >= HEARTBEATS - 1, counts
+    assert counts["by_target"].get(write_cost.STREAM_WRITE, 0) == 0, counts
+    assert counts["write_units"].get(BY_STATE_EXPIRY.name, 0) == 0, counts
+    assert counts["write_units"].get(FLEET.name, 0) == renewals, counts
+    assert counts["write_units_by_request"][write_cost.SESSION_RENEWAL] == 2 * renewals, counts
+    assert window.held == STREAMS
+    assert window.worker_item_bytes is not None and window.worker_item_bytes < 1024
+
+
+def test_a_per_stream_worker_renews_every_stream_and_moves_its_index_entry(
+    moto_server: MotoProcess, tmp_path: Path
+) -> None:
+    """Per-stream: every held stream is renewed in the window, and each renewal moved the
+    by-state-expiry index entry (delete + insert) on top of its table write."""
+    ctx = context(moto_server, tmp_path)
+    [window] = write_cost.measure(ctx, PER_STREAM, (STREAMS,), HEARTBEATS, scale=DEFAULT_SCALE)
+    counts = window.counts
+    renewals = counts["by_target"].get(write_cost.STREAM_WRITE, 0)
+    assert renewals >= STREAMS * (HEARTBEATS - 1), counts
+    units = counts["write_units"]
+    assert units.get(BY_STATE_EXPIRY.name, 0) >= 2 * renewals, counts
+    assert window.held == STREAMS

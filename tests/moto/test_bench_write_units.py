@@ -14,7 +14,7 @@ import pytest
 from stream_items import put_stream
 
 from bench.request_counter import RequestCounter, write_requests
-from bench.write_units import changed_attributes
+from bench.write_units import changed_attributes, item_size_bytes, table_units
 from streamlease import checkpoints
 from streamlease.errors import LeaseConflict
 from streamlease.lease_store import LeaseStore
@@ -24,7 +24,9 @@ from streamlease.schema import (
     BY_STATE,
     BY_STATE_EXPIRY,
     FLEET,
+    PK,
     WorkerState,
+    worker_key,
 )
 from streamlease.session_store import SessionStore
 
@@ -167,3 +169,27 @@ def test_reads_are_counted_in_read_units(
     store.read("s1", consistent=True)
     assert counted.read_units == 1.0
     assert counted.attempts["GetItem"] == 1
+
+
+def test_item_size_follows_dynamodbs_rule() -> None:
+    """Names plus values: a string's UTF-8 bytes, binary's length, a number's digit pairs + 1."""
+    item = {"s": {"S": "abcé"}, "bin": {"B": b"\x00\x01\x02"}, "num": {"N": "123450"}}
+    assert item_size_bytes(item) == (1 + 5) + (3 + 3) + (3 + 4)
+
+
+def test_a_session_item_at_100_streams_is_under_the_kilobyte_the_classifier_bills(
+    dynamodb: Any, table: str
+) -> None:
+    """The classifier bills a renewal at 100 streams one table unit; the item read back from the
+    store, measured by DynamoDB's size rule, is indeed under 1 KB."""
+    sessions = SessionStore(dynamodb, table)
+    sessions.create(WorkerInfo("w1", WorkerState.RUNNING, NOW, NOW + LEASE_MS, 0, 100, "h", 1))
+    vector = checkpoints.encode([(3, 1_000_000 + n) for n in range(100)])
+    sessions.renew(
+        "w1", expires_at_ms=NOW + 30_000, now_ms=NOW, active_streams=100, checkpoints=vector
+    )
+    item = dynamodb.get_item(
+        TableName=table, Key={PK: {"S": worker_key("w1")}}, ConsistentRead=True
+    )["Item"]
+    assert table_units({"ExpressionAttributeValues": {":cps": {"B": vector}}}) == 1
+    assert item_size_bytes(item) < 1024
