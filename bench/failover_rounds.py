@@ -1,4 +1,4 @@
-"""Failover, stop and start latency: our defaults against the reference preset, same run.
+"""Failover, stop and start latency, measured: the rounds of the failover section.
 
 Three workers hold N streams. In each round the busiest worker is taken out — ``kill -9``,
 ``kill -9`` followed at once by the reaper (what ECS's task-stopped event triggers), or SIGTERM
@@ -10,7 +10,13 @@ clock. A round waits until every one of the victim's streams has been acquired b
 worker, as read from every worker's event log (workers added by earlier rounds included), or
 until its timeout: "never" means not within that timeout. Stop latency:
 ``POST /streams/{id}/stop`` → the holder's ``stopped`` event. Start latency: ``POST /streams`` →
-the first record in the sink.
+the first record in the sink. Duplicates: once a preset's run is over, the invariant checker
+(:mod:`local.invariants`) reads every sink record and lease event; each stream a round moved is
+matched to its takeover (the new holder's epoch) and that takeover's repeated seqs counted.
+
+Fixed latencies that do not scale with the timers are measured beside them: a DynamoDB round
+trip from this process while the fleet runs, and each replacement worker's start (process start
+→ services running). :mod:`bench.failover` runs this per preset and prints the tables.
 """
 
 from __future__ import annotations
@@ -19,17 +25,18 @@ import contextlib
 import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
 
-from bench.common import Table, percentile, timers_label
-from bench.context import PRESET_LABELS, PRESETS, BenchContext
+from bench.context import BenchContext
 from local.invariant_inputs import LeaseEvent
-from local.invariant_model import ACQUIRED
+from local.invariant_model import ACQUIRED, Report
 from local.invariants import load_records
 from local.testbed import ACCOUNT, Testbed
 from local.worker_process import WorkerProcess
+from streamlease import aws
+from streamlease.schema import PK, belongs_to_task, stream_key
 from streamlease.settings import Settings
 
 KILL: Final = "kill -9"
@@ -38,24 +45,36 @@ SIGTERM: Final = "SIGTERM (drain)"
 STOP: Final = "stop: API call → holder stops"
 START: Final = "start: API call → first message in sink"
 EVENTS: Final = (KILL, KILL_REAPER, SIGTERM, STOP, START)
+TAKEOVER_MODES: Final = (KILL, KILL_REAPER, SIGTERM)
 REAPER_CALL: Final = "reaper handler call"
+WORKER_START: Final = "worker start"
+"""A replacement's process start → its services running (seconds)."""
+STORE_ROUND_TRIP: Final = "DynamoDB round trip"
+"""One consistent GetItem from this process while the fleet runs (seconds)."""
 RATE: Final = 10.0
 WORKERS: Final = 3
+STORE_PROBES: Final = 20
 
 Samples = dict[str, list[float]]
-"""Event (or :data:`REAPER_CALL`) → seconds, NaN for "never"."""
+"""Event (or :data:`REAPER_CALL`, :data:`WORKER_START`, :data:`STORE_ROUND_TRIP`) → seconds,
+NaN for "never"."""
 
 
 @dataclass
 class PresetRun:
     """What one preset's run measured."""
 
+    settings: Settings
     samples: Samples
     timeout_seconds: float
     """How long a round waited for a stream before counting it "never"."""
     stop_passed_over: int = 0
     """Streams not stopped after all: the events show no holder at the call (a rebalance had
     just let go of it)."""
+    duplicates: dict[str, list[int]] = field(default_factory=dict)
+    """Takeover mode → repeated seqs of each stream it moved (one entry per takeover)."""
+    violations: list[str] = field(default_factory=list)
+    """What the invariant checker found broken over the whole run (must be none)."""
 
 
 def _busiest(bed: Testbed) -> tuple[WorkerProcess, set[str]]:
@@ -90,6 +109,29 @@ class TakeoverRound:
     unowned_seconds: dict[str, float]
     """Per stream the victim held: seconds without an owner; NaN when no other worker acquired
     it within the round's timeout."""
+    new_epochs: dict[str, int] = field(default_factory=dict)
+    """Per stream taken over: the epoch its new holder acquired it at."""
+    replacement_start_seconds: float = math.nan
+    """The replacement's process start → services running."""
+
+
+def first_acquisitions(
+    events: Iterable[LeaseEvent], stream_ids: Iterable[str], victim: str, after: float
+) -> dict[str, LeaseEvent]:
+    """Stream → its first ``acquired`` event by a worker other than ``victim`` at or after
+    ``after``; streams not (yet) acquired are left out."""
+    wanted = set(stream_ids)
+    out: dict[str, LeaseEvent] = {}
+    for e in events:
+        if (
+            e.event == ACQUIRED
+            and e.stream_id in wanted
+            and e.worker_id != victim
+            and e.mono >= after
+            and (e.stream_id not in out or e.mono < out[e.stream_id].mono)
+        ):
+            out[e.stream_id] = e
+    return out
 
 
 def takeovers(
@@ -97,17 +139,7 @@ def takeovers(
 ) -> dict[str, float]:
     """Stream → ``mono`` of its first acquisition by a worker other than ``victim`` at or after
     ``after``; streams not (yet) acquired are left out."""
-    wanted = set(stream_ids)
-    out: dict[str, float] = {}
-    for e in events:
-        if (
-            e.event == ACQUIRED
-            and e.stream_id in wanted
-            and e.worker_id != victim
-            and e.mono >= after
-        ):
-            out[e.stream_id] = min(e.mono, out.get(e.stream_id, math.inf))
-    return out
+    return {s: e.mono for s, e in first_acquisitions(events, stream_ids, victim, after).items()}
 
 
 def takeover_round(
@@ -142,27 +174,34 @@ def takeover_round(
         victim.wait(bed.settings.shutdown_budget_seconds + 5)
     bed.tail.refresh()
     events = bed.tail.events[already_read:]
-    acquired = takeovers(events, held, old, t0)
+    acquired = first_acquisitions(events, held, old, t0)
     unowned = {}
     for stream_id in held:
         stopped_at = t0
         if mode == SIGTERM:
             released = _first(events, stream_id, t0, event="released", worker_id=old)
             stopped_at = t0 if math.isnan(released) else released
-        unowned[stream_id] = acquired.get(stream_id, math.nan) - stopped_at
-    _replace(bed, timeout)
-    return TakeoverRound(mode, old, t0, unowned)
+        taken = acquired.get(stream_id)
+        unowned[stream_id] = (math.nan if taken is None else taken.mono) - stopped_at
+    started = _replace(bed, timeout)
+    epochs = {s: e.epoch for s, e in acquired.items()}
+    return TakeoverRound(mode, old, t0, unowned, epochs, started)
 
 
-def _replace(bed: Testbed, timeout: float) -> None:
-    """Start the victim's replacement and let its start-up reconcile pass. Running into the next
+def _replace(bed: Testbed, timeout: float) -> float:
+    """Start the victim's replacement and let its start-up reconcile pass; returns its start
+    time (process start → services running; NaN: not within ``timeout``). Running into the next
     round, that reconcile would take the next victim's released streams at a moment set by
     process start-up, not by the protocol (the reference preset otherwise finds them only at its
     next reconcile, every three leases)."""
     replacement = bed.add_worker()
-    with contextlib.suppress(TimeoutError):  # a slow start must not sink the run
+    try:
         bed.wait_worker_running(replacement, timeout)
+        started = time.monotonic() - replacement.started_mono
+    except TimeoutError:  # a slow start must not sink the run
+        started = math.nan
     time.sleep(bed.settings.heartbeat_seconds)  # ample for one query and a few acquires
+    return started
 
 
 def _stop_latencies(bed: Testbed, count: int, timeout: float) -> tuple[list[float], int]:
@@ -262,87 +301,66 @@ def run_rounds(
     return out
 
 
+def duplicates_by_mode(report: Report, rounds: Iterable[TakeoverRound]) -> dict[str, list[int]]:
+    """Mode → repeated seqs of every takeover a round caused: per stream the round moved, the
+    checker's takeover from the victim into the epoch its new holder acquired (found by that
+    epoch, so an earlier move of the same stream is never counted)."""
+    out: dict[str, list[int]] = {}
+    for r in rounds:
+        counts = out.setdefault(r.mode, [])
+        for stream_id, epoch in r.new_epochs.items():
+            stream = report.streams.get(stream_id)
+            if stream is None:
+                continue
+            counts += [
+                t.duplicates
+                for t in stream.takeovers
+                if t.to_epoch == epoch and belongs_to_task(t.from_worker, r.victim)
+            ]
+    return out
+
+
+def store_round_trips(settings: Settings, stream_id: str, count: int) -> list[float]:
+    """``count`` consistent GetItems of one stream item from this process, spaced 50 ms
+    (seconds each): the store's latency as the workers see it while they run."""
+    client = aws.client("dynamodb", settings, max_attempts=1)
+    out = []
+    for _ in range(count):
+        sent = time.monotonic()
+        client.get_item(
+            TableName=settings.table_name,
+            Key={PK: {"S": stream_key(stream_id)}},
+            ConsistentRead=True,
+        )
+        out.append(time.monotonic() - sent)
+        time.sleep(0.05)
+    return out
+
+
 def measure(ctx: BenchContext, preset: str) -> PresetRun:
-    """All five latencies for one preset (see the module docstring)."""
+    """Every latency and the duplicates for one preset (see the module docstring)."""
     settings = ctx.settings(preset)
     streams = 12 if ctx.quick else 30
     rounds = 1 if ctx.quick else 2
-    samples: Samples = {e: [] for e in (*EVENTS, REAPER_CALL)}
+    samples: Samples = {e: [] for e in (*EVENTS, REAPER_CALL, WORKER_START, STORE_ROUND_TRIP)}
     timeout = round_timeout(settings)
     with ctx.testbed(f"failover-{preset}", settings, rate=RATE) as bed:
         ids = start_fleet(ctx, bed, streams)
-        for done in run_rounds(
-            ctx, bed, ids, (KILL, KILL_REAPER, SIGTERM), rounds, samples[REAPER_CALL]
-        ):
-            samples[done.mode] += list(done.unowned_seconds.values())
+        samples[STORE_ROUND_TRIP] = store_round_trips(bed.settings, ids[0], STORE_PROBES)
+        done = run_rounds(ctx, bed, ids, TAKEOVER_MODES, rounds, samples[REAPER_CALL])
+        for measured in done:
+            samples[measured.mode] += list(measured.unowned_seconds.values())
+            samples[WORKER_START].append(measured.replacement_start_seconds)
         ctx.progress.update(f"{preset}: stop and start latency", force=True)
         samples[STOP], passed_over = _stop_latencies(bed, 3 if ctx.quick else 8, timeout)
         samples[START] = _start_latencies(bed, 3 if ctx.quick else 8, timeout)
-    return PresetRun(samples, timeout, passed_over)
-
-
-def run(ctx: BenchContext) -> list[Table]:
-    """The failover section: both presets, every event, side by side."""
-    results = {preset: measure(ctx, preset) for preset in PRESETS}
-    lease = ctx.lease_seconds
-    table = Table(
-        f"Failover and control latency ({timers_label(ctx.scale)}: lease {lease:g} s,"
-        f" heartbeat {lease / 4:g} s)",
-        [
-            "event",
-            "preset",
-            "n",
-            "p50 s",
-            "p99 s",
-            "max s",
-            "p50 leases",
-            "p99 leases",
-            "max leases",
-        ],
+        ctx.progress.update(f"{preset}: checking sink records and lease events", force=True)
+        report = bed.report()
+    return PresetRun(
+        bed.settings,
+        samples,
+        timeout,
+        passed_over,
+        duplicates_by_mode(report, done),
+        report.violations(),
     )
-    for event in EVENTS:
-        for preset in PRESETS:
-            measured = results[preset].samples[event]
-            values = [v for v in measured if not math.isnan(v)]
-            missed = len(measured) - len(values)
-            p50, p99 = percentile(values, 50), percentile(values, 99)
-            top = max(values, default=float("nan"))
-            table.add(
-                event,
-                PRESET_LABELS[preset],
-                f"{len(values)}" + (f" ({missed} never)" if missed else ""),
-                p50,
-                p99,
-                top,
-                p50 / lease,
-                p99 / lease,
-                top / lease,
-            )
-    timeouts = ", ".join(f"{PRESET_LABELS[p]} {results[p].timeout_seconds:.0f} s" for p in PRESETS)
-    passed_over = sum(r.stop_passed_over for r in results.values())
-    table.notes += [
-        f"Every timer is production's × {ctx.scale:g} (lease 20 s → {lease:g} s, heartbeat 5 s →"
-        f" {lease / 4:g} s, reconcile 5 s → {lease / 4:g} s; reference reconcile 60 s →"
-        f" {3 * lease:g} s). Seconds × {1 / ctx.scale:g} = production seconds; leases are the"
-        " same at any scale.",
-        "Reference preset = the seed design: reconcile every 60 s (scaled), release without a"
-        " handoff command (handoff_on_release=false), no acquire scheduled for leases that"
-        " missed heartbeats (schedule_suspects=false).",
-        "Unowned time: kill → new holder's acquire (kill -9), or old holder's release → new"
-        " holder's acquire (SIGTERM); from the workers' lease events on one monotonic clock.",
-        "A round waits until every stream of the victim is acquired elsewhere, read from every"
-        f" worker's event log; never = not acquired within the round's timeout ({timeouts}).",
-        "kill -9 + reaper: the reaper handler runs in the bench process right after the kill"
-        " (warm; p50 of the call itself: "
-        + ", ".join(
-            f"{PRESET_LABELS[p]} {percentile(results[p].samples[REAPER_CALL], 50):.2f} s"
-            for p in PRESETS
-        )
-        + "); on AWS, EventBridge delivery and a Lambda invocation come on top.",
-    ]
-    if passed_over:
-        table.notes.append(
-            f"stop: {passed_over} stream(s) passed over, released by a rebalance just before"
-            " the call (no holder to stop)."
-        )
-    return [table]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import failover
+from bench import failover_rounds as failover
 from bench.common import Progress
-from bench.context import DEFAULT_SCALE, OURS, BenchContext
+from bench.context import DEFAULT_SCALE, SESSIONS, BenchContext
 from local.invariants import load_events
 from local.moto_process import MotoProcess
 
@@ -33,7 +33,8 @@ def test_no_stream_another_worker_acquired_is_counted_never(
     """kill -9 + reaper, then at once a SIGTERM drain, as the section runs them (the drained
     worker may hold streams of the reaped one, or be the worker added after it): every stream
     the event files show acquired by another worker after the round began has a time, never
-    NaN, and none was acquired before it was let go."""
+    NaN, none was acquired before it was let go, and each stream moved has its takeover's
+    duplicates counted exactly once."""
     ctx = BenchContext(
         quick=True,
         progress=Progress(1, stream=io.StringIO()),
@@ -41,7 +42,7 @@ def test_no_stream_another_worker_acquired_is_counted_never(
         scale=scale,
         _moto=moto_server,
     )
-    with ctx.testbed("failover", ctx.settings(OURS), rate=failover.RATE) as bed:
+    with ctx.testbed("failover", ctx.settings(SESSIONS), rate=failover.RATE) as bed:
         ids = failover.start_fleet(ctx, bed, STREAMS)
         rounds = failover.run_rounds(
             ctx, bed, ids, (failover.KILL_REAPER, failover.SIGTERM), rounds=1, reaper_seconds=[]
@@ -61,3 +62,7 @@ def test_no_stream_another_worker_acquired_is_counted_never(
         assert not never & taken, f"{measured.mode}: counted never, but acquired: {never & taken}"
         negative = {s: v for s, v in measured.unowned_seconds.items() if v < 0}
         assert not negative, f"{measured.mode}: acquired before it was let go: {negative}"
+    duplicates = failover.duplicates_by_mode(bed.report(), rounds)
+    for measured in rounds:
+        moved = [v for v in measured.unowned_seconds.values() if not math.isnan(v)]
+        assert len(duplicates[measured.mode]) == len(moved), (measured.mode, duplicates)
