@@ -68,6 +68,9 @@ class DeploymentConfig:
     reconcile_seconds: float = 5.0
     allowed_upstream_hosts: tuple[str, ...] = ()
     """Upstream host allow-list; empty allows any public host."""
+    secrets_prefix: str = "streamlease/"
+    """Secrets Manager names streams' handshake headers may refer to start with this; the
+    workers may read those and no others. Empty: streams cannot use secrets."""
     metrics_namespace: str = telemetry.NAMESPACE_DEFAULT
 
     # --- worker service ---

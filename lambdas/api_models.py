@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamlease import checkpoints, rules
 from streamlease.model import Stream, WorkerInfo, iso_ms
+from streamlease.profile import (
+    MAX_HEADERS,
+    MAX_OPEN_MESSAGE_CHARS,
+    MAX_SUBPROTOCOLS,
+    SEQ_NONE,
+)
 from streamlease.schema import ConnectionState, DesiredState, Liveness, WorkerState
 from streamlease.url_policy import URL_PATTERN, URL_RULE
 
@@ -23,8 +29,62 @@ STREAM_ID_RULE: Final = (
 PATTERN_RULES: Final = {STREAM_ID_PATTERN: STREAM_ID_RULE, URL_PATTERN: URL_RULE}
 """What each pattern of the schemas means, for users who never read a regular expression."""
 
+NO_SEQUENCE_NOTE: Final = (
+    "the upstream has no sequence: the worker numbers messages, and a failover can lose or "
+    "repeat what the upstream does not replay"
+)
+
 MAX_WS_URL_CHARS: Final = 2048
 """Schema bound on ``ws_url``; the URL policy's ``max_url_length`` setting may be stricter."""
+
+
+class StreamProfile(BaseModel):
+    """How to talk to the upstream; every field optional (none given: JSON text frames with an
+    integer ``seq``, resumed by the ``from_seq`` query parameter). See the README's "connecting
+    to a real feed"."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    headers: dict[str, str] | None = Field(
+        default=None,
+        max_length=MAX_HEADERS,
+        description=(
+            "Handshake headers. A value may be literal or refer to a Secrets Manager secret: "
+            "'secret:<name>' (the whole value) or '{secret:<name>}' inside it, '<name>#<key>' "
+            "for one key of a JSON secret. Credentials (Authorization, Cookie, *token*, ...) "
+            "must be secrets; a secret's value is never stored or shown."
+        ),
+        examples=[{"Authorization": "Bearer {secret:streamlease/feed#token}"}],
+    )
+    subprotocols: list[str] | None = Field(
+        default=None, max_length=MAX_SUBPROTOCOLS, description="Offered subprotocols."
+    )
+    open_message: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_OPEN_MESSAGE_CHARS,
+        description=(
+            "A text frame sent after every (re)connect, e.g. a subscribe message; {next_seq} and "
+            "{last_seq} are replaced by the resume point."
+        ),
+        examples=['{"type":"subscribe","channel":"ticker","from":{next_seq}}'],
+    )
+    seq: str | None = Field(
+        default=None,
+        max_length=600,
+        description=(
+            "Where each message's sequence number is: a dotted JSON path (seq, sequence, "
+            "data.u), or none (the worker numbers messages; text and binary frames alike)."
+        ),
+        examples=["data.u"],
+    )
+    resume: Literal["query", "open_message", "none"] | None = Field(
+        default=None,
+        description="How a reconnect asks for last_seq + 1: query parameter, open message, none.",
+    )
+    resume_param: str | None = Field(
+        default=None, max_length=64, description="The query parameter (resume by query)."
+    )
 
 
 class CreateStream(BaseModel):
@@ -46,6 +106,9 @@ class CreateStream(BaseModel):
             "deployment allows (never a link-local, metadata or reserved address)."
         ),
         examples=["wss://feed.example.com/v1/ticker"],
+    )
+    profile: StreamProfile | None = Field(
+        default=None, description="How to connect; omit for the default."
     )
 
 
@@ -83,6 +146,12 @@ class StreamView(BaseModel):
     last_error_at: str | None
     last_error_active: bool = Field(
         description="False once the stream has been connected since its last error."
+    )
+    profile: dict[str, Any] | None = Field(
+        description="The connection profile as given (secret references, never their values)."
+    )
+    failover_note: str | None = Field(
+        description="Set when a failover may lose or repeat messages (a feed with no sequence)."
     )
     created_at: str | None
     updated_at: str | None
@@ -125,6 +194,10 @@ class StreamView(BaseModel):
             last_error=stream.last_error,
             last_error_at=stream.last_error_at,
             last_error_active=stream.last_error_active,
+            profile=dict(stream.profile) if stream.profile else None,
+            failover_note=NO_SEQUENCE_NOTE
+            if (stream.profile or {}).get("seq") == SEQ_NONE
+            else None,
             created_at=stream.created_at,
             updated_at=stream.updated_at,
             created_by=stream.created_by,

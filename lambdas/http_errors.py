@@ -222,15 +222,16 @@ def register(app: APIGatewayRestResolver) -> None:
 def describe_validation_errors(errors: Sequence[Any]) -> tuple[str | None, str]:
     """``(field, message)`` for pydantic-style errors: the first field at fault, all messages.
 
-    Locations like ``("body", "ws_url")`` name the field ``ws_url``; a whole-body problem
-    names ``body``. A pattern is said in words, never shown as a regular expression. Input
-    values are never echoed (they may hold secrets).
+    Locations like ``("body", "ws_url")`` name the field ``ws_url``, nested ones a dotted path
+    (``profile.headers.Authorization``); a whole-body problem names ``body``. A pattern is said
+    in words, never shown as a regular expression. Input values are never echoed (they may hold
+    secrets).
     """
     parts: list[str] = []
     first: str | None = None
     for error in list(errors)[:_MAX_REPORTED_ERRORS]:
         loc = [str(p) for p in (error.get("loc") or ()) if not isinstance(p, int)]
-        field = loc[-1] if len(loc) > 1 else (loc[0] if loc else None)
+        field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
         if field is not None and len(field) > _MAX_FIELD_CHARS:
             field = field[:_MAX_FIELD_CHARS] + "..."
         kind = error.get("type", "")

@@ -15,7 +15,7 @@ drop the new stream's records, and a command or holder of the old stream can nev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -88,27 +88,52 @@ class StreamRepo:
 
     # --- writes ------------------------------------------------------------------------------
 
-    def create(self, stream_id: str, ws_url: str, actor: str) -> tuple[Stream, bool]:
-        """Create ``stream_id`` STARTED; returns ``(stream, created)``.
+    def create(
+        self,
+        stream_id: str,
+        ws_url: str,
+        actor: str,
+        profile: Mapping[str, Any] | None = None,
+    ) -> tuple[Stream, bool]:
+        """Create ``stream_id`` STARTED with its connection ``profile`` (stored form, see
+        :meth:`streamlease.profile.Profile.to_item`; None or empty: the default); returns
+        ``(stream, created)``.
 
         One conditional write, taken only where there is no item or a tombstone: a new id
         starts at epoch 0 and generation 1; a deleted id continues at the tombstone's epoch + 1
         and generation + 1, with ``last_seq`` 0 (the new epoch tells its records apart). An
-        existing stream with the same ``ws_url`` is returned unchanged with ``created`` False
-        (a retried create, whatever its state). Raises :class:`StreamConflict` (field
-        ``ws_url``) when the id exists with another URL, :class:`StoreError` when unanswered.
+        existing stream with the same ``ws_url`` and profile is returned unchanged with
+        ``created`` False (a retried create, whatever its state). Raises
+        :class:`StreamConflict` (field ``ws_url`` or ``profile``) when the id exists with
+        another URL or profile, :class:`StoreError` when unanswered.
         """
         now = iso_ms(self._clock_ms())
+        profile = dict(profile) if profile else None
+        profile_update = " #profile = :profile," if profile else ""
+        profile_remove = "" if profile else ", #profile"
+        values: dict[str, Any] = {
+            ":id": stream_id,
+            ":started": DesiredState.STARTED.value,
+            ":url": ws_url,
+            ":zero": 0,
+            ":one": 1,
+            ":epoch_base": _NEW_STREAM_EPOCH_BASE,
+            ":now": now,
+            ":actor": actor,
+        }
+        if profile:
+            values[":profile"] = profile
         try:
             attributes = self._request(
                 "update_item",
                 Key=self._key(stream_id),
                 UpdateExpression=(
                     "SET #id = :id, #state = :started, #url = :url, #exp = :zero, #seq = :zero,"
+                    f"{profile_update}"
                     " #takeovers = :zero, #epoch = if_not_exists(#epoch, :epoch_base) + :one,"
                     " #gen = if_not_exists(#gen, :zero) + :one, #cat = :now, #uat = :now,"
                     " #cby = :actor, #uby = :actor"
-                    " REMOVE #deleted"
+                    f" REMOVE #deleted{profile_remove}"
                 ),
                 ConditionExpression="attribute_not_exists(#pk) OR attribute_exists(#deleted)",
                 ExpressionAttributeNames={
@@ -126,19 +151,9 @@ class StreamRepo:
                     "#uat": _A.UPDATED_AT,
                     "#cby": _A.CREATED_BY,
                     "#uby": _A.UPDATED_BY,
+                    "#profile": _A.PROFILE,
                 },
-                ExpressionAttributeValues=dynamo.serialize(
-                    {
-                        ":id": stream_id,
-                        ":started": DesiredState.STARTED.value,
-                        ":url": ws_url,
-                        ":zero": 0,
-                        ":one": 1,
-                        ":epoch_base": _NEW_STREAM_EPOCH_BASE,
-                        ":now": now,
-                        ":actor": actor,
-                    }
-                ),
+                ExpressionAttributeValues=dynamo.serialize(values),
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             ).get("Attributes", {})
@@ -154,6 +169,12 @@ class StreamRepo:
                     f"stream {stream_id!r} already exists with a different ws_url; "
                     "stop and delete it first to change the URL",
                     "ws_url",
+                ) from None
+            if (existing.profile or None) != profile:
+                raise StreamConflict(
+                    f"stream {stream_id!r} already exists with a different profile; "
+                    "stop and delete it first to change it",
+                    "profile",
                 ) from None
             return existing, False
         return Stream.from_item(dynamo.plain(attributes)), True

@@ -635,4 +635,5 @@ def _lease_from(item: Mapping[str, Any], previous_owner: str | None) -> Lease:
         generation=stream.generation,
         previous_owner=previous_owner,
         slot=stream.slot,
+        profile=stream.profile,
     )

@@ -42,6 +42,24 @@ def _opt_int(value: Any) -> int | None:
     return None if value is None else _int(value)
 
 
+def _plain_map(value: Any) -> dict[str, Any] | None:
+    """A stored map with DynamoDB's Decimals made ints again (profiles hold no fractions)."""
+    if not isinstance(value, Mapping):
+        return None
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, Decimal):
+            return int(v)
+        if isinstance(v, Mapping):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+
+    result: dict[str, Any] = plain(value)
+    return result
+
+
 def _connection(value: Any) -> ConnectionState | None:
     try:
         return None if value is None else ConnectionState(str(value))
@@ -85,6 +103,8 @@ class Stream:
     slot: int | None = None
     connection_state: ConnectionState | None = None
     connection_since: str | None = None
+    profile: Mapping[str, Any] | None = None
+    """The connection profile as stored (:mod:`streamlease.profile`); None: the default."""
 
     @property
     def last_error_active(self) -> bool:
@@ -126,6 +146,7 @@ class Stream:
             slot=_opt_int(item.get(StreamAttr.LEASE_SLOT)),
             connection_state=_connection(item.get(StreamAttr.CONNECTION_STATE)),
             connection_since=_str(item.get(StreamAttr.CONNECTION_SINCE)),
+            profile=_plain_map(item.get(StreamAttr.PROFILE)),
         )
 
 
@@ -146,6 +167,7 @@ class Lease:
     generation: int
     previous_owner: str | None = None
     slot: int | None = None
+    profile: Mapping[str, Any] | None = None
 
     @property
     def is_takeover(self) -> bool:

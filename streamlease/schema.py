@@ -147,6 +147,8 @@ class StreamAttr:
     LEASE_ACQUIRED_AT_MS: Final = "lease_acquired_at_ms"
     LEASE_SLOT: Final = "lease_slot"
     """Sessions: the holder's checkpoint-vector slot of this stream (absent when free)."""
+    PROFILE: Final = "profile"
+    """The connection profile (a map, :mod:`streamlease.profile`); absent: the default."""
     CONNECTION_STATE: Final = "connection_state"
     """A :class:`ConnectionState` (absent while nobody holds the stream)."""
     CONNECTION_SINCE: Final = "connection_since"
@@ -407,4 +409,15 @@ class SinkField:
     SEQ: Final = "seq"
     RECEIVED_AT_MS: Final = "received_at_ms"
     PAYLOAD: Final = "payload"
+    PAYLOAD_ENCODING: Final = "payload_encoding"
+    """How ``payload`` holds the frame: ``json`` (the JSON document itself), ``text`` (a text
+    frame as a JSON string) or ``base64`` (a binary frame)."""
     WORKER_ID: Final = "worker_id"
+
+
+class PayloadEncoding(StrEnum):
+    """Values of :attr:`SinkField.PAYLOAD_ENCODING`."""
+
+    JSON = "json"
+    TEXT = "text"
+    BASE64 = "base64"

@@ -88,7 +88,11 @@ class Settings:
 
     # --- upstream connections (DESIGN §5, §6) ---
     resume_param: str = "from_seq"
-    """Query parameter that asks the upstream to replay from a sequence number."""
+    """Query parameter that asks the upstream to replay from a sequence number (a stream's
+    profile may name another)."""
+    secrets_prefix: str = "streamlease/"
+    """Secrets Manager names a stream's profile may refer to start with this (the worker may
+    read no others); empty: profiles cannot use secrets."""
     allowed_hosts: tuple[str, ...] = ()
     """Upstream host allow-list; empty allows any public host; ``*.example.com``: subdomains."""
     allow_insecure_ws: bool = False

@@ -59,6 +59,7 @@ from worker.process import install_signal_handlers, raise_open_file_limit, tick
 from worker.rebalancer import Rebalancer
 from worker.reconciler import Reconciler
 from worker.renewal import Renewals
+from worker.secrets import Secrets
 from worker.session import Session
 from worker.sinks import Sink, load_sink
 from worker.takeover import Takeover
@@ -112,6 +113,7 @@ class Worker:
             handoffs=self.queue,
             shutdown_requested=shutdown_requested or asyncio.Event(),
             hurry=hurry or asyncio.Event(),
+            secrets=Secrets(settings),
         )
         self.uses_sessions = settings.liveness is Liveness.SESSION
         self.view = FleetView()

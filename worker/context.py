@@ -19,6 +19,7 @@ from worker.metrics import WorkerMetrics
 from worker.sinks import Sink
 
 if TYPE_CHECKING:
+    from worker.secrets import Secrets
     from worker.session import Session
 
 
@@ -51,6 +52,8 @@ class WorkerContext:
     """Set by a second signal: skip draining queued messages, release what can be released."""
     session: Session | None = None
     """The current session (None before the first is open; replaced after one expired)."""
+    secrets: Secrets | None = None
+    """Resolves the secrets of streams' handshake headers (None: no profile may use them)."""
     loop_lag_seconds: float = 0.0
     """How late the event loop last woke up (measured every second)."""
 

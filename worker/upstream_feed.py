@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from streamlease.errors import LeaseLost, StoreError, UpstreamRejected
 from streamlease.model import Lease
+from streamlease.profile import Profile, ProfileError
 from streamlease.schema import ConnectionState
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
@@ -94,6 +95,12 @@ class UpstreamFeed:
         metrics = self._ctx.metrics
         queue = self._queue
         last_seq = self._lease.last_seq
+        try:
+            profile = Profile.from_item(self._lease.profile)
+        except ProfileError as exc:
+            self._on_failed(f"stream profile unreadable ({exc.field})")
+            return
+        headers = self._headers_for(profile)
         while True:
             reader = UpstreamReader(
                 self._lease.stream_id,
@@ -101,6 +108,8 @@ class UpstreamFeed:
                 settings,
                 last_seq=last_seq,
                 on_event=self._on_event,
+                profile=profile,
+                headers=headers,
             )
             self._reader = reader
             fenced, until_renewed = self._fenced, self._until_renewed
@@ -114,6 +123,8 @@ class UpstreamFeed:
                     await queue.put(message)
             except UpstreamRejected:
                 pause = settings.backoff_max_seconds
+                if self._ctx.secrets is not None:
+                    self._ctx.secrets.forget(profile.secrets)  # rotated? read them afresh
             except Exception as exc:
                 self._on_failed(describe(exc))
                 return
@@ -123,6 +134,17 @@ class UpstreamFeed:
                 return  # ended, or closed by the holder
             last_seq = reader.last_seq
             await asyncio.sleep(pause)
+
+    def _headers_for(
+        self, profile: Profile
+    ) -> Callable[[], Awaitable[Sequence[tuple[str, str]]]] | None:
+        """What the reader calls before each connect for the handshake headers."""
+        if not profile.headers:
+            return None
+        secrets = self._ctx.secrets
+        if secrets is None:
+            return lambda: _static_headers(profile)
+        return lambda: secrets.headers(profile)
 
     async def close(self, code: int) -> None:
         """Close the connection with ``code`` (1000 stopped, 1001 going away); never raises."""
@@ -201,3 +223,10 @@ class UpstreamFeed:
                     return
                 last, last_at = pending, now
                 await asyncio.sleep(ERROR_MIN_GAP_SECONDS)
+
+
+async def _static_headers(profile: Profile) -> list[tuple[str, str]]:
+    """Headers without a secret resolver: literal values only."""
+    if profile.secrets:
+        raise UpstreamRejected("this worker cannot read secrets")
+    return [(name, value.template) for name, value in profile.headers]

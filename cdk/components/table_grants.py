@@ -40,28 +40,28 @@ class _IndexWildcardAcknowledgement:
         resolved = Stack.of(self._role).resolve(self._table.table_arn)
         Validations.of(self._role).acknowledge(
             Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::{_flatten(resolved)}/index/*]",
+                id=f"AwsSolutions-IAM5[Resource::{nag_spelling(resolved)}/index/*]",
                 reason=INDEX_WILDCARD_REASON,
             )
         )
         return []
 
 
-def _flatten(node: Any) -> str:
+def nag_spelling(node: Any) -> str:
     """A resolved CloudFormation value as cdk-nag spells it in finding ids."""
     if isinstance(node, str):
         return node.replace("${", "<").replace("}", ">")
     if isinstance(node, dict):
         if "Fn::Join" in node:
             delimiter, items = node["Fn::Join"]
-            return str(delimiter).join(_flatten(item) for item in items)
+            return str(delimiter).join(nag_spelling(item) for item in items)
         if "Fn::Sub" in node:
-            return _flatten(node["Fn::Sub"])
+            return nag_spelling(node["Fn::Sub"])
         if "Fn::GetAtt" in node:
             resource, attribute = node["Fn::GetAtt"]
-            return f"<{_flatten(resource)}.{_flatten(attribute)}>"
+            return f"<{nag_spelling(resource)}.{nag_spelling(attribute)}>"
         if "Fn::ImportValue" in node:
-            return _flatten(node["Fn::ImportValue"])
+            return nag_spelling(node["Fn::ImportValue"])
         if "Ref" in node:
-            return f"<{_flatten(node['Ref'])}>"
+            return f"<{nag_spelling(node['Ref'])}>"
     return json.dumps(node, separators=(",", ":"), ensure_ascii=False)

@@ -4,18 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Size, Validations
+from aws_cdk import (
+    Acknowledgment,
+    ArnFormat,
+    Aws,
+    Duration,
+    RemovalPolicy,
+    Size,
+    Stack,
+    Validations,
+)
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from cdk.components.settings_env import SettingValue, settings_environment
-from cdk.components.table_grants import grant_table_data
+from cdk.components.table_grants import grant_table_data, nag_spelling
 from cdk.config import CpuArchitecture
 from streamlease import telemetry
 
@@ -35,8 +45,10 @@ class WorkerFleet(Construct):
 
     Deployments never drop below the running count (min healthy 100 %, max 200 %) and roll back
     on the circuit breaker; a stopped task gets ``STOP_TIMEOUT_SECONDS`` to release its leases.
-    The task role may use exactly the lease table and its indexes, the command queue and the
-    sink stream. The desired count is left to the scaling policy.
+    The task role may use exactly the lease table and its indexes, the command queue, the
+    sink stream and (when ``secrets_prefix`` is set) the Secrets Manager secrets whose names
+    start with it — what streams' handshake headers may refer to. The desired count is left to
+    the scaling policy.
     """
 
     def __init__(
@@ -58,6 +70,7 @@ class WorkerFleet(Construct):
         metrics_namespace: str,
         settings: Mapping[str, SettingValue],
         log_retention: logs.RetentionDays,
+        secrets_prefix: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
         asset_platform, cpu_architecture = _PLATFORMS[architecture]
@@ -121,6 +134,8 @@ class WorkerFleet(Construct):
         queue.grant_consume_messages(task_role)
         queue.grant_send_messages(task_role)
         sink_stream.grant_write(task_role)
+        if secrets_prefix:
+            self._grant_secrets(task_role, secrets_prefix)
 
         self.security_group = ec2.SecurityGroup(
             self,
@@ -158,4 +173,29 @@ class WorkerFleet(Construct):
                 "has no resource-level permissions; image pulls are scoped to the asset "
                 "repository.",
             ),
+        )
+
+    def _grant_secrets(self, role: iam.IRole, prefix: str) -> None:
+        """Read access to the secrets under ``prefix`` (names and their random suffixes)."""
+        arn = Stack.of(self).format_arn(
+            service="secretsmanager",
+            resource="secret",
+            resource_name=f"{prefix}*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        policy = iam.Policy(
+            self,
+            "StreamSecrets",
+            statements=[
+                iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[arn])
+            ],
+        )
+        policy.attach_to_role(role)
+        Validations.of(policy).acknowledge(
+            Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::{nag_spelling(Stack.of(self).resolve(arn))}]",
+                reason="Streams refer to secrets by name under the operator's chosen prefix "
+                "(the secretsPrefix context key); the wildcard covers that prefix and Secrets "
+                "Manager's random name suffix, nothing wider.",
+            )
         )

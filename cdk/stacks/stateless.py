@@ -61,6 +61,7 @@ class StatelessStack(Stack):
             "reconcile_seconds": config.reconcile_seconds,
             "capacity": config.capacity_per_worker,
             "allowed_hosts": config.allowed_upstream_hosts,
+            "secrets_prefix": config.secrets_prefix,
         }
 
         # --- control plane -------------------------------------------------------------------
@@ -152,6 +153,7 @@ class StatelessStack(Stack):
                 "visibility_timeout_seconds": config.command_visibility_timeout_seconds,
             },
             log_retention=log_retention,
+            secrets_prefix=config.secrets_prefix,
         )
         metrics = FleetMetrics(
             namespace=config.metrics_namespace, cluster=fleet.cluster, service=fleet.service

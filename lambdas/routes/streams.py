@@ -31,6 +31,7 @@ from lambdas.identity import caller_identity
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
+from streamlease.profile import ProfileError, parse_profile
 from streamlease.schema import DesiredState
 from streamlease.telemetry import API_SERVICE, ApiMetric
 from streamlease.url_policy import parse_upstream_url
@@ -115,7 +116,18 @@ def create_stream(body: CreateStream) -> Response[Any]:
     """Create ``body.id`` with ``body.ws_url`` after the URL policy accepted the URL."""
     rt = runtime.current()
     parse_upstream_url(body.ws_url, rt.url_policy)
-    stream, created = rt.repo.create(body.id, body.ws_url, caller_identity(router.current_event))
+    profile = None
+    if body.profile is not None:
+        try:
+            profile = parse_profile(
+                body.profile.model_dump(exclude_none=True),
+                secrets_prefix=rt.settings.secrets_prefix,
+            ).to_item()
+        except ProfileError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "invalid_profile", str(exc), exc.field) from None
+    stream, created = rt.repo.create(
+        body.id, body.ws_url, caller_identity(router.current_event), profile
+    )
     if created:
         logger.info("stream created", stream_id=stream.stream_id)
         metrics.emit({ApiMetric.STREAMS_CREATED: 1})

@@ -208,12 +208,12 @@ async def test_reported_errors_never_contain_the_query_string(sim: UpstreamSimul
     sim.set_fault("s", reject=503, times=1)
     sim.set_fault("t", reject=403)
     events: list[UpstreamEvent] = []
-    url = sim.url_for("s", token="s3cr3t", drop_after=1)
+    url = sim.url_for("s", api_key="s3cr3t", drop_after=1)
     reader = UpstreamReader("s", url, SETTINGS, on_event=events.append)
     await collect(reader, 2)
     await reader.close()
     with pytest.raises(UpstreamRejected) as rejected:
-        await anext(UpstreamReader("t", sim.url_for("t", token="s3cr3t"), SETTINGS))
+        await anext(UpstreamReader("t", sim.url_for("t", api_key="s3cr3t"), SETTINGS))
     messages = [e.error for e in events if e.error] + [str(rejected.value)]
     assert len(messages) >= 2
-    assert not any("s3cr3t" in m or "token" in m for m in messages)
+    assert not any("s3cr3t" in m or "api_key" in m for m in messages)

@@ -44,6 +44,8 @@ STREAM_FIELDS = {
     "connection_state",
     "connection_since",
     "last_error_active",
+    "profile",
+    "failover_note",
     "last_error",
     "last_error_at",
     "created_at",

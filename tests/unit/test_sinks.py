@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -47,8 +48,26 @@ def test_encoded_record_is_one_json_line_with_the_payload_embedded() -> None:
         SinkField.SEQ: 1,
         SinkField.RECEIVED_AT_MS: 1_700_000_000_123,
         SinkField.WORKER_ID: "w-1",
+        SinkField.PAYLOAD_ENCODING: "json",
         SinkField.PAYLOAD: {"seq": 1, "data": [1, 2]},
     }
+
+
+def test_a_text_frame_is_a_json_string_and_a_binary_frame_base64() -> None:
+    """Frames that are not JSON documents stay intact, and the record says how they are held."""
+    text = SinkRecord("s", 1, 1, 0, 'plain "text"\nhé'.encode(), "w", "text")
+    binary = SinkRecord("s", 1, 2, 0, b"\x00\xff\xfe", "w", "base64")
+    decoded_text, decoded_binary = (
+        json.loads(encode_record(text)),
+        json.loads(encode_record(binary)),
+    )
+    assert (decoded_text[SinkField.PAYLOAD_ENCODING], decoded_text[SinkField.PAYLOAD]) == (
+        "text",
+        'plain "text"\nhé',
+    )
+    assert decoded_binary[SinkField.PAYLOAD_ENCODING] == "base64"
+    assert base64.b64decode(decoded_binary[SinkField.PAYLOAD]) == b"\x00\xff\xfe"
+    assert b"\n" not in encode_record(text)
 
 
 def test_a_pretty_printed_payload_still_encodes_to_one_line() -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple, Protocol, runtime_checkable
 
-from streamlease.schema import SinkField
+from streamlease.schema import PayloadEncoding, SinkField
 
 try:
     import orjson
@@ -21,8 +22,10 @@ except ImportError:  # pragma: no cover - orjson ships in the worker image
 class SinkRecord(NamedTuple):
     """One delivered upstream message. Field names are :class:`SinkField`'s (a test checks it).
 
-    ``payload`` is the upstream frame as received: the UTF-8 bytes of one JSON document.
-    ``epoch`` is the lease epoch under which it was delivered (consumers may drop older epochs).
+    ``payload`` is the upstream frame as received: the UTF-8 bytes of one JSON document
+    (``payload_encoding`` ``json``), of any text (``text``), or a binary frame's bytes
+    (``base64``). ``epoch`` is the lease epoch under which it was delivered (consumers may drop
+    older epochs).
     """
 
     stream_id: str
@@ -31,6 +34,7 @@ class SinkRecord(NamedTuple):
     received_at_ms: int
     payload: bytes
     worker_id: str
+    payload_encoding: str = PayloadEncoding.JSON
 
 
 class Deadline(Protocol):
@@ -71,24 +75,33 @@ class Sink(Protocol):
 
 _TEMPLATE: Final = (
     f'{{"{SinkField.STREAM_ID}":%s,"{SinkField.EPOCH}":%d,"{SinkField.SEQ}":%d,'
-    f'"{SinkField.RECEIVED_AT_MS}":%d,"{SinkField.WORKER_ID}":%s,"{SinkField.PAYLOAD}":%s}}'
+    f'"{SinkField.RECEIVED_AT_MS}":%d,"{SinkField.WORKER_ID}":%s,'
+    f'"{SinkField.PAYLOAD_ENCODING}":"%s","{SinkField.PAYLOAD}":%s}}'
 ).encode()
 
 
 def encode_record(record: SinkRecord) -> bytes:
-    """The record as one line of compact JSON (no newline), ``payload`` embedded as JSON.
+    """The record as one line of compact JSON (no newline), ``payload`` embedded as JSON (a
+    JSON document as itself, text as a JSON string, binary as a base64 string).
 
     Raw line breaks in a JSON document can only be whitespace between tokens, so they are
     replaced by spaces: the result is always a single line.
     """
     payload = record.payload
-    if b"\n" in payload or b"\r" in payload:
-        payload = payload.replace(b"\n", b" ").replace(b"\r", b" ")
+    encoding = record.payload_encoding
+    if encoding == PayloadEncoding.JSON:
+        if b"\n" in payload or b"\r" in payload:
+            payload = payload.replace(b"\n", b" ").replace(b"\r", b" ")
+    elif encoding == PayloadEncoding.TEXT:
+        payload = _dumps(payload.decode("utf-8", "replace"))
+    else:
+        payload = b'"' + base64.b64encode(payload) + b'"'
     return _TEMPLATE % (
         _dumps(record.stream_id),
         record.epoch,
         record.seq,
         record.received_at_ms,
         _dumps(record.worker_id),
+        encoding.encode(),
         payload,
     )

@@ -31,6 +31,7 @@ from worker.upstream.connection import (
     with_resume_param,
 )
 from worker.upstream.reader import (
+    HeadersUnavailable,
     UpstreamEvent,
     UpstreamEventKind,
     UpstreamMessage,
@@ -44,6 +45,7 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "RETRYABLE_4XX",
     "Failure",
+    "HeadersUnavailable",
     "Resolver",
     "UpstreamEvent",
     "UpstreamEventKind",

@@ -15,7 +15,9 @@ from urllib.parse import quote, unquote_plus
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.typing import Subprotocol
 
+from streamlease.profile import DEFAULT_PROFILE, RESUME_QUERY, Profile
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy, check_address, parse_upstream_url
 
@@ -134,8 +136,14 @@ async def connect_upstream(
     from_seq: int,
     policy: UrlPolicy | None = None,
     resolver: Resolver | None = None,
+    profile: Profile = DEFAULT_PROFILE,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> ClientConnection:
     """Open one WebSocket connection to ``url`` asking for ``from_seq``; no retries.
+
+    The stream's ``profile`` decides how ``from_seq`` is asked for (a query parameter: its
+    ``resume_param``, else ``settings.resume_param``; otherwise not in the URL) and which
+    subprotocols are offered; ``headers`` are extra handshake headers, secrets resolved.
 
     Every address the host resolves to must pass the URL policy (default: from ``settings``);
     addresses are tried in resolver order until one accepts TCP, all within
@@ -145,7 +153,10 @@ async def connect_upstream(
     """
     policy = policy or UrlPolicy.from_settings(settings)
     upstream = parse_upstream_url(url, policy)
-    resource = with_resume_param(upstream.resource, settings.resume_param, from_seq)
+    resource = upstream.resource
+    if profile.resume == RESUME_QUERY:
+        param = profile.resume_param or settings.resume_param
+        resource = with_resume_param(resource, param, from_seq)
     uri = f"{upstream.scheme}://{upstream.netloc}{resource}"
     ping_interval = settings.ping_interval_seconds if settings.ping_interval_seconds > 0 else None
     ping_timeout = settings.ping_timeout_seconds if settings.ping_timeout_seconds > 0 else None
@@ -173,6 +184,8 @@ async def connect_upstream(
                     close_timeout=CLOSE_TIMEOUT_SECONDS,
                     max_size=MAX_FRAME_BYTES,
                     max_queue=16,
+                    subprotocols=[Subprotocol(p) for p in profile.subprotocols] or None,
+                    additional_headers=list(headers) or None,
                 )
             except OSError as exc:
                 if isinstance(exc, TimeoutError | ssl.SSLError):

@@ -6,7 +6,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
@@ -16,7 +16,9 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from streamlease.errors import UpstreamRejected, UrlRejected
+from streamlease.profile import DEFAULT_PROFILE, Profile
 from streamlease.rules import backoff_seconds
+from streamlease.schema import PayloadEncoding
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
 from worker.upstream.connection import (
@@ -39,12 +41,14 @@ except ImportError:  # pragma: no cover - orjson ships in the worker image
 
 
 class UpstreamMessage(NamedTuple):
-    """One upstream message, as delivered: ``payload`` is the frame's raw bytes (a UTF-8 JSON
-    object with an integer ``seq``), ``received_at_ms`` wall-clock epoch milliseconds."""
+    """One upstream message, as delivered: ``payload`` is the frame's raw bytes — a UTF-8 JSON
+    object (``encoding`` ``json``), any text (``text``), or a binary frame (``base64``: how the
+    sink will carry it) — and ``received_at_ms`` wall-clock epoch milliseconds."""
 
     seq: int
     received_at_ms: int
     payload: bytes
+    encoding: str = PayloadEncoding.JSON
 
 
 class UpstreamEventKind(StrEnum):
@@ -60,7 +64,8 @@ class UpstreamEventKind(StrEnum):
     GAP = "gap"
     """``missing`` seqs were skipped before ``seq``."""
     MALFORMED = "malformed"
-    """A frame was not a JSON object with an integer ``seq``; it was skipped."""
+    """A frame had no integer sequence where the profile says (or was binary where a JSON
+    document was expected); it was skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,19 @@ class UpstreamStats:
     malformed: int = 0
 
 
+class HeadersUnavailable(Exception):
+    """The handshake headers cannot be had for now (a secret not readable yet): retry later.
+    Its text is safe to store and log."""
+
+
+async def _send_opening(ws: ClientConnection, text: str) -> None:
+    """Send the profile's open message; a connection that cannot take it failed."""
+    try:
+        await ws.send(text)
+    except ConnectionClosed as exc:
+        raise OSError("upstream closed before the open message was sent") from exc
+
+
 # --- the reader ------------------------------------------------------------------------------
 
 
@@ -108,6 +126,11 @@ class UpstreamReader:
     ``on_event`` is called synchronously for every :class:`UpstreamEvent`; it must neither block
     nor raise (an exception would end the iteration). Count ``RETRYING`` events as reconnects,
     store the ``error`` of ``RETRYING``/``REJECTED`` as ``last_error``.
+    ``profile`` (:class:`~streamlease.profile.Profile`) says where the sequence is (a JSON path,
+    or none: messages are numbered from ``last_seq + 1``, text and binary frames alike), how a
+    reconnect resumes, which subprotocols to offer and what to send after each connect;
+    ``headers()`` gives the handshake headers before each attempt (secrets resolved; it may
+    raise :class:`UpstreamRejected`, or :class:`HeadersUnavailable` to be retried).
     ``rand`` (uniform in [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable
     for tests.
     """
@@ -124,6 +147,8 @@ class UpstreamReader:
         resolver: Resolver | None = None,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
+        profile: Profile = DEFAULT_PROFILE,
+        headers: Callable[[], Awaitable[Sequence[tuple[str, str]]]] | None = None,
     ) -> None:
         self.stream_id = stream_id
         self.stats = UpstreamStats()
@@ -139,6 +164,9 @@ class UpstreamReader:
         self._clock = clock
         self._on_event = on_event
         self._last_seq = last_seq
+        self._profile = profile
+        self._seq_path = profile.seq_path
+        self._headers = headers
         self._ws: ClientConnection | None = None
         self._failures = 0  # consecutive, drives the backoff
         self._connected_at = 0.0
@@ -171,7 +199,10 @@ class UpstreamReader:
         return self
 
     async def __anext__(self) -> UpstreamMessage:
+        if self._seq_path is None:
+            return await self._next_numbered()
         stats = self.stats
+        path = self._seq_path
         while True:
             ws = self._ws
             if ws is None:
@@ -182,10 +213,13 @@ class UpstreamReader:
                 await self._after_close(exc)
                 continue
             try:
-                seq = _loads(frame)["seq"]
+                node = _loads(frame)
+                for name in path:
+                    node = node[name]
             except (ValueError, TypeError, KeyError):
-                self._malformed("frame is not a JSON object with a seq")
+                self._malformed("frame is not a JSON object with a seq where the profile says")
                 continue
+            seq = node
             if type(seq) is not int:
                 self._malformed("frame seq is not an integer")
                 continue
@@ -200,6 +234,26 @@ class UpstreamReader:
             self._last_seq = seq
             stats.messages += 1
             return UpstreamMessage(seq, time.time_ns() // 1_000_000, frame)
+
+    async def _next_numbered(self) -> UpstreamMessage:
+        """A feed without sequence numbers: every frame, text or binary, is the next message;
+        the number is the reader's own (``last_seq + 1``)."""
+        while True:
+            ws = self._ws
+            if ws is None:
+                ws = await self._reconnect()
+            try:
+                frame = await ws.recv()
+            except ConnectionClosed as exc:
+                await self._after_close(exc)
+                continue
+            if isinstance(frame, str):
+                payload, encoding = frame.encode(), PayloadEncoding.TEXT
+            else:
+                payload, encoding = frame, PayloadEncoding.BASE64
+            self._last_seq += 1
+            self.stats.messages += 1
+            return UpstreamMessage(self._last_seq, time.time_ns() // 1_000_000, payload, encoding)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """End the iteration and close the connection with ``code`` (1000: the stream stopped;
@@ -220,15 +274,24 @@ class UpstreamReader:
         while True:
             self._stop_if_closing()
             try:
+                headers = await self._headers() if self._headers is not None else ()
                 ws = await connect_upstream(
                     self._url,
                     self._settings,
                     from_seq=self._last_seq + 1,
                     policy=self._policy,
                     resolver=self._resolver,
+                    profile=self._profile,
+                    headers=headers,
                 )
-            except UrlRejected as exc:
+                opening = self._profile.open_message_for(self._last_seq)
+                if opening is not None:
+                    await _send_opening(ws, opening)
+            except (UrlRejected, UpstreamRejected) as exc:
                 self._reject(Failure(True, str(exc)))
+            except HeadersUnavailable as exc:
+                await self._back_off(Failure(False, str(exc)))
+                continue
             except (OSError, WebSocketException) as exc:
                 failure = describe_connect_error(exc)
                 if failure.fatal:

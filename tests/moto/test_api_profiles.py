@@ -1,0 +1,72 @@
+"""POST /streams with a connection profile: validated, stored without secret values, shown,
+and part of what makes a repeated create the same create."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from control_plane_support import Api
+
+from streamlease.lease_store import LeaseStore
+
+URL = "wss://feed.example.com/v1"
+PROFILE: dict[str, Any] = {
+    "headers": {"Authorization": "Bearer {secret:streamlease/feed#token}", "X-Client": "ops"},
+    "subprotocols": ["feed.v2"],
+    "open_message": '{"type":"subscribe","from":{next_seq}}',
+    "seq": "data.u",
+    "resume": "open_message",
+}
+
+
+def create(api: Api, profile: Any = PROFILE, stream_id: str = "p1") -> Any:
+    return api("POST", "/streams", body={"id": stream_id, "ws_url": URL, "profile": profile})
+
+
+def test_a_profile_is_stored_and_shown_as_given(api: Api, store: LeaseStore) -> None:
+    """GET shows the profile with its secret references; the worker reads it from the item."""
+    assert create(api).status == 201
+    assert api("GET", "/streams/p1").body["profile"] == PROFILE
+    assert store.read("p1").profile == PROFILE  # type: ignore[union-attr]
+
+
+def test_the_same_create_again_is_a_no_op_and_another_profile_a_conflict(api: Api) -> None:
+    assert create(api).status == 201
+    assert create(api).status == 200
+    changed = create(api, {**PROFILE, "seq": "sequence"})
+    assert changed.status == 409
+    assert changed.error["field"] == "profile"
+
+
+def test_a_stream_without_a_profile_shows_none_and_no_failover_note(api: Api) -> None:
+    assert api("POST", "/streams", body={"id": "plain", "ws_url": URL}).status == 201
+    body = api("GET", "/streams/plain").body
+    assert (body["profile"], body["failover_note"]) == (None, None)
+
+
+def test_a_feed_without_sequence_says_what_a_failover_can_cost(api: Api) -> None:
+    assert create(api, {"seq": "none", "resume": "none"}).status == 201
+    note = api("GET", "/streams/p1").body["failover_note"]
+    assert "lose or repeat" in note
+
+
+def test_a_credential_given_as_a_value_is_refused_and_never_echoed(api: Api) -> None:
+    """A literal Authorization value would be stored in the table: refused, naming the field,
+    and the value appears nowhere in the answer."""
+    refused = create(api, {"headers": {"Authorization": "Bearer s3cr3t-v4lue"}})
+    assert refused.status == 400
+    assert refused.error["field"] == "profile.headers.Authorization"
+    assert "s3cr3t-v4lue" not in str(refused.body)
+    assert api("GET", "/streams/p1").status == 404
+
+
+def test_a_secret_outside_the_deployments_prefix_is_refused(api: Api) -> None:
+    refused = create(api, {"headers": {"Authorization": "secret:prod/other"}})
+    assert (refused.status, refused.error["field"]) == (400, "profile.headers.Authorization")
+
+
+def test_a_malformed_profile_is_a_400_naming_the_field(api: Api) -> None:
+    wrong_type = create(api, {"subprotocols": "feed"})
+    bad_path = create(api, {"seq": "data..u"})
+    assert wrong_type.status == 400 and "profile" in (wrong_type.error["field"] or "")
+    assert (bad_path.status, bad_path.error["field"]) == (400, "profile.seq")
