@@ -1,21 +1,39 @@
-"""Upstream simulator: a WebSocket server that streams numbered JSON messages, with fault knobs.
+"""Upstream simulator: a WebSocket server that streams numbered messages, with fault knobs and
+the layouts real feeds have (own seq field, binary frames, no seq).
 
-Every connection to ``/<stream id>`` receives text frames ``{"seq": n, "ts": ms, "data": ...}``
-starting at ``from_seq`` (exact replay: ``data`` of seq ``n`` is :func:`payload_for` of the stream
-id and ``n``), at ``rate`` messages per second (``rate=0``: as fast as the client reads).
+By default every connection to ``/<stream id>`` receives text frames
+``{"seq": n, "ts": ms, "data": ...}`` starting at ``from_seq`` (exact replay: ``data`` of seq ``n``
+is :func:`payload_for` of the stream id and ``n``), at ``rate`` messages per second (``rate=0``:
+as fast as the client reads).
 
-Query knobs (all optional), also settable per stream at run time with
+Query options (all optional; a value that does not parse or modes that do not combine are
+answered with HTTP 400), also settable per stream at run time with
 :meth:`UpstreamSimulator.set_fault` for tests that cannot change a stored URL:
 
 ``rate``           messages/s (default 10; ``0`` = flat out)
-``from_seq``       first seq to send (default 1; the resume parameter)
+``from_seq``       first seq to send (default 1; the resume parameter, named otherwise with
+                   ``UpstreamSimulator(resume_param=...)``)
 ``until_seq``      stop sending after this seq and keep the connection open, idle
 ``drop_after``     abort the TCP connection after N messages (no close frame: the client sees 1006)
-``close_code``     close with this code after ``close_after`` messages (default 0)
-``reject``         refuse the handshake with this HTTP status (403, 503, ...)
+``close_code``     close with this code after ``close_after`` messages
+``close_after``    messages before the ``close_code`` close (default 0: right away)
+``reject``         refuse the handshake with this HTTP status (300 to 599)
 ``garbage_every``  after every N messages also send a malformed frame (not JSON, no seq, ...)
 ``gap_every``      after every N messages skip one seq (the client should count gaps)
 ``replay_back``    start N seqs before ``from_seq`` (an upstream that replays too much)
+``seq_field``      dotted path of the seq instead of ``seq``: ``sequence`` gives
+                   ``{"sequence": n, "ts": ms, "data": ...}``; ``data.u`` gives
+                   ``{"data": {"u": n, "d": ...}, "ts": ms}`` (not ``ts``, ``data``, ``data.d``)
+``binary=1``       binary frames, each :func:`binary_payload_for` of the stream id and seq
+                   (8-byte big-endian seq, ``\\xff\\xfe``, UTF-8 of :func:`payload_for`); not with
+                   ``seq_field`` or ``noseq``
+``noseq=1``        text frames ``{"ts": ms, "data": ...}`` with no seq; ``data`` is still
+                   :func:`payload_for` of the message number ``n`` (counting from ``from_seq``)
+
+Where the payload lands: ``data`` in every text mode except a ``seq_field`` under ``data``, where
+it is ``data.d`` (:func:`payload_path` says which); the whole frame in ``binary=1``. ``from_seq``,
+``until_seq``, ``gap_every`` and ``replay_back`` work in every mode. Unknown parameters are left
+to the URL.
 
 Three ways to run it: ``python -m local.upstream_sim --port 8765`` (foreground until SIGINT or
 SIGTERM), :func:`run_in_thread` from synchronous tests, ``async with UpstreamSimulator()`` inside
@@ -23,7 +41,13 @@ an event loop.
 The simulator writes pre-built frames straight to the transport so it can out-run any client.
 """
 
-from local.upstream_sim.knobs import ALL_STREAMS, DEFAULT_RATE, Knobs, StreamStats, payload_for
+from local.upstream_sim.knobs import ALL_STREAMS, DEFAULT_RATE, Knobs, StreamStats
+from local.upstream_sim.payloads import (
+    binary_payload_for,
+    payload_for,
+    payload_path,
+    text_message,
+)
 from local.upstream_sim.server import LISTEN_BACKLOG, UpstreamSimulator, raise_open_file_limit
 from local.upstream_sim.thread import run_in_thread
 
@@ -34,7 +58,10 @@ __all__ = [
     "Knobs",
     "StreamStats",
     "UpstreamSimulator",
+    "binary_payload_for",
     "payload_for",
+    "payload_path",
     "raise_open_file_limit",
     "run_in_thread",
+    "text_message",
 ]

@@ -19,7 +19,16 @@ from typing import Final
 from websockets.asyncio.server import ServerConnection
 from websockets.protocol import State
 
-from local.upstream_sim.knobs import GARBAGE_FRAMES, Knobs, StreamStats, end_plan, mix, text_frame
+from local.upstream_sim.knobs import Knobs, StreamStats, end_plan
+from local.upstream_sim.payloads import (
+    GARBAGE_FRAMES,
+    SEQ_FIELD,
+    binary_frame,
+    binary_payload_for,
+    mix,
+    text_frame,
+    text_message,
+)
 
 MAX_BURST: Final = 256
 """Most frames written at once (catching up, or a flat-out stream)."""
@@ -48,8 +57,11 @@ class Emitter:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._stats = stats
         self._lock = lock
+        self._stream_id = stream_id
         self._data_prefix = json.dumps(stream_id + ":").encode()[:-1]  # '"<id>:' left open
         self._stream_hash = zlib.crc32(stream_id.encode())
+        # The default layout is formatted inline: it is what benchmarks push by the million.
+        self._default_layout = not (knobs.binary or knobs.noseq or knobs.seq_field != SEQ_FIELD)
 
     @property
     def open(self) -> bool:
@@ -91,16 +103,20 @@ class Emitter:
         gap_every, garbage_every = knobs.gap_every or 0, knobs.garbage_every or 0
         ts = time.time_ns() // 1_000_000
         seq, sent, prefix, stream_hash = self.seq, self.sent, self._data_prefix, self._stream_hash
+        default_layout = self._default_layout
         frames = []
         for _ in range(count):
-            body = b'{"seq":%d,"ts":%d,"data":%s%d:%08x"}' % (
-                seq,
-                ts,
-                prefix,
-                seq,
-                mix(stream_hash, seq),
-            )
-            frames.append(text_frame(body))
+            if default_layout:
+                body = b'{"seq":%d,"ts":%d,"data":%s%d:%08x"}' % (
+                    seq,
+                    ts,
+                    prefix,
+                    seq,
+                    mix(stream_hash, seq),
+                )
+                frames.append(text_frame(body))
+            else:
+                frames.append(self._frame(seq, ts))
             sent += 1
             seq += 2 if gap_every and sent % gap_every == 0 else 1
             if garbage_every and sent % garbage_every == 0:
@@ -109,6 +125,15 @@ class Emitter:
         self.seq, self.sent = seq, sent
         with self._lock:
             self._stats.messages_sent += count
+
+    def _frame(self, seq: int, ts_ms: int) -> bytes:
+        """Message ``seq`` in this connection's feed mode (binary, another seq field, no seq)."""
+        knobs = self.knobs
+        if knobs.binary:
+            return binary_frame(binary_payload_for(self._stream_id, seq))
+        return text_frame(
+            text_message(self._stream_id, seq, ts_ms, seq_field=knobs.seq_field, noseq=knobs.noseq)
+        )
 
     def finish(self) -> None:
         """Tell the connection's handler that sending is over."""

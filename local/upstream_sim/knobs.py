@@ -1,34 +1,22 @@
-"""What the simulator sends and how a connection behaves: knobs, payloads, frames, statistics."""
+"""How a connection behaves: its knobs (parsed from the query, checked strictly), programmatic
+faults, and the statistics the simulator keeps per stream. What is sent is in ``payloads``."""
 
 from __future__ import annotations
 
 import dataclasses
-import struct
-import zlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl
+
+from local.upstream_sim.payloads import SEQ_FIELD, check_seq_field
 
 DEFAULT_RATE: Final = 10.0
 ALL_STREAMS: Final = "*"
 """Stream id for :meth:`UpstreamSimulator.set_fault` that applies to every stream."""
 
-GARBAGE_FRAMES: Final = (
-    b"\x81\x0fnot json at all",
-    b'\x81\x0f{"no_seq":true}',
-    b'\x81\x0b{"seq":"7"}',
-    b"\x81\x07[1,2,3]",
-    b"\x82\x03\xff\xfe\x00",  # binary frame, not UTF-8
-)
-
-
-def payload_for(stream_id: str, seq: int) -> str:
-    """The ``data`` of message ``seq`` of ``stream_id``: a pure function, for checkers."""
-    return f"{stream_id}:{seq}:{mix(zlib.crc32(stream_id.encode()), seq):08x}"
-
-
-def mix(stream_hash: int, seq: int) -> int:
-    return ((seq * 0x9E3779B1) ^ stream_hash) & 0xFFFFFFFF
+_FLAGS: Final = ("binary", "noseq")
+_TEXTS: Final = frozenset({"seq_field"})
 
 
 @dataclass(frozen=True)
@@ -45,6 +33,9 @@ class Knobs:
     garbage_every: int | None = None
     gap_every: int | None = None
     replay_back: int = 0
+    seq_field: str = SEQ_FIELD
+    binary: bool = False
+    noseq: bool = False
 
     @classmethod
     def from_query(cls, query: str, resume_param: str, default_rate: float) -> Knobs:
@@ -55,20 +46,35 @@ class Knobs:
             key = "from_seq" if name == resume_param else name
             if key not in names:
                 continue  # unknown parameters belong to the URL, not to the simulator
-            values[key] = float(raw) if key == "rate" else int(raw)
+            values[key] = _parse(key, raw)
         knobs = cls(**values)
         knobs.validate()
         return knobs
 
     def validate(self) -> None:
-        """Raises ``ValueError`` when a knob is out of range."""
-        if self.rate < 0 or self.from_seq < 1 or self.replay_back < 0:
-            raise ValueError("rate, from_seq or replay_back out of range")
+        """Raises ``ValueError`` when a knob is out of range or modes do not combine."""
+        if not math.isfinite(self.rate) or self.rate < 0:
+            raise ValueError("rate must be a finite number of messages/s, at least 0")
+        if self.from_seq < 1 or self.replay_back < 0:
+            raise ValueError("from_seq or replay_back out of range")
         for every in (self.garbage_every, self.gap_every):
             if every is not None and every < 1:
                 raise ValueError("garbage_every and gap_every must be at least 1")
         if self.reject is not None and not 300 <= self.reject <= 599:
             raise ValueError("reject must be an HTTP status from 300 to 599")
+        self._validate_modes()
+
+    def _validate_modes(self) -> None:
+        for name in _FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool (0 or 1 in a query)")
+        if not isinstance(self.seq_field, str):
+            raise ValueError("seq_field must be a dotted path")
+        check_seq_field(self.seq_field)
+        if self.noseq and self.seq_field != SEQ_FIELD:
+            raise ValueError("noseq and seq_field exclude each other")
+        if self.binary and (self.noseq or self.seq_field != SEQ_FIELD):
+            raise ValueError("binary frames have their own layout: no noseq or seq_field")
 
 
 @dataclass
@@ -111,11 +117,14 @@ def end_plan(knobs: Knobs) -> tuple[int | None, int | None]:
     return min(plans, key=lambda plan: plan[0])
 
 
-def text_frame(body: bytes) -> bytes:
-    """An unmasked, final text frame (server to client) around ``body``."""
-    size = len(body)
-    if size < 126:
-        return struct.pack("!BB", 0x81, size) + body
-    if size < 65536:
-        return struct.pack("!BBH", 0x81, 126, size) + body
-    return struct.pack("!BBQ", 0x81, 127, size) + body
+def _parse(key: str, raw: str) -> Any:
+    """One query value as the knob's type. Raises ``ValueError`` when it does not parse."""
+    if key == "rate":
+        return float(raw)
+    if key in _TEXTS:
+        return raw
+    if key in _FLAGS:
+        if raw not in ("0", "1"):
+            raise ValueError(f"{key} must be 0 or 1")
+        return raw == "1"
+    return int(raw)

@@ -1,4 +1,5 @@
-"""The upstream simulator itself: what it sends, its knobs, and its three ways of running."""
+"""The upstream simulator itself: what it sends, its knobs, its feed layouts (seq field,
+binary, no seq) and its three ways of running."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect as sync_connect
 
-from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
+from local.upstream_sim import (
+    UpstreamSimulator,
+    binary_payload_for,
+    payload_for,
+    payload_path,
+    run_in_thread,
+    text_message,
+)
 
 
 @pytest.fixture
@@ -31,6 +39,16 @@ async def test_messages_are_numbered_timestamped_and_replayable(sim: UpstreamSim
     assert [b["seq"] for b in bodies] == [7, 8, 9]
     assert [b["data"] for b in bodies] == [payload_for("a:b.c", n) for n in (7, 8, 9)]
     assert all(b["ts"] > 1_600_000_000_000 for b in bodies)
+
+
+async def test_default_frames_are_byte_for_byte_the_default_text_message(
+    sim: UpstreamSimulator,
+) -> None:
+    """Without mode parameters a frame is exactly text_message(stream id, seq, ts)."""
+    async with connect(sim.url_for("ä/b", rate=0, until_seq=2)) as ws:
+        raw = [await ws.recv() for _ in range(2)]
+    for seq, frame in zip((1, 2), raw, strict=True):
+        assert frame == text_message("ä/b", seq, json.loads(frame)["ts"]).decode()
 
 
 async def test_until_seq_stops_sending_but_keeps_the_connection_open(
@@ -106,3 +124,66 @@ def test_runs_in_the_foreground_until_sigterm() -> None:
     finally:
         process.kill()
         process.wait()
+
+
+# --- feed modes ---------------------------------------------------------------------------------
+
+
+async def test_seq_field_puts_the_seq_at_another_top_level_field(sim: UpstreamSimulator) -> None:
+    """seq_field=sequence: {"sequence": n, "ts", "data"}, replayed from from_seq."""
+    async with connect(
+        sim.url_for("s", rate=0, from_seq=5, until_seq=6, seq_field="sequence")
+    ) as ws:
+        bodies = [json.loads(await ws.recv()) for _ in range(2)]
+    assert [sorted(b) for b in bodies] == [["data", "sequence", "ts"]] * 2
+    assert [b["sequence"] for b in bodies] == [5, 6]
+    assert payload_path("sequence") == "data"
+    assert [b["data"] for b in bodies] == [payload_for("s", n) for n in (5, 6)]
+
+
+async def test_seq_field_under_data_moves_the_payload_to_data_d(sim: UpstreamSimulator) -> None:
+    """seq_field=data.u: {"data": {"u": n, "d": payload}, "ts"}."""
+    async with connect(sim.url_for("s", rate=0, from_seq=3, until_seq=4, seq_field="data.u")) as ws:
+        bodies = [json.loads(await ws.recv()) for _ in range(2)]
+    assert payload_path("data.u") == "data.d"
+    assert [b["data"] for b in bodies] == [{"u": n, "d": payload_for("s", n)} for n in (3, 4)]
+    assert [sorted(b) for b in bodies] == [["data", "ts"]] * 2
+
+
+async def test_binary_mode_sends_binary_payloads_from_from_seq(sim: UpstreamSimulator) -> None:
+    """binary=1: binary frames, each binary_payload_for(stream, seq); not decodable as text."""
+    async with connect(sim.url_for("s", rate=0, binary=1, from_seq=9, until_seq=11)) as ws:
+        frames = [await ws.recv() for _ in range(3)]
+    assert frames == [binary_payload_for("s", n) for n in (9, 10, 11)]
+    assert all(isinstance(frame, bytes) for frame in frames)
+    assert int.from_bytes(frames[0][:8], "big") == 9
+    with pytest.raises(UnicodeDecodeError):
+        frames[0].decode()
+
+
+async def test_noseq_mode_sends_no_sequence_field(sim: UpstreamSimulator) -> None:
+    """noseq=1: {"ts", "data"} only; data is payload_for of n counting from from_seq."""
+    async with connect(sim.url_for("s", rate=0, noseq=1, from_seq=3, until_seq=5)) as ws:
+        bodies = [json.loads(await ws.recv()) for _ in range(3)]
+    assert [sorted(b) for b in bodies] == [["data", "ts"]] * 3
+    assert [b["data"] for b in bodies] == [payload_for("s", n) for n in (3, 4, 5)]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"seq_field": "ts"},
+        {"seq_field": "data.d"},
+        {"binary": 1, "noseq": 1},
+        {"noseq": 1, "seq_field": "u"},
+    ],
+    ids=lambda query: "&".join(f"{k}={v}" for k, v in query.items()),
+)
+async def test_a_bad_mode_is_answered_with_400(
+    sim: UpstreamSimulator, query: dict[str, object]
+) -> None:
+    """A mode value that does not parse, or modes that do not combine, refuse the handshake."""
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(sim.url_for("s", **query)):
+            pass
+    assert refused.value.response.status_code == 400

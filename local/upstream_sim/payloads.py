@@ -1,0 +1,132 @@
+"""What a stream's messages contain and how they are framed: pure functions, so checkers can
+import them and tell exactly what the simulator sent.
+
+Where the payload (:func:`payload_for` of the stream id and the message number) lands, per feed
+mode (see :func:`payload_path`):
+
+- default and ``seq_field=<path>`` not through ``data``: at ``data``;
+- ``seq_field=data.<rest>``: ``data`` becomes an object holding the seq at ``<rest>`` and the
+  payload at ``data.d``;
+- ``noseq=1``: at ``data`` (and no seq anywhere);
+- ``binary=1``: the whole frame is :func:`binary_payload_for`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import zlib
+from typing import Any, Final
+
+SEQ_FIELD: Final = "seq"
+"""Where the seq is by default."""
+DATA_FIELD: Final = "data"
+TS_FIELD: Final = "ts"
+NESTED_PAYLOAD_KEY: Final = "d"
+"""Key of the payload inside ``data`` when the seq path goes through ``data``."""
+BINARY_MARKER: Final = b"\xff\xfe"
+"""Bytes after the seq in a binary message: never valid UTF-8, so a text decoder fails on them."""
+
+GARBAGE_FRAMES: Final = (
+    b"\x81\x0fnot json at all",
+    b'\x81\x0f{"no_seq":true}',
+    b'\x81\x0b{"seq":"7"}',
+    b"\x81\x07[1,2,3]",
+    b"\x82\x03\xff\xfe\x00",  # binary frame, not UTF-8
+)
+
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+_TEXT_OPCODE: Final = 0x81  # FIN + text
+_BINARY_OPCODE: Final = 0x82  # FIN + binary
+
+
+def payload_for(stream_id: str, seq: int) -> str:
+    """The ``data`` of message ``seq`` of ``stream_id``: a pure function, for checkers."""
+    return f"{stream_id}:{seq}:{mix(zlib.crc32(stream_id.encode()), seq):08x}"
+
+
+def binary_payload_for(stream_id: str, seq: int) -> bytes:
+    """The bytes of binary message ``seq`` of ``stream_id`` (``binary=1``): a pure function.
+
+    Layout: ``seq`` as 8 bytes big-endian, :data:`BINARY_MARKER` (``b"\\xff\\xfe"``, not UTF-8),
+    then the UTF-8 of :func:`payload_for`.
+    """
+    return struct.pack("!Q", seq) + BINARY_MARKER + payload_for(stream_id, seq).encode()
+
+
+def mix(stream_hash: int, seq: int) -> int:
+    """The per-message hash in :func:`payload_for` (``stream_hash`` is the id's CRC-32)."""
+    return ((seq * 0x9E3779B1) ^ stream_hash) & 0xFFFFFFFF
+
+
+def check_seq_field(path: str) -> None:
+    """Raises ``ValueError`` unless ``path`` is a dotted path the seq can be placed at.
+
+    Segments are letters, digits, ``_`` or ``-``; the path may not be or go through ``ts``, and
+    may be neither ``data`` nor under ``data.d`` (where the payload goes).
+    """
+    segments = path.split(".")
+    if not all(_PATH_SEGMENT.fullmatch(segment) for segment in segments):
+        raise ValueError("seq_field must be a dotted path of letters, digits, '_' or '-'")
+    if (
+        segments[0] == TS_FIELD
+        or segments == [DATA_FIELD]
+        or segments[:2]
+        == [
+            DATA_FIELD,
+            NESTED_PAYLOAD_KEY,
+        ]
+    ):
+        raise ValueError("seq_field may not be ts, data or data.d (they hold ts and the payload)")
+
+
+def payload_path(seq_field: str = SEQ_FIELD) -> str:
+    """Dotted path of the payload in a text message whose seq is at ``seq_field``."""
+    if seq_field.split(".")[0] == DATA_FIELD:
+        return f"{DATA_FIELD}.{NESTED_PAYLOAD_KEY}"
+    return DATA_FIELD
+
+
+def text_message(
+    stream_id: str, seq: int, ts_ms: int, *, seq_field: str = SEQ_FIELD, noseq: bool = False
+) -> bytes:
+    """The compact JSON body of text message ``seq``: the seq at ``seq_field`` (nowhere when
+    ``noseq``), ``ts`` (epoch milliseconds) and the payload at :func:`payload_path`.
+
+    Key order: the seq path's first key, ``ts``, then ``data`` (unless already placed), so the
+    default is ``{"seq":n,"ts":ms,"data":"..."}``.
+    """
+    payload = payload_for(stream_id, seq)
+    message: dict[str, Any] = {}
+    if not noseq:
+        *parents, leaf = seq_field.split(".")
+        node = message
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = seq
+    message[TS_FIELD] = ts_ms
+    if noseq or payload_path(seq_field) == DATA_FIELD:
+        message[DATA_FIELD] = payload
+    else:
+        message[DATA_FIELD][NESTED_PAYLOAD_KEY] = payload
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def text_frame(body: bytes) -> bytes:
+    """An unmasked, final text frame (server to client) around ``body``."""
+    return _frame(_TEXT_OPCODE, body)
+
+
+def binary_frame(body: bytes) -> bytes:
+    """An unmasked, final binary frame (server to client) around ``body``."""
+    return _frame(_BINARY_OPCODE, body)
+
+
+def _frame(opcode: int, body: bytes) -> bytes:
+    size = len(body)
+    if size < 126:
+        return struct.pack("!BB", opcode, size) + body
+    if size < 65536:
+        return struct.pack("!BBH", opcode, 126, size) + body
+    return struct.pack("!BBQ", opcode, 127, size) + body
