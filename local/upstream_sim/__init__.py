@@ -1,5 +1,5 @@
 """Upstream simulator: a WebSocket server that streams numbered messages, with fault knobs and
-the layouts real feeds have (own seq field, binary frames, no seq).
+the modes real feeds have (bearer token, subprotocol, own seq field, binary frames, no seq).
 
 By default every connection to ``/<stream id>`` receives text frames
 ``{"seq": n, "ts": ms, "data": ...}`` starting at ``from_seq`` (exact replay: ``data`` of seq ``n``
@@ -21,6 +21,10 @@ answered with HTTP 400), also settable per stream at run time with
 ``garbage_every``  after every N messages also send a malformed frame (not JSON, no seq, ...)
 ``gap_every``      after every N messages skip one seq (the client should count gaps)
 ``replay_back``    start N seqs before ``from_seq`` (an upstream that replays too much)
+``bearer``         require the header ``Authorization: Bearer <value>`` (scheme in any case);
+                   without it, or with another value: HTTP 401 with ``WWW-Authenticate: Bearer``
+``subprotocol``    require the client to offer this subprotocol (``Sec-WebSocket-Protocol``) and
+                   select it; a client that does not offer it: HTTP 400
 ``seq_field``      dotted path of the seq instead of ``seq``: ``sequence`` gives
                    ``{"sequence": n, "ts": ms, "data": ...}``; ``data.u`` gives
                    ``{"data": {"u": n, "d": ...}, "ts": ms}`` (not ``ts``, ``data``, ``data.d``)
@@ -32,8 +36,10 @@ answered with HTTP 400), also settable per stream at run time with
 
 Where the payload lands: ``data`` in every text mode except a ``seq_field`` under ``data``, where
 it is ``data.d`` (:func:`payload_path` says which); the whole frame in ``binary=1``. ``from_seq``,
-``until_seq``, ``gap_every`` and ``replay_back`` work in every mode. Unknown parameters are left
-to the URL.
+``until_seq``, ``gap_every`` and ``replay_back`` work in every mode. Unknown parameters (a
+``token=...`` credential in the query, say) are left to the URL. The ``bearer`` value is never
+logged nor kept in stats; :class:`StreamStats` counts ``auth_failures`` and
+``subprotocol_failures`` and lists the ``subprotocols`` selected.
 
 Three ways to run it: ``python -m local.upstream_sim --port 8765`` (foreground until SIGINT or
 SIGTERM), :func:`run_in_thread` from synchronous tests, ``async with UpstreamSimulator()`` inside

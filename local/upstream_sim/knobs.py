@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl
@@ -16,7 +17,9 @@ ALL_STREAMS: Final = "*"
 """Stream id for :meth:`UpstreamSimulator.set_fault` that applies to every stream."""
 
 _FLAGS: Final = ("binary", "noseq")
-_TEXTS: Final = frozenset({"seq_field"})
+_TEXTS: Final = frozenset({"bearer", "subprotocol", "seq_field"})
+_TOKEN = re.compile(r"[\x21-\x7e]+")  # visible ASCII: sendable in a header as is
+_SUBPROTOCOL = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,10 @@ class Knobs:
     garbage_every: int | None = None
     gap_every: int | None = None
     replay_back: int = 0
+    bearer: str | None = field(default=None, repr=False)
+    """Bearer token the handshake must carry; never logged, never in stats. Not named ``token``:
+    URLs carry query credentials under that name, which the simulator must leave alone."""
+    subprotocol: str | None = None
     seq_field: str = SEQ_FIELD
     binary: bool = False
     noseq: bool = False
@@ -68,6 +75,14 @@ class Knobs:
         for name in _FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool (0 or 1 in a query)")
+        if self.bearer is not None and not (
+            isinstance(self.bearer, str) and _TOKEN.fullmatch(self.bearer)
+        ):
+            raise ValueError("bearer must be non-empty visible ASCII without spaces")
+        if self.subprotocol is not None and not (
+            isinstance(self.subprotocol, str) and _SUBPROTOCOL.fullmatch(self.subprotocol)
+        ):
+            raise ValueError("subprotocol must be an HTTP token")
         if not isinstance(self.seq_field, str):
             raise ValueError("seq_field must be a dotted path")
         check_seq_field(self.seq_field)
@@ -94,6 +109,7 @@ class StreamStats:
     """Handshake requests, accepted or not."""
     accepted: int = 0
     rejected: int = 0
+    """Handshakes refused: ``reject``, no bearer token (401) or no subprotocol (400)."""
     open: int = 0
     messages_sent: int = 0
     from_seqs: list[int] = field(default_factory=list)
@@ -103,6 +119,12 @@ class StreamStats:
     last_host_header: str = ""
     close_codes_received: list[int | None] = field(default_factory=list)
     """Close code each ended connection received from the client; ``None``: no close frame."""
+    auth_failures: int = 0
+    """Handshakes refused with 401: ``bearer`` set, ``Authorization: Bearer <value>`` missing."""
+    subprotocol_failures: int = 0
+    """Handshakes refused with 400: ``subprotocol`` set and not offered by the client."""
+    subprotocols: list[str | None] = field(default_factory=list)
+    """Subprotocol selected for each accepted connection, in order; ``None``: none selected."""
 
 
 def end_plan(knobs: Knobs) -> tuple[int | None, int | None]:

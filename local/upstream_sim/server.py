@@ -5,22 +5,53 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hmac
 import http
+import logging
 import resource
 import threading
 import time
 import weakref
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import InvalidHeader
+from websockets.headers import parse_subprotocol
 from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
 
 from local.upstream_sim.emitter import Emitter, Pacer, send_flat_out
 from local.upstream_sim.knobs import ALL_STREAMS, DEFAULT_RATE, Fault, Knobs, StreamStats
 
 LISTEN_BACKLOG: Final = 4096
 _UNSENDABLE_CODES: Final = frozenset({1005, 1006, 1015})  # reserved: never put on the wire
+
+
+class _NoDebugLog(logging.LoggerAdapter[logging.Logger]):
+    """websockets' server logger without its DEBUG level, which logs request lines and headers
+    and with them bearer tokens (query and ``Authorization``); INFO and above as configured."""
+
+    def isEnabledFor(self, level: int) -> bool:
+        return level > logging.DEBUG and self.logger.isEnabledFor(level)
+
+
+_WIRE_LOG: Final = _NoDebugLog(logging.getLogger("websockets.server"))
+
+
+class _Refusal(NamedTuple):
+    """A handshake the simulator answers with an HTTP error instead of 101."""
+
+    status: int
+    body: str
+
+
+_AUTH_REFUSAL: Final = _Refusal(http.HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token\n")
+_SUBPROTOCOL_REFUSAL: Final = _Refusal(
+    http.HTTPStatus.BAD_REQUEST, "the required subprotocol was not offered\n"
+)
 
 
 def raise_open_file_limit() -> int:
@@ -75,6 +106,8 @@ class UpstreamSimulator:
             self.host,
             self.port,
             process_request=self._process_request,
+            select_subprotocol=self._select_subprotocol,
+            logger=_WIRE_LOG,
             compression=None,
             ping_interval=None,  # clients ping; the simulator only answers
             max_size=2**16,
@@ -111,10 +144,10 @@ class UpstreamSimulator:
         return f"{base}?{urlencode(query)}" if query else base
 
     def set_fault(self, stream_id: str, *, times: int | None = None, **knobs: Any) -> None:
-        """Override knobs (``drop_after``, ``reject``, ``close_code``, ``close_after``,
-        ``garbage_every``, ``gap_every``, ``replay_back``, ``rate``, ``until_seq``) for the next
-        ``times`` connections of ``stream_id`` (``None``: until cleared; ``ALL_STREAMS``: every
-        stream). Raises ``ValueError`` for an unknown knob."""
+        """Override knobs (any :class:`Knobs` field: ``drop_after``, ``reject``, ``close_code``,
+        ``bearer``, ``subprotocol``, ...) for the next ``times`` connections of ``stream_id``
+        (``None``: until cleared; ``ALL_STREAMS``: every stream). Raises ``ValueError`` for an
+        unknown knob; a bad value is answered with 400 when a connection meets it."""
         unknown = set(knobs) - {f.name for f in dataclasses.fields(Knobs)}
         if unknown:
             raise ValueError(f"unknown knobs: {sorted(unknown)}")
@@ -138,6 +171,7 @@ class UpstreamSimulator:
                 from_seqs=list(current.from_seqs),
                 attempt_times=list(current.attempt_times),
                 close_codes_received=list(current.close_codes_received),
+                subprotocols=list(current.subprotocols),
             )
 
     def attempts(self, stream_id: str) -> int:
@@ -174,17 +208,31 @@ class UpstreamSimulator:
             knobs = self._apply_fault(stream_id, knobs)
         except (TypeError, ValueError):
             return connection.respond(http.HTTPStatus.BAD_REQUEST, "bad simulator knob\n")
+        refusal = _refusal(knobs, request.headers)
         with self._lock:
             stats = self._stats.setdefault(stream_id, StreamStats())
             stats.attempts += 1
             stats.attempt_times.append(time.monotonic())
             stats.last_host_header = request.headers.get("Host", "")
-            if knobs.reject is not None:
+            if refusal is not None:
                 stats.rejected += 1
-        if knobs.reject is not None:
-            return connection.respond(knobs.reject, "rejected by the simulator\n")
+                stats.auth_failures += refusal is _AUTH_REFUSAL
+                stats.subprotocol_failures += refusal is _SUBPROTOCOL_REFUSAL
+        if refusal is not None:
+            response = connection.respond(refusal.status, refusal.body)
+            if refusal is _AUTH_REFUSAL:
+                response.headers["WWW-Authenticate"] = "Bearer"
+            return response
         self._plans[connection] = (stream_id, knobs)
         return None
+
+    def _select_subprotocol(
+        self, connection: ServerConnection, offered: Sequence[Subprotocol]
+    ) -> Subprotocol | None:
+        """The ``subprotocol`` knob when the client offered it (checked before), else none."""
+        plan = self._plans.get(connection)
+        wanted = plan[1].subprotocol if plan is not None else None
+        return Subprotocol(wanted) if wanted is not None and wanted in offered else None
 
     def _apply_fault(self, stream_id: str, knobs: Knobs) -> Knobs:
         with self._lock:
@@ -207,7 +255,21 @@ class UpstreamSimulator:
             stats.accepted += 1
             stats.open += 1
             stats.from_seqs.append(knobs.from_seq)
+            stats.subprotocols.append(connection.subprotocol)
             self._open.setdefault(stream_id, set()).add(connection)
+        try:
+            await self._stream(connection, stream_id, knobs, stats)
+        finally:
+            received = connection.protocol.close_rcvd
+            with self._lock:
+                stats.open -= 1
+                stats.close_codes_received.append(received.code if received else None)
+                self._open[stream_id].discard(connection)
+
+    async def _stream(
+        self, connection: ServerConnection, stream_id: str, knobs: Knobs, stats: StreamStats
+    ) -> None:
+        """Send the stream from ``knobs.from_seq`` as the knobs say, then wait for the close."""
         emitter = Emitter(connection, stream_id, knobs, stats, self._lock, self._now())
         try:
             if knobs.rate > 0:
@@ -224,12 +286,6 @@ class UpstreamSimulator:
             await connection.wait_closed()
         except (ConnectionError, RuntimeError):
             pass  # the client went away while a frame was on its way
-        finally:
-            received = connection.protocol.close_rcvd
-            with self._lock:
-                stats.open -= 1
-                stats.close_codes_received.append(received.code if received else None)
-                self._open[stream_id].discard(connection)
 
     def _now(self) -> float:
         assert self._loop is not None
@@ -241,6 +297,40 @@ class UpstreamSimulator:
             connection.transport.abort()
         else:
             await connection.close(close_code, "simulated")
+
+
+def _refusal(knobs: Knobs, headers: Headers) -> _Refusal | None:
+    """Why a handshake is refused, checked in this order: ``reject``, the bearer token, the
+    subprotocol; ``None`` to accept it."""
+    if knobs.reject is not None:
+        return _Refusal(knobs.reject, "rejected by the simulator\n")
+    if knobs.bearer is not None and not _bearer_matches(headers, knobs.bearer):
+        return _AUTH_REFUSAL
+    if knobs.subprotocol is not None and knobs.subprotocol not in _offered_subprotocols(headers):
+        return _SUBPROTOCOL_REFUSAL
+    return None
+
+
+def _bearer_matches(headers: Headers, token: str) -> bool:
+    """One ``Authorization: Bearer <token>`` header (scheme in any case), compared in constant
+    time."""
+    values = headers.get_all("Authorization")
+    if len(values) != 1:
+        return False
+    scheme, _, credentials = values[0].partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.encode(), token.encode())
+
+
+def _offered_subprotocols(headers: Headers) -> list[str]:
+    """Subprotocols in the ``Sec-WebSocket-Protocol`` headers; none when they do not parse."""
+    try:
+        return [
+            protocol
+            for value in headers.get_all("Sec-WebSocket-Protocol")
+            for protocol in parse_subprotocol(value)
+        ]
+    except InvalidHeader:
+        return []
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

@@ -1,10 +1,11 @@
-"""The upstream simulator itself: what it sends, its knobs, its feed layouts (seq field,
-binary, no seq) and its three ways of running."""
+"""The upstream simulator itself: what it sends, its knobs, its feed modes (bearer, subprotocol,
+seq field, binary, no seq) and its three ways of running."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -129,6 +130,81 @@ def test_runs_in_the_foreground_until_sigterm() -> None:
 # --- feed modes ---------------------------------------------------------------------------------
 
 
+async def test_bearer_mode_streams_to_the_matching_bearer_header(sim: UpstreamSimulator) -> None:
+    """bearer=T: a handshake with Authorization: Bearer T is accepted and streams as usual."""
+    url = sim.url_for("s", rate=0, until_seq=2, bearer="t0k-3n")
+    async with connect(url, additional_headers={"Authorization": "Bearer t0k-3n"}) as ws:
+        assert [json.loads(await ws.recv())["seq"] for _ in range(2)] == [1, 2]
+    stats = sim.stats("s")
+    assert (stats.accepted, stats.auth_failures) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic t0k-3n"}],
+    ids=["no header", "another token", "another scheme"],
+)
+async def test_bearer_mode_answers_401_without_the_bearer_token(
+    sim: UpstreamSimulator, headers: dict[str, str]
+) -> None:
+    """bearer=T: no header, another token or another scheme gets 401, counted in auth_failures."""
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(sim.url_for("s", bearer="t0k-3n"), additional_headers=headers):
+            pass
+    assert refused.value.response.status_code == 401
+    assert refused.value.response.headers["WWW-Authenticate"] == "Bearer"
+    stats = sim.stats("s")
+    assert (stats.attempts, stats.rejected, stats.auth_failures, stats.accepted) == (1, 1, 1, 0)
+
+
+async def test_bearer_token_never_reaches_the_simulator_log(
+    sim: UpstreamSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Even at DEBUG, the simulator logs neither the token nor the Authorization header."""
+    caplog.set_level(logging.DEBUG)
+    url = sim.url_for("s", rate=0, until_seq=1, bearer="s3cr3t-token")
+    async with connect(url, additional_headers={"Authorization": "Bearer s3cr3t-token"}) as ws:
+        await ws.recv()
+    with pytest.raises(InvalidStatus):
+        async with connect(url, additional_headers={"Authorization": "Bearer n0t-it"}):
+            pass
+    server_lines = [
+        r.getMessage() for r in caplog.records if r.name.startswith("websockets.server")
+    ]
+    assert server_lines, "the simulator's connection log was not captured"
+    assert not [line for line in server_lines if "s3cr3t-token" in line or "n0t-it" in line]
+
+
+async def test_subprotocol_mode_selects_the_offered_subprotocol(sim: UpstreamSimulator) -> None:
+    """subprotocol=P: a client offering P (among others) gets P, recorded in stats."""
+    url = sim.url_for("s", rate=0, until_seq=1, subprotocol="feed.v2")
+    async with connect(url, subprotocols=["feed.v1", "feed.v2"]) as ws:
+        assert ws.subprotocol == "feed.v2"
+        assert json.loads(await ws.recv())["seq"] == 1
+    assert sim.stats("s").subprotocols == ["feed.v2"]
+
+
+@pytest.mark.parametrize("offered", [None, ["feed.v1"]], ids=["none offered", "another offered"])
+async def test_subprotocol_mode_answers_400_when_not_offered(
+    sim: UpstreamSimulator, offered: list[str] | None
+) -> None:
+    """subprotocol=P: a client that does not offer P gets 400, counted."""
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(sim.url_for("s", subprotocol="feed.v2"), subprotocols=offered):
+            pass
+    assert refused.value.response.status_code == 400
+    stats = sim.stats("s")
+    assert (stats.rejected, stats.subprotocol_failures, stats.subprotocols) == (1, 1, [])
+
+
+async def test_without_subprotocol_mode_none_is_selected(sim: UpstreamSimulator) -> None:
+    """Without subprotocol=..., an offered subprotocol is not selected (as before)."""
+    async with connect(sim.url_for("s", rate=0, until_seq=1), subprotocols=["x"]) as ws:
+        assert ws.subprotocol is None
+        await ws.recv()
+    assert sim.stats("s").subprotocols == [None]
+
+
 async def test_seq_field_puts_the_seq_at_another_top_level_field(sim: UpstreamSimulator) -> None:
     """seq_field=sequence: {"sequence": n, "ts", "data"}, replayed from from_seq."""
     async with connect(
@@ -169,6 +245,17 @@ async def test_noseq_mode_sends_no_sequence_field(sim: UpstreamSimulator) -> Non
     assert [b["data"] for b in bodies] == [payload_for("s", n) for n in (3, 4, 5)]
 
 
+async def test_modes_can_be_set_as_a_fault(sim: UpstreamSimulator) -> None:
+    """set_fault(bearer=...) makes the next connection of a stored URL need the token."""
+    sim.set_fault("s", bearer="rotated", times=1)
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(sim.url_for("s")):
+            pass
+    assert refused.value.response.status_code == 401
+    async with connect(sim.url_for("s", rate=0, until_seq=1)) as ws:
+        assert json.loads(await ws.recv())["seq"] == 1
+
+
 @pytest.mark.parametrize(
     "query",
     [
@@ -176,6 +263,8 @@ async def test_noseq_mode_sends_no_sequence_field(sim: UpstreamSimulator) -> Non
         {"seq_field": "data.d"},
         {"binary": 1, "noseq": 1},
         {"noseq": 1, "seq_field": "u"},
+        {"bearer": ""},
+        {"subprotocol": "a b"},
     ],
     ids=lambda query: "&".join(f"{k}={v}" for k, v in query.items()),
 )

@@ -60,6 +60,22 @@ def test_binary_payload_is_seq_marker_and_utf8_payload() -> None:
         frame.decode()
 
 
+def test_modes_parse_from_the_query() -> None:
+    """Flags are 0/1, texts are taken as given."""
+    knobs = Knobs.from_query(
+        "bearer=t&subprotocol=p.v1&seq_field=data.u&noseq=0&binary=0",
+        "from_seq",
+        10.0,
+    )
+    assert (knobs.bearer, knobs.subprotocol, knobs.seq_field) == ("t", "p.v1", "data.u")
+    assert (knobs.noseq, knobs.binary) == (False, False)
+
+
+def test_the_bearer_token_stays_out_of_the_knobs_repr() -> None:
+    """A Knobs printed anywhere does not show the token."""
+    assert "s3cr3t" not in repr(Knobs(bearer="s3cr3t"))
+
+
 @pytest.mark.parametrize(
     "query",
     [
@@ -76,6 +92,10 @@ def test_binary_payload_is_seq_marker_and_utf8_payload() -> None:
         "noseq=1&seq_field=u",
         "binary=1&noseq=1",
         "binary=1&seq_field=u",
+        "bearer=",
+        "bearer=a%20b",
+        "subprotocol=",
+        "subprotocol=a,b",
         "rate=nan",
     ],
 )
