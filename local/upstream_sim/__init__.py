@@ -1,5 +1,6 @@
 """Upstream simulator: a WebSocket server that streams numbered messages, with fault knobs and
-the modes real feeds have (bearer token, subprotocol, own seq field, binary frames, no seq).
+the modes real feeds have (bearer token, subprotocol, subscribe message, own seq field, binary
+frames, no seq).
 
 By default every connection to ``/<stream id>`` receives text frames
 ``{"seq": n, "ts": ms, "data": ...}`` starting at ``from_seq`` (exact replay: ``data`` of seq ``n``
@@ -25,6 +26,13 @@ answered with HTTP 400), also settable per stream at run time with
                    without it, or with another value: HTTP 401 with ``WWW-Authenticate: Bearer``
 ``subprotocol``    require the client to offer this subprotocol (``Sec-WebSocket-Protocol``) and
                    select it; a client that does not offer it: HTTP 400
+``subscribe=1``    send nothing until the client sends a text frame holding a JSON object with
+                   ``"type": "subscribe"``; its integer ``"from"`` (at least 1), if present,
+                   replaces ``from_seq``; other client messages are ignored (and counted).
+                   ``rate``, ``drop_after``, ``close_after`` and ``until_seq`` count from the
+                   subscription
+``ack=1``          with ``subscribe=1``: answer the subscription with the text frame
+                   ``{"type":"subscribed","from":N}`` (no seq) before the first message
 ``seq_field``      dotted path of the seq instead of ``seq``: ``sequence`` gives
                    ``{"sequence": n, "ts": ms, "data": ...}``; ``data.u`` gives
                    ``{"data": {"u": n, "d": ...}, "ts": ms}`` (not ``ts``, ``data``, ``data.d``)
@@ -38,8 +46,9 @@ Where the payload lands: ``data`` in every text mode except a ``seq_field`` unde
 it is ``data.d`` (:func:`payload_path` says which); the whole frame in ``binary=1``. ``from_seq``,
 ``until_seq``, ``gap_every`` and ``replay_back`` work in every mode. Unknown parameters (a
 ``token=...`` credential in the query, say) are left to the URL. The ``bearer`` value is never
-logged nor kept in stats; :class:`StreamStats` counts ``auth_failures`` and
-``subprotocol_failures`` and lists the ``subprotocols`` selected.
+logged nor kept in stats; :class:`StreamStats` counts ``auth_failures``,
+``subprotocol_failures`` and ``ignored_messages``, and lists the ``subprotocols`` selected and
+the ``subscriptions`` (where each asked to start).
 
 Three ways to run it: ``python -m local.upstream_sim --port 8765`` (foreground until SIGINT or
 SIGTERM), :func:`run_in_thread` from synchronous tests, ``async with UpstreamSimulator()`` inside
@@ -52,6 +61,7 @@ from local.upstream_sim.payloads import (
     binary_payload_for,
     payload_for,
     payload_path,
+    subscription_start,
     text_message,
 )
 from local.upstream_sim.server import LISTEN_BACKLOG, UpstreamSimulator, raise_open_file_limit
@@ -69,5 +79,6 @@ __all__ = [
     "payload_path",
     "raise_open_file_limit",
     "run_in_thread",
+    "subscription_start",
     "text_message",
 ]

@@ -16,7 +16,7 @@ DEFAULT_RATE: Final = 10.0
 ALL_STREAMS: Final = "*"
 """Stream id for :meth:`UpstreamSimulator.set_fault` that applies to every stream."""
 
-_FLAGS: Final = ("binary", "noseq")
+_FLAGS: Final = ("subscribe", "ack", "binary", "noseq")
 _TEXTS: Final = frozenset({"bearer", "subprotocol", "seq_field"})
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # visible ASCII: sendable in a header as is
 _SUBPROTOCOL = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
@@ -40,6 +40,8 @@ class Knobs:
     """Bearer token the handshake must carry; never logged, never in stats. Not named ``token``:
     URLs carry query credentials under that name, which the simulator must leave alone."""
     subprotocol: str | None = None
+    subscribe: bool = False
+    ack: bool = False
     seq_field: str = SEQ_FIELD
     binary: bool = False
     noseq: bool = False
@@ -86,6 +88,8 @@ class Knobs:
         if not isinstance(self.seq_field, str):
             raise ValueError("seq_field must be a dotted path")
         check_seq_field(self.seq_field)
+        if self.ack and not self.subscribe:
+            raise ValueError("ack needs subscribe")
         if self.noseq and self.seq_field != SEQ_FIELD:
             raise ValueError("noseq and seq_field exclude each other")
         if self.binary and (self.noseq or self.seq_field != SEQ_FIELD):
@@ -125,6 +129,10 @@ class StreamStats:
     """Handshakes refused with 400: ``subprotocol`` set and not offered by the client."""
     subprotocols: list[str | None] = field(default_factory=list)
     """Subprotocol selected for each accepted connection, in order; ``None``: none selected."""
+    subscriptions: list[int] = field(default_factory=list)
+    """Where each subscription (``subscribe=1``) asked to start, in order."""
+    ignored_messages: int = 0
+    """Client messages that started no subscription (``subscribe=1`` only)."""
 
 
 def end_plan(knobs: Knobs) -> tuple[int | None, int | None]:

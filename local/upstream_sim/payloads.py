@@ -27,6 +27,9 @@ NESTED_PAYLOAD_KEY: Final = "d"
 """Key of the payload inside ``data`` when the seq path goes through ``data``."""
 BINARY_MARKER: Final = b"\xff\xfe"
 """Bytes after the seq in a binary message: never valid UTF-8, so a text decoder fails on them."""
+SUBSCRIBE_TYPE: Final = "subscribe"
+SUBSCRIBED_TYPE: Final = "subscribed"
+SUBSCRIBE_FROM_KEY: Final = "from"
 
 GARBAGE_FRAMES: Final = (
     b"\x81\x0fnot json at all",
@@ -111,6 +114,33 @@ def text_message(
     else:
         message[DATA_FIELD][NESTED_PAYLOAD_KEY] = payload
     return json.dumps(message, separators=(",", ":")).encode()
+
+
+def subscription_start(message: str | bytes, default: int) -> int | None:
+    """Where a client message subscribes from, or ``None`` if it is not a subscription.
+
+    A subscription is a text message holding a JSON object with ``"type": "subscribe"``; its
+    ``"from"``, when present, must be an integer of at least 1 (else it is no subscription);
+    without ``"from"`` it starts at ``default``.
+    """
+    if not isinstance(message, str):
+        return None
+    try:
+        body = json.loads(message)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or body.get("type") != SUBSCRIBE_TYPE:
+        return None
+    start = body.get(SUBSCRIBE_FROM_KEY, default)
+    if isinstance(start, bool) or not isinstance(start, int) or start < 1:
+        return None
+    return start
+
+
+def subscribed_message(start: int) -> bytes:
+    """The acknowledgement of a subscription (``ack=1``): ``{"type":"subscribed","from":N}``."""
+    body = {"type": SUBSCRIBED_TYPE, SUBSCRIBE_FROM_KEY: start}
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def text_frame(body: bytes) -> bytes:

@@ -18,13 +18,14 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
-from websockets.exceptions import InvalidHeader
+from websockets.exceptions import ConnectionClosed, InvalidHeader
 from websockets.headers import parse_subprotocol
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from local.upstream_sim.emitter import Emitter, Pacer, send_flat_out
 from local.upstream_sim.knobs import ALL_STREAMS, DEFAULT_RATE, Fault, Knobs, StreamStats
+from local.upstream_sim.payloads import subscribed_message, subscription_start
 
 LISTEN_BACKLOG: Final = 4096
 _UNSENDABLE_CODES: Final = frozenset({1005, 1006, 1015})  # reserved: never put on the wire
@@ -145,7 +146,7 @@ class UpstreamSimulator:
 
     def set_fault(self, stream_id: str, *, times: int | None = None, **knobs: Any) -> None:
         """Override knobs (any :class:`Knobs` field: ``drop_after``, ``reject``, ``close_code``,
-        ``bearer``, ``subprotocol``, ...) for the next ``times`` connections of ``stream_id``
+        ``bearer``, ``subscribe``, ...) for the next ``times`` connections of ``stream_id``
         (``None``: until cleared; ``ALL_STREAMS``: every stream). Raises ``ValueError`` for an
         unknown knob; a bad value is answered with 400 when a connection meets it."""
         unknown = set(knobs) - {f.name for f in dataclasses.fields(Knobs)}
@@ -172,6 +173,7 @@ class UpstreamSimulator:
                 attempt_times=list(current.attempt_times),
                 close_codes_received=list(current.close_codes_received),
                 subprotocols=list(current.subprotocols),
+                subscriptions=list(current.subscriptions),
             )
 
     def attempts(self, stream_id: str) -> int:
@@ -258,7 +260,10 @@ class UpstreamSimulator:
             stats.subprotocols.append(connection.subprotocol)
             self._open.setdefault(stream_id, set()).add(connection)
         try:
-            await self._stream(connection, stream_id, knobs, stats)
+            if knobs.subscribe:
+                await self._serve_subscriber(connection, stream_id, knobs, stats)
+            else:
+                await self._stream(connection, stream_id, knobs, stats)
         finally:
             received = connection.protocol.close_rcvd
             with self._lock:
@@ -286,6 +291,50 @@ class UpstreamSimulator:
             await connection.wait_closed()
         except (ConnectionError, RuntimeError):
             pass  # the client went away while a frame was on its way
+
+    async def _serve_subscriber(
+        self, connection: ServerConnection, stream_id: str, knobs: Knobs, stats: StreamStats
+    ) -> None:
+        """``subscribe=1``: send nothing until a subscription, then (after the ``ack``) stream
+        from where it asked. Client messages are read (and counted) until the connection ends."""
+        subscribed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._read_client(connection, knobs.from_seq, stats, subscribed))
+            waiters: list[asyncio.Future[Any]] = [subscribed, connection.connection_lost_waiter]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if not subscribed.done():
+                return  # gone before subscribing; the reader ends with the connection
+            start = subscribed.result()
+            if knobs.ack:
+                try:
+                    await connection.send(subscribed_message(start).decode())
+                except ConnectionClosed:
+                    return
+            await self._stream(
+                connection, stream_id, dataclasses.replace(knobs, from_seq=start), stats
+            )
+
+    async def _read_client(
+        self,
+        connection: ServerConnection,
+        default_start: int,
+        stats: StreamStats,
+        subscribed: asyncio.Future[int],
+    ) -> None:
+        """Read client messages until the connection ends: the first subscription resolves
+        ``subscribed``; every other message is counted in ``ignored_messages``."""
+        try:
+            async for message in connection:
+                start = None if subscribed.done() else subscription_start(message, default_start)
+                with self._lock:
+                    if start is None:
+                        stats.ignored_messages += 1
+                    else:
+                        stats.subscriptions.append(start)
+                if start is not None:
+                    subscribed.set_result(start)
+        except ConnectionClosed:
+            pass
 
     def _now(self) -> float:
         assert self._loop is not None

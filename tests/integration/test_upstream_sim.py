@@ -1,5 +1,5 @@
 """The upstream simulator itself: what it sends, its knobs, its feed modes (bearer, subprotocol,
-seq field, binary, no seq) and its three ways of running."""
+subscribe, seq field, binary, no seq) and its three ways of running."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 from collections.abc import AsyncIterator
 
 import pytest
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect as sync_connect
 
@@ -25,6 +25,9 @@ from local.upstream_sim import (
     run_in_thread,
     text_message,
 )
+
+QUIET_SECONDS = 0.2
+"""How long a test listens to conclude that nothing is sent."""
 
 
 @pytest.fixture
@@ -130,6 +133,13 @@ def test_runs_in_the_foreground_until_sigterm() -> None:
 # --- feed modes ---------------------------------------------------------------------------------
 
 
+async def assert_quiet(ws: ClientConnection) -> None:
+    """Nothing arrives for QUIET_SECONDS."""
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(QUIET_SECONDS):
+            await ws.recv()
+
+
 async def test_bearer_mode_streams_to_the_matching_bearer_header(sim: UpstreamSimulator) -> None:
     """bearer=T: a handshake with Authorization: Bearer T is accepted and streams as usual."""
     url = sim.url_for("s", rate=0, until_seq=2, bearer="t0k-3n")
@@ -205,6 +215,58 @@ async def test_without_subprotocol_mode_none_is_selected(sim: UpstreamSimulator)
     assert sim.stats("s").subprotocols == [None]
 
 
+async def test_subscribe_mode_sends_nothing_until_a_subscription(sim: UpstreamSimulator) -> None:
+    """subscribe=1: silence until {"type":"subscribe"}; other messages are ignored and counted."""
+    async with connect(sim.url_for("s", rate=0, until_seq=3, subscribe=1)) as ws:
+        await assert_quiet(ws)
+        for ignored in (
+            "hello",
+            b"\x00binary",
+            "[1, 2]",
+            '{"type": "ping"}',
+            '{"type": "subscribe", "from": "2"}',
+            '{"type": "subscribe", "from": 0}',
+        ):
+            await ws.send(ignored)
+        await assert_quiet(ws)
+        await ws.send('{"type": "subscribe"}')
+        assert [json.loads(await ws.recv())["seq"] for _ in range(3)] == [1, 2, 3]
+    stats = sim.stats("s")
+    assert (stats.ignored_messages, stats.subscriptions) == (6, [1])
+
+
+async def test_subscription_from_overrides_from_seq(sim: UpstreamSimulator) -> None:
+    """subscribe=1: an integer "from" in the subscription is where emission starts."""
+    async with connect(sim.url_for("s", rate=0, from_seq=2, until_seq=9, subscribe=1)) as ws:
+        await ws.send(json.dumps({"type": "subscribe", "from": 7, "channel": "x"}))
+        bodies = [json.loads(await ws.recv()) for _ in range(3)]
+    assert [b["seq"] for b in bodies] == [7, 8, 9]
+    assert [b["data"] for b in bodies] == [payload_for("s", n) for n in (7, 8, 9)]
+    stats = sim.stats("s")
+    assert (stats.from_seqs, stats.subscriptions) == ([2], [7])
+
+
+async def test_subscribe_ack_precedes_the_first_message(sim: UpstreamSimulator) -> None:
+    """ack=1: {"type":"subscribed","from":N} (no seq) comes first; N defaults to from_seq."""
+    async with connect(sim.url_for("s", rate=0, from_seq=4, until_seq=5, subscribe=1, ack=1)) as ws:
+        await ws.send('{"type": "subscribe"}')
+        ack = await ws.recv()
+        assert [json.loads(await ws.recv())["seq"] for _ in range(2)] == [4, 5]
+    assert json.loads(ack) == {"type": "subscribed", "from": 4}
+
+
+async def test_a_second_subscription_is_ignored(sim: UpstreamSimulator) -> None:
+    """subscribe=1: only the first subscription counts; later ones change nothing."""
+    async with connect(sim.url_for("s", rate=0, until_seq=4, subscribe=1)) as ws:
+        await ws.send('{"type": "subscribe", "from": 3}')
+        assert json.loads(await ws.recv())["seq"] == 3
+        await ws.send('{"type": "subscribe", "from": 1}')
+        assert json.loads(await ws.recv())["seq"] == 4
+        await assert_quiet(ws)
+    stats = sim.stats("s")
+    assert (stats.subscriptions, stats.ignored_messages) == ([3], 1)
+
+
 async def test_seq_field_puts_the_seq_at_another_top_level_field(sim: UpstreamSimulator) -> None:
     """seq_field=sequence: {"sequence": n, "ts", "data"}, replayed from from_seq."""
     async with connect(
@@ -245,6 +307,44 @@ async def test_noseq_mode_sends_no_sequence_field(sim: UpstreamSimulator) -> Non
     assert [b["data"] for b in bodies] == [payload_for("s", n) for n in (3, 4, 5)]
 
 
+async def test_paced_modes_keep_their_rate(sim: UpstreamSimulator) -> None:
+    """Modes work on paced streams too: subscribe + binary at 50 msg/s from the subscription."""
+    async with connect(sim.url_for("s", rate=50, subscribe=1, binary=1)) as ws:
+        await ws.send('{"type": "subscribe", "from": 2}')
+        started = asyncio.get_running_loop().time()
+        frames = [await ws.recv() for _ in range(6)]
+        elapsed = asyncio.get_running_loop().time() - started
+    assert frames == [binary_payload_for("s", n) for n in range(2, 8)]
+    assert elapsed >= 5 / 50 * 0.8
+
+
+async def test_bearer_subprotocol_subscribe_and_seq_field_combine(sim: UpstreamSimulator) -> None:
+    """One URL can ask for a token, a subprotocol, a subscription with ack and a nested seq."""
+    url = sim.url_for(
+        "feed/1",
+        rate=0,
+        until_seq=12,
+        bearer="abc",
+        subprotocol="md.v1",
+        subscribe=1,
+        ack=1,
+        seq_field="data.u",
+    )
+    async with connect(
+        url,
+        additional_headers={"Authorization": "bearer abc"},
+        subprotocols=["md.v1"],
+    ) as ws:
+        await ws.send('{"type": "subscribe", "from": 11}')
+        ack, *bodies = [json.loads(await ws.recv()) for _ in range(3)]
+    assert ack == {"type": "subscribed", "from": 11}
+    assert [b["data"] for b in bodies] == [
+        {"u": n, "d": payload_for("feed/1", n)} for n in (11, 12)
+    ]
+    stats = sim.stats("feed/1")
+    assert (stats.subprotocols, stats.subscriptions, stats.auth_failures) == (["md.v1"], [11], 0)
+
+
 async def test_modes_can_be_set_as_a_fault(sim: UpstreamSimulator) -> None:
     """set_fault(bearer=...) makes the next connection of a stored URL need the token."""
     sim.set_fault("s", bearer="rotated", times=1)
@@ -259,6 +359,8 @@ async def test_modes_can_be_set_as_a_fault(sim: UpstreamSimulator) -> None:
 @pytest.mark.parametrize(
     "query",
     [
+        {"subscribe": "yes"},
+        {"ack": 1},
         {"seq_field": "ts"},
         {"seq_field": "data.d"},
         {"binary": 1, "noseq": 1},

@@ -1,4 +1,4 @@
-"""The simulator's feed modes without sockets: message layouts and knob checks."""
+"""The simulator's feed modes without sockets: message layouts, subscriptions, knob checks."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from local.upstream_sim import (
     binary_payload_for,
     payload_for,
     payload_path,
+    subscription_start,
     text_message,
 )
 
@@ -60,15 +61,36 @@ def test_binary_payload_is_seq_marker_and_utf8_payload() -> None:
         frame.decode()
 
 
+@pytest.mark.parametrize(
+    ("message", "start"),
+    [
+        ('{"type": "subscribe"}', 4),
+        ('{"type": "subscribe", "from": 9, "channels": ["x"]}', 9),
+        ('{"type": "subscribe", "from": 1}', 1),
+        ('{"type": "subscribe", "from": 0}', None),
+        ('{"type": "subscribe", "from": "9"}', None),
+        ('{"type": "subscribe", "from": 9.0}', None),
+        ('{"type": "subscribe", "from": true}', None),
+        ('{"type": "unsubscribe"}', None),
+        ('[{"type": "subscribe"}]', None),
+        ("subscribe", None),
+        (b'{"type": "subscribe"}', None),
+    ],
+)
+def test_subscription_start(message: str | bytes, start: int | None) -> None:
+    """Only a text JSON object of type subscribe subscribes; "from" must be an integer >= 1."""
+    assert subscription_start(message, default=4) == start
+
+
 def test_modes_parse_from_the_query() -> None:
     """Flags are 0/1, texts are taken as given."""
     knobs = Knobs.from_query(
-        "bearer=t&subprotocol=p.v1&seq_field=data.u&noseq=0&binary=0",
+        "bearer=t&subprotocol=p.v1&subscribe=1&ack=1&seq_field=data.u&noseq=0&binary=0",
         "from_seq",
         10.0,
     )
     assert (knobs.bearer, knobs.subprotocol, knobs.seq_field) == ("t", "p.v1", "data.u")
-    assert (knobs.noseq, knobs.binary) == (False, False)
+    assert (knobs.subscribe, knobs.ack, knobs.noseq, knobs.binary) == (True, True, False, False)
 
 
 def test_the_bearer_token_stays_out_of_the_knobs_repr() -> None:
@@ -79,8 +101,10 @@ def test_the_bearer_token_stays_out_of_the_knobs_repr() -> None:
 @pytest.mark.parametrize(
     "query",
     [
+        "subscribe=yes",
         "binary=true",
         "noseq=",
+        "ack=1",
         "seq_field=",
         "seq_field=ts",
         "seq_field=ts.x",
@@ -106,6 +130,6 @@ def test_bad_mode_values_are_refused(query: str) -> None:
 
 
 def test_a_programmatic_flag_must_be_a_bool() -> None:
-    """set_fault(binary="1") is refused like a bad query value."""
+    """set_fault(subscribe="1") is refused like a bad query value."""
     with pytest.raises(ValueError):
-        Knobs(binary="1").validate()
+        Knobs(subscribe="1").validate()
