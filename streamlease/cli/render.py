@@ -1,12 +1,35 @@
-"""Human-readable output of the CLI: tables, durations, short owner names, redacted URLs."""
+"""Human-readable output of the CLI: tables, durations, worker names, connection states.
+
+A stream's connection state (``connection_state``, ``connection_since``, ``last_error_active``)
+comes from newer APIs only; where a field is missing the text is ``-``, as for any other value
+an API does not send.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+from streamlease.schema import ConnectionState, DesiredState
+
 NONE: Final = "-"
+ELLIPSIS: Final = "…"
+TASK_CHARS: Final = 8
+"""Characters of a worker id's task (or host) part that a short worker name keeps."""
+NAME_CHARS: Final = 24
+"""Longest short name of a worker id that has no task part."""
+PAST_ERROR: Final = "(past)"
+
+RED: Final = "1;31"
+DIM: Final = "2"
+
+
+def paint(text: str, style: str, enabled: bool = True) -> str:
+    """``text`` in an ANSI ``style`` (:data:`RED`, :data:`DIM`) when ``enabled``."""
+    return f"\x1b[{style}m{text}\x1b[0m" if enabled and text else text
 
 
 def redact_url(url: str) -> str:
@@ -16,25 +39,30 @@ def redact_url(url: str) -> str:
     except ValueError:
         return "<unparsable url>"
     netloc = parts.netloc.rpartition("@")[2]
-    tail = "?…" if parts.query or parts.fragment else ""
+    tail = "?" + ELLIPSIS if parts.query or parts.fragment else ""
     return urlunsplit((parts.scheme, netloc, parts.path, "", "")) + tail
 
 
-def short_owner(owner: str | None, width: int = 22) -> str:
-    """A worker id short enough for a table: ``<task id>/<pid>-<hex>`` with the task id cut."""
-    if not owner:
+def worker_name(worker_id: str | None) -> str:
+    """The name a worker goes by wherever it is shown: in every CLI table and on the local
+    stack's console. Its id with the task (or host) part cut to :data:`TASK_CHARS` characters:
+    ``0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12`` → ``0f1e2d3c…/4242-ab12``. A worker
+    *process* is named the same way from ``<task id>/<pid>``, so its sessions' names extend
+    it. ``get`` and ``--json`` show ids whole.
+    """
+    if not worker_id:
         return NONE
-    if len(owner) <= width:
-        return owner
-    task, sep, rest = owner.rpartition("/")
-    if sep and len(rest) < width - 2:
-        keep = max(width - len(rest) - 2, 4)
-        return f"{task[:keep]}…/{rest}"
-    return owner[: width - 1] + "…"
+    base, sep, rest = worker_id.partition("/")
+    if sep:
+        cut = base if len(base) <= TASK_CHARS + 1 else base[:TASK_CHARS] + ELLIPSIS
+        return f"{cut}/{rest}"
+    if len(worker_id) <= NAME_CHARS:
+        return worker_id
+    return worker_id[: NAME_CHARS - 1] + ELLIPSIS
 
 
 def seconds_text(ms: float | None) -> str:
-    """Milliseconds as ``1.2s`` / ``42s`` / ``3m05s`` / ``2h01m``; ``-`` for ``None``."""
+    """Milliseconds as ``1.2s`` / ``42s`` / ``3m05s`` / ``2h01m`` / ``3d04h``; ``-`` for None."""
     if ms is None:
         return NONE
     seconds = ms / 1000
@@ -45,7 +73,9 @@ def seconds_text(ms: float | None) -> str:
         return f"{whole}s"
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
 def lease_text(stream: Mapping[str, Any]) -> str:
@@ -60,6 +90,51 @@ def lease_text(stream: Mapping[str, Any]) -> str:
     return "expired" if remaining <= 0 else seconds_text(remaining)
 
 
+def now_ms() -> int:
+    """Wall-clock milliseconds (the API's times are wall-clock)."""
+    return time.time_ns() // 1_000_000
+
+
+def age_ms(iso: Any, at_ms: int) -> int | None:
+    """Milliseconds from the ISO-8601 time ``iso`` to ``at_ms``; None if it does not parse."""
+    if not isinstance(iso, str) or not iso:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return max(0, at_ms - int(moment.timestamp() * 1000))
+
+
+def is_rejected(stream: Mapping[str, Any]) -> bool:
+    """True for a started stream its upstream refuses: owned, but nothing flows."""
+    return (
+        stream.get("desired_state") == DesiredState.STARTED
+        and stream.get("connection_state") == ConnectionState.REJECTED
+    )
+
+
+def connection_text(stream: Mapping[str, Any], at_ms: int) -> str:
+    """``connected 3m05s``: the connection state and how long it has lasted. A rejected stream
+    is in capitals (``REJECTED 12s``) to stand out; ``-`` when the API does not say."""
+    state = stream.get("connection_state")
+    if not state:
+        return NONE
+    text = str(state).upper() if state == ConnectionState.REJECTED else str(state)
+    age = age_ms(stream.get("connection_since"), at_ms)
+    return text if age is None else f"{text} {seconds_text(age)}"
+
+
+def last_error_text(stream: Mapping[str, Any]) -> str:
+    """The last error, marked :data:`PAST_ERROR` when the stream has been healthy since."""
+    error = cell(stream.get("last_error"))
+    if error != NONE and stream.get("last_error_active") is False:
+        return f"{PAST_ERROR} {error}"
+    return error
+
+
 def cell(value: Any) -> str:
     """A table cell: ``-`` for missing values, the text otherwise (one line)."""
     if value is None or value == "":
@@ -67,13 +142,36 @@ def cell(value: Any) -> str:
     return " ".join(str(value).split())
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, right: str = "") -> list[str]:
-    """Aligned text table lines. Columns whose header is in ``right`` are right-aligned."""
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)] + ELLIPSIS if width > 0 else ""
+
+
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    right: str = "",
+    width: int | None = None,
+) -> list[str]:
+    """Aligned text table lines. Columns whose header is in ``right`` are right-aligned.
+
+    With ``width``, the last column is narrowed (its cells clipped) so that lines fit; lines
+    still too wide are cut.
+    """
     body = [list(row) for row in rows]
     widths = [len(h) for h in headers]
     for row in body:
         for i, text in enumerate(row):
             widths[i] = max(widths[i], len(text))
+    if width is not None:
+        excess = sum(widths) + 2 * (len(widths) - 1) - width
+        if excess > 0:
+            widths[-1] = max(widths[-1] - excess, len(headers[-1]))
+            for row in body:
+                row[-1] = clip(row[-1], widths[-1])
     aligned_right = {i for i, h in enumerate(headers) if h in right.split(",")}
 
     def line(values: Sequence[str]) -> str:
@@ -81,7 +179,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, right: str =
             v.rjust(widths[i]) if i in aligned_right else v.ljust(widths[i])
             for i, v in enumerate(values)
         ]
-        return "  ".join(parts).rstrip()
+        text = "  ".join(parts).rstrip()
+        return text if width is None else text[:width]
 
     return [line(headers)] + [line(row) for row in body]
 
@@ -89,6 +188,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, right: str =
 STREAM_HEADERS: Final = (
     "ID",
     "STATE",
+    "CONNECTION",
     "OWNER",
     "LEASE",
     "EPOCH",
@@ -96,20 +196,38 @@ STREAM_HEADERS: Final = (
     "TAKEOVERS",
     "LAST_ERROR",
 )
+STREAM_RIGHT: Final = "EPOCH,LAST_SEQ,TAKEOVERS"
+LAST_ERROR_CHARS: Final = 48
 
 
-def stream_row(stream: Mapping[str, Any]) -> list[str]:
-    """One row of the stream table (:data:`STREAM_HEADERS`)."""
+def stream_row(stream: Mapping[str, Any], at_ms: int | None = None) -> list[str]:
+    """One row of the stream table (:data:`STREAM_HEADERS`) at wall time ``at_ms`` (default:
+    now)."""
     return [
         cell(stream.get("id")),
         cell(stream.get("desired_state")),
-        short_owner(stream.get("owner")),
+        connection_text(stream, now_ms() if at_ms is None else at_ms),
+        worker_name(stream.get("owner")),
         lease_text(stream),
         cell(stream.get("epoch")),
         cell(stream.get("last_seq")),
         cell(stream.get("takeovers")),
-        cell(stream.get("last_error"))[:40],
+        clip(last_error_text(stream), LAST_ERROR_CHARS),
     ]
+
+
+def stream_lines(
+    streams: Sequence[Mapping[str, Any]], at_ms: int, *, colour: bool = False
+) -> list[str]:
+    """The ``ls`` table; rejected streams in red when ``colour``."""
+    lines = table(STREAM_HEADERS, [stream_row(s, at_ms) for s in streams], right=STREAM_RIGHT)
+    rows = zip(lines[1:], streams, strict=True)
+    return [lines[0], *(row_colour(line, stream, colour) for line, stream in rows)]
+
+
+def row_colour(line: str, stream: Mapping[str, Any], enabled: bool) -> str:
+    """A table line painted for its stream: red when rejected, else as it is."""
+    return paint(line, RED, enabled) if is_rejected(stream) else line
 
 
 WORKER_HEADERS: Final = ("WORKER", "STATE", "STREAMS", "HEARTBEAT", "HOST", "PID", "VERSION")
@@ -122,7 +240,7 @@ def worker_row(worker: Mapping[str, Any]) -> list[str]:
     streams = cell(count) if capacity is None else f"{cell(count)}/{capacity}"
     age = worker.get("heartbeat_age_ms")
     return [
-        short_owner(worker.get("id"), width=30),
+        worker_name(worker.get("id")),
         cell(worker.get("state")),
         streams,
         NONE if age is None else seconds_text(age) + " ago",
@@ -151,21 +269,49 @@ DETAIL_FIELDS: Final = (
 )
 
 
-def stream_detail(stream: Mapping[str, Any]) -> list[str]:
-    """``get`` output: one ``label: value`` line per field, the URL redacted, lease left added."""
+def stream_detail(
+    stream: Mapping[str, Any], at_ms: int | None = None, *, colour: bool = False
+) -> list[str]:
+    """``get`` output: one ``label: value`` line per field, the URL redacted, the lease left and
+    the connection (as of wall time ``at_ms``, default now) added; a rejected connection in red
+    and a past error dimmed when ``colour``."""
+    at = now_ms() if at_ms is None else at_ms
     lines = []
     for label, key in DETAIL_FIELDS:
         value = stream.get(key)
-        text = redact_url(str(value)) if key == "ws_url" and value else cell(value)
+        if key == "ws_url" and value:
+            text = redact_url(str(value))
+        elif key == "last_error":
+            text = last_error_text(stream)
+            if text.startswith(PAST_ERROR):
+                text = paint(text, DIM, colour)
+        else:
+            text = cell(value)
         lines.append(f"{label + ':':<15}{text}")
         if key == "owner":
             lines.append(f"{'lease left:':<15}{lease_text(stream)}")
+            lines.append(f"{'connection:':<15}{connection_detail(stream, at, colour)}")
     return lines
+
+
+def connection_detail(stream: Mapping[str, Any], at_ms: int, colour: bool = False) -> str:
+    """``connected since 2026-…Z (3m05s)``; for a rejected stream, what that means."""
+    state = stream.get("connection_state")
+    if not state:
+        return NONE
+    since = stream.get("connection_since")
+    age = age_ms(since, at_ms)
+    text = str(state) if not since else f"{state} since {since}"
+    if age is not None:
+        text += f" ({seconds_text(age)})"
+    if is_rejected(stream):
+        text = paint(f"{text}: the upstream refuses it, nothing flows", RED, colour)
+    return text
 
 
 def stream_summary(stream: Mapping[str, Any]) -> str:
     """One line about a stream after a change: state, owner, generation."""
     return (
         f"{cell(stream.get('id'))}: {cell(stream.get('desired_state'))}, "
-        f"owner {short_owner(stream.get('owner'))}, generation {cell(stream.get('generation'))}"
+        f"owner {worker_name(stream.get('owner'))}, generation {cell(stream.get('generation'))}"
     )

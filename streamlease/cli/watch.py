@@ -18,18 +18,26 @@ from typing import Any, Final, TextIO
 from streamlease.cli.client import ApiClient, ApiError
 from streamlease.cli.render import (
     NONE,
+    RED,
     STREAM_HEADERS,
+    STREAM_RIGHT,
     WORKER_HEADERS,
+    is_rejected,
+    paint,
+    row_colour,
     stream_row,
     table,
     worker_row,
 )
 from streamlease.cli.transport import TransportError
+from streamlease.schema import DesiredState
 
 CLEAR: Final = "\x1b[H\x1b[2J"
 HIDE_CURSOR: Final = "\x1b[?25l"
 SHOW_CURSOR: Final = "\x1b[?25h"
 RATE_WINDOW_SECONDS: Final = 15.0
+UNCUT: Final = 100_000
+"""Line width of a frame written to a pipe: lines are not cut."""
 
 
 @dataclass
@@ -88,52 +96,110 @@ def rate_text(rate: float | None) -> str:
     return NONE if rate is None else f"{rate:.1f}"
 
 
+def stream_rate(rates: RateTracker, stream: dict[str, Any]) -> float | None:
+    """Messages/s of a started stream; ``None`` for a stopped one (an old rate means nothing)."""
+    if stream.get("desired_state") != DesiredState.STARTED:
+        return None
+    return rates.rate(str(stream.get("id")))
+
+
+def trouble_rank(stream: dict[str, Any], owned: list[dict[str, Any]]) -> int:
+    """0: rejected, 1: wanted but not owned, 2: the rest (a stable sort keeps id order)."""
+    if is_rejected(stream):
+        return 0
+    if stream.get("desired_state") == DesiredState.STARTED and stream not in owned:
+        return 1
+    return 2
+
+
+def more_text(count: int, noun: str, hint: str) -> str:
+    """``… 1 more stream (hint)`` / ``… 3 more streams (hint)``."""
+    return f"… {count} more {noun}{'' if count == 1 else 's'} ({hint})"
+
+
 def render_frame(
     snapshot: Snapshot,
     rates: RateTracker,
     *,
     api_url: str,
     width: int = 120,
-    height: int = 40,
+    height: int | None = 40,
     now: float | None = None,
+    retrying: bool = True,
+    colour: bool = False,
 ) -> list[str]:
-    """The lines of one frame, cut to ``width`` columns and about ``height`` rows."""
-    clock = time.strftime("%H:%M:%S", time.localtime(now))
+    """The lines of one frame: none wider than ``width`` columns and, with ``height``, fewer
+    than ``height`` lines (the last line's newline must not scroll the screen). Rejected
+    streams come first, then orphaned ones, then the rest, each group in the given order.
+
+    ``now`` is wall-clock seconds (the clock and connection ages); ``retrying`` says that a
+    failed poll will be tried again; ``colour`` paints rejected streams red.
+    """
+    wall = time.time() if now is None else now
+    clock = time.strftime("%H:%M:%S", time.localtime(wall))
+    at_ms = int(wall * 1000)
     lines = [f"streamlease watch  {clock}  {api_url}"]
     if snapshot.error:
-        lines.append(f"API error: {snapshot.error} (retrying)")
+        lines.append(f"API error: {snapshot.error}" + (" (retrying)" if retrying else ""))
         return [line[:width] for line in lines]
     streams, workers = snapshot.streams, snapshot.workers
-    started = [s for s in streams if s.get("desired_state") == "STARTED"]
+    started = [s for s in streams if s.get("desired_state") == DesiredState.STARTED]
     owned = [s for s in started if s.get("owner") and (s.get("lease_remaining_ms") or 0) > 0]
     expired = [s for s in started if s.get("owner") and s not in owned]
-    known = [r for r in (rates.rate(str(s.get("id"))) for s in started) if r is not None]
+    rejected = [s for s in owned if is_rejected(s)]
+    known = [r for r in (stream_rate(rates, s) for s in started) if r is not None]
     total = f"{sum(known):.1f}" if known else NONE
-    lines.append(
-        f"streams {len(streams)}  wanted {len(started)}  owned {len(owned)}  "
+    rejected_text = f"rejected {len(rejected)}" + (" (owned, not flowing)" if rejected else "")
+    headline = (
+        f"streams {len(streams)}  wanted {len(started)}  owned {len(owned)}  {rejected_text}  "
         f"orphaned {len(started) - len(owned)} ({len(expired)} lease expired)  "
         f"workers {len(workers)}  msgs/s {total}"
-    )
+    )[:width]
+    if rejected and rejected_text in headline:
+        headline = headline.replace(rejected_text, paint(rejected_text, RED, colour), 1)
+    lines.append(headline)
     lines.append("")
-    worker_lines = table(WORKER_HEADERS, [worker_row(w) for w in workers], right="STREAMS,PID")
-    stream_budget = max(height - len(lines) - len(worker_lines) - 3, 3)
-    headers = (*STREAM_HEADERS[:6], "MSG/S", *STREAM_HEADERS[6:])
+    # Rows left for the two tables: this header, a blank line, each table's header and its
+    # "more" line, and one row spare so the final newline does not scroll the frame.
+    room = None if height is None else max(height - len(lines) - 6, 2)
+    worker_room = None if room is None else max(room // 3, 1)
+    shown_workers = workers if worker_room is None else workers[:worker_room]
+    stream_room = None if room is None else max(room - len(shown_workers), 1)
+    # Streams in trouble first, so that a cut list still shows them.
+    ordered = sorted(streams, key=lambda s: trouble_rank(s, owned))
+    shown_streams = ordered if stream_room is None else ordered[:stream_room]
+
+    position = STREAM_HEADERS.index("LAST_SEQ") + 1
+    headers = (*STREAM_HEADERS[:position], "MSG/S", *STREAM_HEADERS[position:])
     rows = []
-    for stream in streams:
-        row = stream_row(stream)
-        rows.append([*row[:6], rate_text(rates.rate(str(stream.get("id")))), *row[6:]])
-    shown = rows[:stream_budget]
-    lines += table(headers, shown, right="EPOCH,LAST_SEQ,MSG/S,TAKEOVERS")
-    if len(rows) > len(shown):
-        lines.append(f"… {len(rows) - len(shown)} more streams (make the terminal taller)")
+    for stream in shown_streams:
+        row = stream_row(stream, at_ms)
+        rows.append([*row[:position], rate_text(stream_rate(rates, stream)), *row[position:]])
+    stream_table = table(headers, rows, right=STREAM_RIGHT + ",MSG/S", width=width)
+    lines.append(stream_table[0])
+    lines += [  # cut to the width already: painting adds only invisible characters
+        row_colour(line, stream, colour)
+        for line, stream in zip(stream_table[1:], shown_streams, strict=True)
+    ]
+    if len(streams) > len(shown_streams):
+        hint = "make the terminal taller, or use `streamlease ls`"
+        lines.append(more_text(len(streams) - len(shown_streams), "stream", hint))
     lines.append("")
-    lines += worker_lines if workers else ["no live workers"]
-    return [line[:width] for line in lines]
+    if workers:
+        lines += table(
+            WORKER_HEADERS, [worker_row(w) for w in shown_workers], right="STREAMS,PID", width=width
+        )
+        if len(workers) > len(shown_workers):
+            hint = "see `streamlease workers`"
+            lines.append(more_text(len(workers) - len(shown_workers), "worker", hint))
+    else:
+        lines.append("no live workers")
+    return [line if "\x1b" in line else line[:width] for line in lines]  # painted: cut already
 
 
 def frame_json(snapshot: Snapshot, rates: RateTracker) -> dict[str, Any]:
     """The frame as data (``--json``): streams with ``msgs_per_s``, workers, error."""
-    streams = [{**s, "msgs_per_s": rates.rate(str(s.get("id")))} for s in snapshot.streams]
+    streams = [{**s, "msgs_per_s": stream_rate(rates, s)} for s in snapshot.streams]
     return {"streams": streams, "workers": snapshot.workers, "error": snapshot.error}
 
 
@@ -147,13 +213,18 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
     terminal_size: Callable[[], Sequence[int]] = shutil.get_terminal_size,
     clock: Callable[[], float] = time.monotonic,
+    terminal: bool | None = None,
+    colour: bool = True,
 ) -> int:
     """Poll and redraw until interrupted (Ctrl-C). Returns the exit code.
 
     ``once`` prints a single frame without screen control codes and returns 1 if the API could
-    not be read. ``sleep``, ``terminal_size`` and ``clock`` (monotonic seconds) are seams for
-    tests. The redraw is a plain ANSI clear-screen, which every terminal and tmux handle.
+    not be read. On a terminal (``terminal``, default: ``out.isatty()``) lines fit its width,
+    rejected streams are red unless ``colour`` is off, and a live view fits its height too.
+    ``sleep``, ``terminal_size`` and ``clock`` (monotonic seconds) are seams for tests. The
+    redraw is a plain ANSI clear-screen, which every terminal and tmux handle.
     """
+    on_terminal = out.isatty() if terminal is None else terminal
     rates = RateTracker()
     drawing = not once and not as_json
     if drawing:
@@ -168,10 +239,17 @@ def watch(
             if as_json:
                 out.write(json.dumps(frame_json(snapshot, rates), separators=(",", ":")) + "\n")
             else:
-                # One frame for a pipe or a test is printed whole; a live view fits the screen.
-                columns, rows = terminal_size() if drawing else (1000, 100_000)
+                # A frame for a pipe is printed whole; on a terminal it fits the width, and a
+                # live view the height too.
+                columns, rows = terminal_size() if on_terminal or drawing else (UNCUT, UNCUT)
                 lines = render_frame(
-                    snapshot, rates, api_url=client.base_url, width=columns, height=rows
+                    snapshot,
+                    rates,
+                    api_url=client.base_url,
+                    width=columns,
+                    height=rows if drawing else None,
+                    retrying=not once,
+                    colour=colour and on_terminal,
                 )
                 out.write((CLEAR if drawing else "") + "\n".join(lines) + "\n")
             out.flush()

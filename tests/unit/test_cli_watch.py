@@ -9,7 +9,7 @@ from typing import Any
 
 from streamlease.cli import ApiClient, main
 from streamlease.cli.transport import Response, TransportError
-from streamlease.cli.watch import CLEAR, RateTracker, Snapshot, render_frame, watch
+from streamlease.cli.watch import CLEAR, RateTracker, Snapshot, frame_json, render_frame, watch
 
 STREAMS = [
     {
@@ -108,7 +108,7 @@ def test_a_lower_last_seq_restarts_the_rate() -> None:
 def test_frame_counts_wanted_owned_and_orphaned_streams() -> None:
     """The headline says how many streams are wanted, owned and orphaned, and the fleet size."""
     lines = render_frame(Snapshot(STREAMS, WORKERS), RateTracker(), api_url="http://x")
-    assert "wanted 2  owned 1  orphaned 1 (0 lease expired)  workers 1" in lines[1]
+    assert "wanted 2  owned 1  rejected 0  orphaned 1 (0 lease expired)  workers 1" in lines[1]
     text = "\n".join(lines)
     assert "t1/11-aaaa" in text and "15s" in text
 
@@ -186,3 +186,93 @@ def test_json_frames_carry_rates() -> None:
     assert {s["id"] for s in frame["streams"]} == {"a", "b", "c"}
     assert all("msgs_per_s" in s for s in frame["streams"])
     assert frame["workers"] == WORKERS
+
+
+def test_stopped_streams_show_no_rate() -> None:
+    """A stopped stream's last_seq no longer moves: no msgs/s for it, nor in the total."""
+    rates = RateTracker()
+    for second, seq in ((0.0, 0), (2.0, 20)):
+        for stream in STREAMS:
+            rates.observe(str(stream["id"]), second, seq)
+    lines = render_frame(Snapshot(STREAMS, WORKERS), rates, api_url="http://x")
+    row_c = next(line for line in lines if line.startswith("c "))
+    assert " 10.0 " not in row_c and "STOPPED" in row_c
+    assert "msgs/s 20.0" in lines[1]  # a and b, not c
+    frame = frame_json(Snapshot(STREAMS, WORKERS), rates)
+    assert [s["msgs_per_s"] for s in frame["streams"]] == [10.0, 10.0, None]
+
+
+def test_one_stream_left_over_is_singular() -> None:
+    """One stream left over is "… 1 more stream", not "1 more streams"."""
+
+    def frame(count: int) -> list[str]:
+        streams = [{**STREAMS[0], "id": f"s{i:03d}"} for i in range(count)]
+        snapshot = Snapshot(streams, WORKERS)
+        return render_frame(snapshot, RateTracker(), api_url="http://x", width=200, height=30)
+
+    fits = sum(1 for line in frame(200) if line.startswith("s0"))
+    assert any(line.startswith("… 1 more stream (") for line in frame(fits + 1))
+    assert any(line.startswith("… 2 more streams (") for line in frame(fits + 2))
+
+
+def test_a_live_frame_leaves_the_last_row_free() -> None:
+    """A frame is at most height - 1 lines: the newline after the last must not scroll it off,
+    however many streams and workers there are."""
+    many = [{**STREAMS[0], "id": f"s{i:03d}"} for i in range(200)]
+    workers = [{**WORKERS[0], "id": f"t{i}/1-aaaa"} for i in range(50)]
+    for height in (12, 24, 40):
+        lines = render_frame(
+            Snapshot(many, workers), RateTracker(), api_url="http://x", width=80, height=height
+        )
+        assert len(lines) <= height - 1, (height, len(lines))
+        assert any("more workers" in line for line in lines)
+
+
+def test_rows_fit_the_width_by_narrowing_the_last_error() -> None:
+    """On a narrow terminal the LAST_ERROR column gives way first, with an ellipsis."""
+    failing = [{**STREAMS[0], "last_error": "upstream refused the handshake (HTTP 403) " * 3}]
+    lines = render_frame(
+        Snapshot(failing, WORKERS), RateTracker(), api_url="http://x", width=120, height=40
+    )
+    row = next(line for line in lines if line.startswith("b "))
+    assert len(row) <= 120 and row.endswith("…")
+    assert "TAKEOVERS" in lines[3]
+
+
+def test_once_on_a_terminal_fits_its_width() -> None:
+    """``watch --once`` in a terminal cuts lines to its width (no wrapped frame)."""
+    failing = [{**STREAMS[0], "last_error": "x" * 300}]
+    out = io.StringIO()
+    client = ApiClient("http://127.0.0.1:9", transport=FakeTransport(failing))
+    code = watch(client, out, once=True, terminal=True, terminal_size=lambda: (90, 30))
+    assert code == 0
+    assert max(len(line) for line in out.getvalue().splitlines()) <= 90
+
+
+def test_once_does_not_promise_a_retry() -> None:
+    """One frame that failed says what failed, not "(retrying)"; a live view does retry."""
+    snapshot = Snapshot([], [], error="connection refused by 127.0.0.1:9")
+    once = render_frame(snapshot, RateTracker(), api_url="http://x", retrying=False)
+    live = render_frame(snapshot, RateTracker(), api_url="http://x")
+    assert once[-1] == "API error: connection refused by 127.0.0.1:9"
+    assert live[-1].endswith("(retrying)")
+
+
+def test_rejected_streams_are_counted_and_painted() -> None:
+    """Owned but not flowing: the headline counts rejected streams, their rows are red."""
+    rejected = {**STREAMS[0], "id": "r", "connection_state": "rejected"}
+    snapshot = Snapshot([*STREAMS, rejected], WORKERS)
+    lines = render_frame(snapshot, RateTracker(), api_url="http://x", colour=True)
+    assert "owned 2  \x1b[1;31mrejected 1 (owned, not flowing)\x1b[0m" in lines[1]
+    row = next(line for line in lines if "REJECTED" in line)
+    assert row.startswith("\x1b[1;31mr ")
+    plain = render_frame(snapshot, RateTracker(), api_url="http://x")
+    assert "\x1b" not in "\n".join(plain)
+
+
+def test_streams_in_trouble_come_first() -> None:
+    """Rejected, then orphaned streams lead the table, so a cut list still shows them."""
+    rejected = {**STREAMS[0], "id": "z", "connection_state": "rejected"}
+    lines = render_frame(Snapshot([*STREAMS, rejected], WORKERS), RateTracker(), api_url="x")
+    ids = [line.split()[0] for line in lines[4:8]]
+    assert ids == ["z", "a", "b", "c"]

@@ -1,0 +1,72 @@
+"""How the CLI renders a stream's connection state and last error, and names workers."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from streamlease.cli.render import (
+    connection_text,
+    last_error_text,
+    stream_detail,
+    stream_row,
+    worker_name,
+    worker_row,
+)
+
+NOW_MS = 1_796_000_000_000
+SINCE_MS = NOW_MS - 20_000
+SINCE = dt.datetime.fromtimestamp(SINCE_MS / 1000, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
+STREAM: dict[str, Any] = {
+    "id": "s1",
+    "ws_url": "wss://feed.example.com/s1",
+    "desired_state": "STARTED",
+    "owner": "0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12",
+    "lease_state": "held",
+    "lease_remaining_ms": 12_000,
+    "epoch": 3,
+    "last_seq": 1200,
+    "generation": 1,
+    "takeovers": 0,
+    "last_error": None,
+}
+
+
+def test_connection_state_shows_with_its_age() -> None:
+    """``connected 20s``: the state and how long it has lasted."""
+    stream = {**STREAM, "connection_state": "connected", "connection_since": SINCE}
+    assert connection_text(stream, NOW_MS) == "connected 20s"
+
+
+def test_a_rejected_stream_stands_out() -> None:
+    """A rejected stream is owned but not flowing: its state is in capitals."""
+    stream = {**STREAM, "connection_state": "rejected", "connection_since": SINCE}
+    assert stream_row(stream, NOW_MS)[2] == "REJECTED 20s"
+
+
+def test_an_older_api_without_connection_state_shows_a_dash() -> None:
+    """Fields an older API does not send are ``-``, as any missing value."""
+    assert stream_row(STREAM, NOW_MS)[2] == "-"
+    assert "connection:    -" in stream_detail(STREAM, NOW_MS)
+
+
+def test_a_past_error_is_marked_past() -> None:
+    """``last_error_active: false``: the error is from before the stream became healthy."""
+    failing = {**STREAM, "last_error": "upstream closed 1006"}
+    assert last_error_text({**failing, "last_error_active": True}) == "upstream closed 1006"
+    assert last_error_text({**failing, "last_error_active": False}) == (
+        "(past) upstream closed 1006"
+    )
+    assert last_error_text(failing) == "upstream closed 1006"  # an older API: as it is
+
+
+def test_a_worker_has_one_short_name_in_every_table() -> None:
+    """Streams' owners and the worker table name a worker alike: task id cut, pid and session."""
+    worker_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12"
+    assert worker_name(worker_id) == "0f1e2d3c…/4242-ab12"
+    assert (
+        stream_row(STREAM, NOW_MS)[3] == worker_row({"id": worker_id})[0] == worker_name(worker_id)
+    )
+    assert worker_name("host-1/77-ffff") == "host-1/77-ffff"
+    assert worker_name(None) == "-"
