@@ -42,8 +42,9 @@ class ApiClient:
 
     ``signer`` defaults to SigV4 for ``execute-api`` hosts and none otherwise; ``transport``
     defaults to :class:`HttpTransport`. ``timeout_seconds`` bounds each request.
-    Every method raises :class:`ApiError` for an error status and
-    :class:`~streamlease.cli.transport.TransportError` when no response arrives.
+    Every method raises :class:`ApiError` for an error status (or a success that is not JSON)
+    and :class:`~streamlease.cli.transport.TransportError` when no response arrives. Methods
+    may be called from several threads at once.
     """
 
     def __init__(
@@ -78,21 +79,25 @@ class ApiClient:
         status, body = self.request("POST", "/streams", body={"id": stream_id, "ws_url": ws_url})
         return status == 201, body
 
-    def stop_stream(self, stream_id: str) -> dict[str, Any]:
-        """``POST /streams/{id}/stop``: desired state STOPPED. Returns the stream."""
-        return self.request("POST", f"/streams/{_segment(stream_id)}/stop")[1]
+    def stop_stream(self, stream_id: str) -> tuple[bool, dict[str, Any]]:
+        """``POST /streams/{id}/stop``: desired state STOPPED. Returns (changed, stream);
+        ``False``: it was stopped already."""
+        status, body = self.request("POST", f"/streams/{_segment(stream_id)}/stop")
+        return status == 202, body
 
-    def start_stream(self, stream_id: str) -> dict[str, Any]:
-        """``POST /streams/{id}/start``: desired state STARTED again. Returns the stream."""
-        return self.request("POST", f"/streams/{_segment(stream_id)}/start")[1]
+    def start_stream(self, stream_id: str) -> tuple[bool, dict[str, Any]]:
+        """``POST /streams/{id}/start``: desired state STARTED again. Returns (changed, stream);
+        ``False``: it was started already."""
+        status, body = self.request("POST", f"/streams/{_segment(stream_id)}/start")
+        return status == 202, body
 
     def get_stream(self, stream_id: str) -> dict[str, Any]:
         """``GET /streams/{id}``."""
         return self.request("GET", f"/streams/{_segment(stream_id)}")[1]
 
-    def delete_stream(self, stream_id: str) -> dict[str, Any]:
-        """``DELETE /streams/{id}`` (only a stopped, unleased stream). Returns the body, if any."""
-        return self.request("DELETE", f"/streams/{_segment(stream_id)}")[1]
+    def delete_stream(self, stream_id: str) -> None:
+        """``DELETE /streams/{id}`` (only a stopped, unleased stream; 204 without a body)."""
+        self.request("DELETE", f"/streams/{_segment(stream_id)}")
 
     def list_streams(
         self, *, state: str | None = None, page_size: int = PAGE_LIMIT
@@ -140,6 +145,10 @@ class ApiClient:
         parsed = _json_object(response)
         if response.status >= 400:
             raise _api_error(response, parsed)
+        if parsed is None and response.status != 204:
+            # A proxy's or captive portal's page is not an answer of the API: say so, do not
+            # print "no streams".
+            raise ApiError(response.status, "the answer is not the API's JSON", code="not_json")
         return response.status, parsed or {}
 
 

@@ -1,7 +1,9 @@
 """``streamlease``: the operator's command line for the streamlease API.
 
-Exit codes: 0 success, 1 the API refused or could not be reached, 2 a usage or configuration
-error. Errors are one readable line on stderr; ``--json`` prints the API's answers as JSON.
+Exit codes: 0 success, 1 the API refused (any stream of a batch included) or could not be
+reached, 2 a usage or configuration error, 130 interrupted. An error is one line on stderr;
+with ``--json`` that line is a JSON object ``{"error": {...}}`` and every result on stdout is
+JSON.
 """
 
 from __future__ import annotations
@@ -9,45 +11,67 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Final, TextIO
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Final, NoReturn, TextIO
 
-from streamlease.cli.client import ApiClient, ApiError
+from streamlease.cli.batch import (
+    DEFAULT_CONCURRENCY,
+    MAX_CONCURRENCY,
+    InputError,
+    Target,
+    targets_from_arguments,
+    targets_from_lines,
+)
+from streamlease.cli.client import DEFAULT_TIMEOUT_SECONDS, ApiClient, ApiError
+from streamlease.cli.config import CliConfig, read_config
+from streamlease.cli.mutations import MUTATIONS, error_data, run_mutation
 from streamlease.cli.render import (
-    STREAM_HEADERS,
     WORKER_HEADERS,
+    now_ms,
     stream_detail,
-    stream_row,
-    stream_summary,
+    stream_lines,
     table,
     worker_row,
 )
 from streamlease.cli.signing import CredentialsMissing
-from streamlease.cli.transport import Transport, TransportError
+from streamlease.cli.transport import HttpTransport, Transport, TransportError
 from streamlease.cli.watch import watch
-from streamlease.errors import ConfigError
-from streamlease.settings import Settings, env_name
+from streamlease.errors import ConfigError, StreamleaseError
+from streamlease.settings import env_name
 
 PROG: Final = "streamlease"
 EXIT_OK: Final = 0
 EXIT_API: Final = 1
 EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
 
 
-def local_api_url(settings: Settings) -> str:
-    """The local stack's API (``make run``) as the settings place it."""
-    return f"http://{settings.local_host}:{settings.local_api_port}"
+class UsageError(StreamleaseError):
+    """The command line is malformed; the message says what to change."""
 
 
-def api_url_for(settings: Settings, explicit: str | None) -> str:
-    """``--api`` if given, else ``Settings.api_url``, else the local stack's API."""
-    return explicit or settings.api_url or local_api_url(settings)
+def version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare checkout)."""
+    try:
+        return metadata.version("streamlease")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``UsageError``) instead of usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> _Parser:
     """The argument parser (global options are accepted before or after the command)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--api",
         metavar="URL",
@@ -55,36 +79,49 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"API base URL (default: ${env_name('api_url')}, else the local stack)",
     )
     common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="JSON output; errors too, as one JSON line on stderr",
     )
     common.add_argument(
         "--timeout",
         type=float,
         metavar="SECONDS",
         default=argparse.SUPPRESS,
-        help="per-request timeout in seconds (default 10)",
+        help=f"per-request timeout in seconds (default {DEFAULT_TIMEOUT_SECONDS:g})",
     )
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         parents=[common],
         description="Start, stop and inspect streams; watch who owns them.",
-        epilog="Against an execute-api URL requests are SigV4-signed with your AWS credentials.",
+        epilog="Against an execute-api URL requests are SigV4-signed with your AWS credentials. "
+        "HTTPS_PROXY, HTTP_PROXY and NO_PROXY are honoured (loopback always goes direct).",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, parents=[common], help=help_text, description=help_text)
 
-    start = command("start", "create a stream and start it")
-    start.add_argument("id", help="stream id")
-    start.add_argument("url", help="upstream WebSocket URL (wss://…)")
-    for name, text in (
-        ("stop", "stop a stream (its owner closes it within one heartbeat)"),
-        ("resume", "start a stopped stream again"),
-        ("get", "show one stream"),
-        ("rm", "delete a stopped stream"),
-    ):
-        command(name, text).add_argument("id", help="stream id")
+    for name, mutation in MUTATIONS.items():
+        sub = command(name, mutation.help)
+        sub.add_argument("targets", nargs="*", metavar=mutation.metavar, help=mutation.arguments)
+        sub.add_argument(
+            "-f",
+            "--file",
+            metavar="FILE",
+            help=f"also read streams from FILE ('-': stdin), one per line: {mutation.lines}",
+        )
+        sub.add_argument(
+            "--concurrency",
+            type=int,
+            default=DEFAULT_CONCURRENCY,
+            metavar="N",
+            help=f"requests in flight at once (1 to {MAX_CONCURRENCY}, default "
+            f"{DEFAULT_CONCURRENCY})",
+        )
+    command("get", "show one stream").add_argument("id", help="stream id")
     ls = command("ls", "list streams")
     ls.add_argument(
         "--state", type=str.upper, choices=("STARTED", "STOPPED"), help="only streams in this state"
@@ -98,91 +135,195 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass
+class Streams:
+    """Where the CLI writes and reads, and how."""
+
+    out: TextIO
+    err: TextIO
+    stdin: TextIO
+    as_json: bool
+
+    def error(self, message: str, *, code: str, label: str = "") -> None:
+        """One line on stderr: ``streamlease: [label: ]message`` or, with ``--json``, a JSON
+        object ``{"error": {"code": ..., "message": ...}}``."""
+        self._line({"code": code, "message": message}, label)
+
+    def fail(self, exc: Exception, message: str | None = None) -> None:
+        """:meth:`error` for a failed call: the API's status, code and field included."""
+        body = error_data(exc)
+        if message is not None:
+            body["message"] = message
+        elif not self.as_json:
+            body["message"] = str(exc)
+        self._line(body)
+
+    def _line(self, body: dict[str, Any], label: str = "") -> None:
+        if self.as_json:
+            line = json.dumps({"error": body}, separators=(",", ":"), sort_keys=True)
+        else:
+            line = f"{PROG}: {label + ': ' if label else ''}{_one_line(str(body['message']))}"
+        self.err.write(line + "\n")
+        self.err.flush()
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
     transport: Transport | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
+    environ: dict[str, str] | None = None,
 ) -> int:
-    """Run the CLI; returns the exit code. ``transport`` replaces the HTTP transport (tests)."""
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    parser = build_parser()
+    """Run the CLI; returns the exit code. ``transport``, the streams and ``environ`` replace
+    the real ones (tests)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    io = Streams(
+        out=stdout or sys.stdout,
+        err=stderr or sys.stderr,
+        stdin=stdin or sys.stdin,
+        as_json="--json" in args_list[: _end_of_options(args_list)],
+    )
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse has printed the usage and the error
+        with contextlib.redirect_stdout(io.out), contextlib.redirect_stderr(io.err):
+            args = build_parser().parse_args(args_list)
+    except SystemExit as exc:  # --help or --version has been printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except UsageError as exc:
+        io.error(str(exc), code="usage", label="error")
+        return EXIT_USAGE
     try:
-        settings = Settings.from_env()
+        config = read_config(environ)
     except ConfigError as exc:
-        print(f"{PROG}: configuration error: {exc}", file=err)
+        io.error(str(exc), code="configuration", label="configuration error")
         return EXIT_USAGE
-    url = api_url_for(settings, getattr(args, "api", None))
-    if getattr(args, "id", "x") == "" or (args.command == "watch" and args.interval <= 0):
-        print(f"{PROG}: error: stream id must not be empty and --interval must be > 0", file=err)
-        return EXIT_USAGE
+    url = config.api_url(getattr(args, "api", None))
     try:
-        client = ApiClient(url, transport=transport, timeout_seconds=getattr(args, "timeout", 10.0))
-    except ValueError as exc:
-        print(f"{PROG}: error: {exc}", file=err)
+        client = _client(args, url, config, transport)
+        return _run(args, client, config, io)
+    except UsageError as exc:
+        io.error(str(exc), code="usage", label="error")
         return EXIT_USAGE
-    try:
-        return _run(args, client, out)
     except ApiError as exc:
-        print(f"{PROG}: {_one_line(str(exc))}", file=err)
+        io.fail(exc)
     except TransportError as exc:
-        hint = " (is `make run` running?)" if url == local_api_url(settings) else ""
-        print(f"{PROG}: cannot reach the API at {url}: {exc}{hint}", file=err)
+        hint = " (is `make run` running?)" if url == config.local_api_url else ""
+        io.fail(exc, f"cannot reach the API at {url}: {exc}{hint}")
     except CredentialsMissing as exc:
-        print(f"{PROG}: {exc}", file=err)
+        io.fail(exc)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `streamlease ls | head`: the reader left, nothing to say
+        _silence(io.out)
     return EXIT_API
 
 
-def _run(args: argparse.Namespace, client: ApiClient, out: TextIO) -> int:
-    as_json = getattr(args, "json", False)
+def _client(
+    args: argparse.Namespace, url: str, config: CliConfig, transport: Transport | None
+) -> ApiClient:
+    timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_SECONDS)
+    if not timeout > 0:
+        raise UsageError("--timeout must be more than 0 seconds")
+    concurrency = getattr(args, "concurrency", 1)
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency must be from 1 to {MAX_CONCURRENCY}")
+    chosen = transport or HttpTransport(proxy=config.proxy, max_connections=concurrency)
+    try:
+        return ApiClient(url, transport=chosen, timeout_seconds=timeout)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
-    def emit(data: Any, lines: Sequence[str]) -> None:
-        if as_json:
-            out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        else:
-            out.write("".join(line + "\n" for line in lines))
 
+def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Streams) -> int:
     command = args.command
-    if command == "start":
-        created, stream = client.create_stream(args.id, args.url)
-        verb = "created" if created else "exists, unchanged:"
-        emit(stream, [f"{verb} {stream_summary(stream)}"])
-    elif command == "stop":
-        stream = client.stop_stream(args.id)
-        emit(stream, [f"stopping {stream_summary(stream)}"])
-    elif command == "resume":
-        stream = client.start_stream(args.id)
-        emit(stream, [f"starting {stream_summary(stream)}"])
-    elif command == "get":
+    colour = config.colour and _is_terminal(io.out)
+    if command in MUTATIONS:
+        targets = _targets(args, io.stdin)
+        single = len(targets) == 1 and not args.file
+        return run_mutation(
+            MUTATIONS[command],
+            client,
+            targets,
+            single=single,
+            concurrency=args.concurrency,
+            out=io.out,
+            error=io.error,
+            as_json=io.as_json,
+        )
+    if command == "get":
+        if not args.id:
+            raise UsageError("a stream id must not be empty")
         stream = client.get_stream(args.id)
-        emit(stream, stream_detail(stream))
-    elif command == "rm":
-        body = client.delete_stream(args.id)
-        emit(body or {"id": args.id, "deleted": True}, [f"deleted {args.id}"])
+        _emit(io, stream, stream_detail(stream, now_ms(), colour=colour))
     elif command == "ls":
         streams = list(client.list_streams(state=args.state))
-        rows = [stream_row(s) for s in streams]
-        lines = table(STREAM_HEADERS, rows, right="EPOCH,LAST_SEQ,TAKEOVERS") if rows else []
-        emit({"streams": streams}, lines or ["no streams"])
+        lines = stream_lines(streams, now_ms(), colour=colour) if streams else ["no streams"]
+        _emit(io, {"streams": streams}, lines)
     elif command == "workers":
         workers = client.list_workers()
         rows = [worker_row(w) for w in workers]
-        lines = table(WORKER_HEADERS, rows, right="STREAMS,PID") if rows else []
-        emit({"workers": workers}, lines or ["no live workers"])
+        lines = table(WORKER_HEADERS, rows, right="STREAMS,PID") if rows else ["no live workers"]
+        _emit(io, {"workers": workers}, lines)
     elif command == "watch":
-        return watch(client, out, interval_seconds=args.interval, once=args.once, as_json=as_json)
+        if not args.interval > 0:
+            raise UsageError("--interval must be more than 0 seconds")
+        return watch(
+            client,
+            io.out,
+            interval_seconds=args.interval,
+            once=args.once,
+            as_json=io.as_json,
+            colour=config.colour,
+        )
     return EXIT_OK
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def _targets(args: argparse.Namespace, stdin: TextIO) -> list[Target]:
+    with_url = MUTATIONS[args.command].with_url
+    try:
+        targets = targets_from_arguments(args.targets, with_url=with_url)
+        if args.file == "-":
+            targets += targets_from_lines(stdin, with_url=with_url, source="stdin")
+        elif args.file:
+            try:
+                with open(args.file, encoding="utf-8") as handle:
+                    targets += targets_from_lines(handle, with_url=with_url, source=args.file)
+            except OSError as exc:
+                raise InputError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+    if not targets:
+        what = MUTATIONS[args.command].metavar
+        raise UsageError(f"{args.command} needs {what} arguments or -f FILE")
+    return targets
+
+
+def _emit(io: Streams, data: Any, lines: Sequence[str]) -> None:
+    if io.as_json:
+        io.out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    else:
+        io.out.write("".join(line + "\n" for line in lines))
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except ValueError:  # closed
+        return False
+
+
+def _end_of_options(argv: Sequence[str]) -> int:
+    return argv.index("--") if "--" in argv else len(argv)
+
+
+def _silence(out: TextIO) -> None:
+    """Point ``out``'s descriptor at /dev/null, so that the interpreter's last flush does not
+    fail on the closed pipe a second time."""
+    with contextlib.suppress(OSError, ValueError):  # io.UnsupportedOperation is both
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+
+
+def _one_line(text: str, limit: int = 500) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -39,12 +40,13 @@ class SigV4Signer:
 
     Credentials come from ``boto3.Session().get_credentials()`` (environment, shared files, SSO,
     container or instance role) when the first request is signed; refreshable credentials are
-    frozen per request so a long ``watch`` survives their rotation.
+    frozen per request so a long ``watch`` survives their rotation. Thread-safe.
     """
 
     def __init__(self, region: str, credentials: Any = None) -> None:
         self.region = region
         self._credentials = credentials
+        self._lock = threading.Lock()
 
     def sign(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
@@ -53,14 +55,16 @@ class SigV4Signer:
 
         Raises :class:`CredentialsMissing` when the credential chain finds nothing.
         """
-        if self._credentials is None:
-            self._credentials = boto3.Session().get_credentials()
+        with self._lock:  # the chain is searched once, not once per thread
+            if self._credentials is None:
+                self._credentials = boto3.Session().get_credentials()
             if self._credentials is None:
                 raise CredentialsMissing(
                     "no AWS credentials found (environment, ~/.aws config, SSO or role); "
                     "the API at an execute-api URL needs IAM-signed requests"
                 )
-        frozen = self._credentials.get_frozen_credentials()
+            credentials = self._credentials
+        frozen = credentials.get_frozen_credentials()
         request = AWSRequest(method=method, url=url, data=body or b"", headers=dict(headers))
         SigV4Auth(frozen, SERVICE, self.region).add_auth(request)
         return {name: str(value) for name, value in request.headers.items()}

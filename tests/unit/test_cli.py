@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from cli_fake_api import FakeApi, Recorded, run, serve_fake_api
 
-from streamlease.cli import main
 from streamlease.cli.signing import execute_api_region
 from streamlease.cli.transport import ConnectTo, HttpTransport
 
@@ -38,58 +34,10 @@ STREAM = {
 }
 
 
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class FakeApi:
-    """Answers from ``routes[(method, path)] = (status, body)``; records every request."""
-
-    port: int
-    routes: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
-    requests: list[Recorded] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
 @pytest.fixture
 def api() -> Iterator[FakeApi]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    fake = FakeApi(port=server.server_address[1])
-
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            fake.requests.append(Recorded(self.command, self.path, dict(self.headers), body))
-            status, payload = fake.routes.get(
-                (self.command, self.path.split("?")[0]),
-                (404, {"error": {"code": "NOT_FOUND", "message": "no route", "field": None}}),
-            )
-            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = _answer
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server.RequestHandlerClass = Handler
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    yield fake
-    server.shutdown()
-    server.server_close()
+    with serve_fake_api() as fake:
+        yield fake
 
 
 @pytest.fixture(autouse=True)
@@ -103,12 +51,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
-
-
-def run(*argv: str, transport: Any = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), transport=transport, stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def free_port() -> int:

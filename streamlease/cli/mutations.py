@@ -1,0 +1,266 @@
+"""The commands that change streams (``start``, ``stop``, ``resume``, ``rm``), for one stream
+or many.
+
+One stream prints what it did (``created s1: STARTED, ...``) or one error line. Many print a
+line per stream as each call returns, failures on stderr, then a summary line; ``--json``
+prints one document with every result in input order. A failure of the API for one stream
+does not stop the others; a request that gets no answer at all (the API is down, credentials
+are missing) stops the batch, since the rest would fail alike: every command here may be
+repeated safely.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TextIO
+from urllib.parse import urlsplit
+
+from streamlease.cli.batch import Outcome, Target, run_all
+from streamlease.cli.client import ApiClient, ApiError
+from streamlease.cli.render import stream_summary
+from streamlease.cli.signing import CredentialsMissing
+from streamlease.cli.transport import TransportError
+
+ErrorSink = Callable[..., None]
+"""``error(message, code=..., **detail)``: one error line on stderr."""
+
+FAILED: Final = "failed"
+NOT_SENT: Final = "not_sent"
+WEBSOCKET_HINT: Final = (
+    "{scheme}:// is not a WebSocket URL: use wss:// (or ws://, which the local stack allows)"
+)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A command that changes streams, and how it reads and reports them."""
+
+    name: str
+    help: str
+    metavar: str
+    arguments: str
+    lines: str
+    with_url: bool
+    call: Callable[[ApiClient, Target], tuple[str, dict[str, Any] | None]]
+    """One API call for one target: (what happened, the stream as the API returned it)."""
+
+
+def _start(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
+    assert target.ws_url is not None
+    try:
+        created, stream = client.create_stream(target.id, target.ws_url)
+    except ApiError as exc:
+        raise _with_scheme_hint(exc, target.ws_url) from None
+    return ("created" if created else "unchanged"), stream
+
+
+def _stop(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
+    changed, stream = client.stop_stream(target.id)
+    return ("stopping" if changed else "already_stopped"), stream
+
+
+def _resume(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
+    changed, stream = client.start_stream(target.id)
+    return ("starting" if changed else "already_started"), stream
+
+
+def _remove(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
+    client.delete_stream(target.id)
+    return "deleted", None
+
+
+MUTATIONS: Final = {
+    m.name: m
+    for m in (
+        Mutation(
+            "start",
+            "create streams and start them",
+            "ID URL",
+            "a stream id and its upstream WebSocket URL (wss://…), as many pairs as you like",
+            '{"id": ..., "ws_url": ...}',
+            True,
+            _start,
+        ),
+        Mutation(
+            "stop",
+            "stop streams (each owner closes its stream within one heartbeat)",
+            "ID",
+            "stream ids",
+            '{"id": ...} (other keys ignored) or a bare id',
+            False,
+            _stop,
+        ),
+        Mutation(
+            "resume",
+            "start stopped streams again",
+            "ID",
+            "stream ids",
+            '{"id": ...} (other keys ignored) or a bare id',
+            False,
+            _resume,
+        ),
+        Mutation(
+            "rm",
+            "delete stopped streams",
+            "ID",
+            "stream ids",
+            '{"id": ...} (other keys ignored) or a bare id',
+            False,
+            _remove,
+        ),
+    )
+}
+
+_LABELS: Final = {
+    "unchanged": "exists, unchanged:",
+    "already_stopped": "already stopped:",
+    "already_started": "already started:",
+}
+
+
+def words(verb: str) -> str:
+    """A verb as people read it: ``already_stopped`` → ``already stopped``."""
+    return verb.replace("_", " ")
+
+
+def result_line(outcome: Outcome) -> str:
+    """``created s1: STARTED, owner -, generation 1`` / ``already stopped: s1: ...``."""
+    if outcome.stream is None:
+        return f"{words(outcome.verb)} {outcome.target.id}"
+    return f"{_LABELS.get(outcome.verb, outcome.verb)} {stream_summary(outcome.stream)}"
+
+
+def run_mutation(
+    mutation: Mutation,
+    client: ApiClient,
+    targets: Sequence[Target],
+    *,
+    single: bool,
+    concurrency: int,
+    out: TextIO,
+    error: ErrorSink,
+    as_json: bool,
+) -> int:
+    """Run ``mutation`` for every target; returns the exit code (1 if any failed).
+
+    ``single``: one stream named on the command line; its errors propagate to the caller,
+    which reports them as for any other command.
+    """
+    if single:
+        verb, stream = mutation.call(client, targets[0])
+        outcome = Outcome(targets[0], verb, stream)
+        if as_json:
+            data = stream if stream is not None else {"id": targets[0].id, verb: True}
+            out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        else:
+            out.write(result_line(outcome) + "\n")
+        return 0
+
+    started = time.monotonic()
+    outcomes: dict[int, Outcome] = {}
+    halted: Outcome | None = None
+    results = run_all(targets, _safely(mutation, client), concurrency=concurrency)
+    try:
+        for outcome in results:
+            outcomes[id(outcome.target)] = outcome
+            if not as_json:
+                _report(mutation, outcome, out, error)
+            if isinstance(outcome.error, TransportError | CredentialsMissing):
+                halted = outcome
+                break
+    finally:
+        results.close()
+    ordered = [outcomes.get(id(t)) or Outcome(t, NOT_SENT) for t in targets]
+    counts = Counter(_status(o) for o in ordered)
+    seconds = time.monotonic() - started
+    if as_json:
+        document = {
+            "results": [_as_data(o) for o in ordered],
+            "summary": {"total": len(ordered), "seconds": round(seconds, 3), **counts},
+        }
+        out.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    else:
+        if halted is not None and counts[NOT_SENT]:
+            error(
+                f"{mutation.name}: stopped: {halted.error}; {counts[NOT_SENT]} {words(NOT_SENT)} "
+                f"(the command may be repeated safely)",
+                code="halted",
+            )
+        out.write(summary_line(mutation.name, len(ordered), counts, seconds) + "\n")
+    out.flush()
+    return 0 if counts[FAILED] == 0 and counts[NOT_SENT] == 0 else 1
+
+
+def summary_line(name: str, total: int, counts: Counter[str], seconds: float) -> str:
+    """``stop: 3 streams in 0.2 s: 2 stopping, 1 already stopped, 0 failed``."""
+    done = [f"{n} {words(verb)}" for verb, n in counts.items() if verb not in (FAILED, NOT_SENT)]
+    done.append(f"{counts[FAILED]} {FAILED}")
+    if counts[NOT_SENT]:
+        done.append(f"{counts[NOT_SENT]} {words(NOT_SENT)}")
+    noun = "stream" if total == 1 else "streams"
+    return f"{name}: {total} {noun} in {seconds:.1f} s: {', '.join(done)}"
+
+
+def _safely(mutation: Mutation, client: ApiClient) -> Callable[[Target], Outcome]:
+    def call(target: Target) -> Outcome:
+        try:
+            verb, stream = mutation.call(client, target)
+        except (ApiError, TransportError, CredentialsMissing) as exc:
+            return Outcome(target, FAILED, error=exc)
+        return Outcome(target, verb, stream)
+
+    return call
+
+
+def _report(mutation: Mutation, outcome: Outcome, out: TextIO, error: ErrorSink) -> None:
+    if outcome.error is None:
+        out.write(result_line(outcome) + "\n")
+        out.flush()
+    else:
+        error(f"{mutation.name} {outcome.target.id}: {outcome.error}", code="failed")
+
+
+def _status(outcome: Outcome) -> str:
+    return FAILED if outcome.error is not None else outcome.verb
+
+
+def _as_data(outcome: Outcome) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": outcome.target.id}
+    if outcome.error is not None:
+        data["error"] = error_data(outcome.error)
+    elif outcome.verb == NOT_SENT:
+        data["error"] = {"code": NOT_SENT, "message": "not sent: an earlier request got no answer"}
+    else:
+        data["result"] = outcome.verb
+        if outcome.stream is not None:
+            data["stream"] = outcome.stream
+    return data
+
+
+def error_data(exc: Exception) -> dict[str, Any]:
+    """An error as the ``error`` object of ``--json`` output."""
+    if isinstance(exc, ApiError):
+        return {
+            "code": exc.code or "api_error",
+            "message": exc.message,
+            "status": exc.status,
+            "field": exc.field,
+        }
+    code = "unreachable" if isinstance(exc, TransportError) else "credentials"
+    return {"code": code, "message": str(exc)}
+
+
+def _with_scheme_hint(exc: ApiError, ws_url: str) -> ApiError:
+    """The API's refusal of an ``http(s)://`` URL, with what a WebSocket URL looks like."""
+    try:
+        scheme = urlsplit(ws_url).scheme.lower()
+    except ValueError:
+        return exc
+    if exc.field != "ws_url" or scheme not in ("http", "https"):
+        return exc
+    hint = WEBSOCKET_HINT.format(scheme=scheme)
+    return ApiError(exc.status, f"{exc.message}; {hint}", code=exc.code, field=exc.field)
