@@ -74,6 +74,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     status = 0
     try:
+        stack.claim_state_dir()
         console.line("info", "starting moto, upstream simulator, API and workers")
         stack.start()
         starting = False
@@ -87,9 +88,14 @@ def main() -> int:
         status = EXIT_FAILED
     finally:
         starting = False
-        console.line("info", "stopping: workers drain and hand off, then API, upstream, moto")
-        stack.stop()
-        console.line("info", f"stopped; sink files and logs stay in {stack.paths.state_dir}/")
+        if stack.holds_state_dir:  # else it refused to start and touched nothing
+            console.line("info", "stopping: workers drain and hand off, then API, upstream, moto")
+            stack.stop()
+            console.line(
+                "info",
+                f"stopped; sink files and logs stay in {stack.paths.state_dir}/ "
+                "(the next run moves them to previous/)",
+            )
     return status
 
 

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from local.events import Console, LeaseEventTailer
 from local.lambda_host import LambdaHost
-from local.stack_files import StackPaths
+from local.stack_files import StackPaths, StateDirBusy, StateDirLock
 from local.supervisor import Child, WorkerStartFailed, WorkerSupervisor, child_environment
 from local.worker_process import use_dummy_aws_credentials
 from streamlease.cli.client import ApiClient
@@ -123,6 +123,7 @@ class LocalStack:
         self.settings = settings
         self.console = console
         self.paths = StackPaths.for_settings(settings)
+        self._lock = StateDirLock(self.paths)
         self.stop_requested = threading.Event()
         self.hurry = threading.Event()
         self._children: list[Child] = []
@@ -143,12 +144,32 @@ class LocalStack:
         """The upstream simulator's base URL (add ``/<stream id>``)."""
         return f"ws://{self.settings.local_host}:{self.settings.local_upstream_port}"
 
-    def start(self) -> None:
-        """Start every part in order. Raises :class:`StackError` with what went wrong."""
-        s = self.settings
-        if s.local_workers < 1:
+    @property
+    def holds_state_dir(self) -> bool:
+        """True once this stack has locked its state directory (until :meth:`stop`)."""
+        return self._lock.held
+
+    def claim_state_dir(self) -> None:
+        """Check the settings and what is installed, then lock the state directory. Raises
+        :class:`StackError` (naming the running stack's pid and ports if another holds it)."""
+        if self.settings.local_workers < 1:
             raise StackError(f"{env_name('local_workers')} must be at least 1")
         check_installed()
+        try:
+            self._lock.acquire(self._lock_holder())
+        except StateDirBusy as busy:
+            raise StackError(str(busy)) from None
+
+    def start(self) -> None:
+        """Start every part in order. Raises :class:`StackError` with what went wrong.
+
+        Nothing in the state directory is touched before this stack holds its lock
+        (:meth:`claim_state_dir`, called here if it has not been): a second stack on the same
+        directory refuses and leaves the running one's files alone.
+        """
+        s = self.settings
+        if not self._lock.held:
+            self.claim_state_dir()
         check_ports(s)
         if self.paths.rotate():
             self.console.line(
@@ -188,6 +209,17 @@ class LocalStack:
         self._start_workers(client)
         self._audit()  # also warms the Lambda clients, so the first reaper call is prompt
         self.paths.write_stack_file(self.describe())
+
+    def _lock_holder(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "pid": os.getpid(),
+            "ports": {
+                "API": f"{s.local_host}:{s.local_api_port}",
+                "moto": f"{s.local_host}:{s.local_moto_port}",
+                "upstream": f"{s.local_host}:{s.local_upstream_port}",
+            },
+        }
 
     def _start_moto(self) -> None:
         # Our serialised launcher, run as a child in its own process group: a Ctrl-C in the
@@ -358,7 +390,10 @@ class LocalStack:
     # --- stop ------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop everything that was started, workers first and moto last. Safe to repeat."""
+        """Stop everything that was started, workers first and moto last, then unlock the
+        state directory. Safe to repeat; does nothing when the stack never held the lock."""
+        if not self._lock.held:
+            return
         if self._supervisor is not None:
             budget = 2.0 if self.hurry.is_set() else self.settings.shutdown_budget_seconds + 5
             self._supervisor.stop(budget, hurry=self.hurry.is_set)
@@ -373,6 +408,7 @@ class LocalStack:
             self._lambdas = None
         with contextlib.suppress(FileNotFoundError):
             self.paths.stack_file.unlink()
+        self._lock.release()
 
 
 def _answers(client: ApiClient) -> bool:

@@ -220,6 +220,35 @@ def test_streams_keep_flowing_when_a_worker_is_killed(stack: StackRun) -> None:
         assert report.stream(stream_id).epochs >= 2
 
 
+def test_a_second_stack_on_the_same_state_directory_touches_nothing(stack: StackRun) -> None:
+    """Another ``make run`` on the running stack's directory, even on other ports, refuses
+    before it moves or deletes anything, and names the running stack."""
+    upstream = f"ws://127.0.0.1:{stack.env['STREAMLEASE_LOCAL_UPSTREAM_PORT']}"
+    assert stack.cli("start", "kept-1", f"{upstream}/kept-1?rate=20").returncode == 0
+    sink = stack.state_dir / "sink" / "kept-1.jsonl"
+    wait_until(sink.exists, WAIT, "records of kept-1", stack)
+    stack_file = (stack.state_dir / "stack.json").read_text()
+    logs = sorted(p.name for p in (stack.state_dir / "logs").iterdir())
+    ports = ("MOTO", "API", "UPSTREAM")
+    second_env = {**stack.env, **{f"STREAMLEASE_LOCAL_{p}_PORT": str(free_port()) for p in ports}}
+    done = subprocess.run(
+        [sys.executable, "-m", "local"],
+        cwd=REPO,
+        env=second_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert f"another local stack (pid {stack.process.pid};" in done.stdout
+    assert f"API on 127.0.0.1:{stack.env['STREAMLEASE_LOCAL_API_PORT']}" in done.stdout
+    assert "stopping" not in done.stdout and "starting moto" not in done.stdout
+    assert (stack.state_dir / "stack.json").read_text() == stack_file
+    assert sink.exists() and not (stack.state_dir / "previous").exists()
+    assert sorted(p.name for p in (stack.state_dir / "logs").iterdir()) == logs
+    assert stack.cli("stop", "kept-1").returncode == 0
+
+
 def test_watch_once_shows_streams_and_workers(stack: StackRun) -> None:
     """``streamlease watch --once`` prints one frame of the running stack."""
     done = stack.cli("watch", "--once")
