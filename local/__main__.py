@@ -6,6 +6,7 @@ or a part of it died, 2 for a setting that does not parse. A second Ctrl-C hurri
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 from types import FrameType
@@ -40,8 +41,9 @@ def banner(stack: LocalStack) -> list[str]:
     ]
     if not default_api:
         lines.append(f"  export {env_name('api_url')}={stack.api_url}")
+    example_url = shlex.quote(f"{stack.upstream_url}/{example}?rate=5")  # `?` globs in zsh
     lines += [
-        f"  streamlease start {example} {stack.upstream_url}/{example}?rate=5",
+        f"  streamlease start {example} {example_url}",
         "  streamlease watch          # live view; Ctrl-C leaves it",
         f"  streamlease get {example}",
         f"  streamlease stop {example}",

@@ -156,7 +156,7 @@ def test_stack_prints_urls_and_next_commands(stack: StackRun) -> None:
     """The banner names the API URL and the commands a newcomer types next."""
     api = stack.env["STREAMLEASE_API_URL"]
     assert f"API        {api}" in stack.output
-    assert "streamlease start demo-1 ws://127.0.0.1:" in stack.output
+    assert "streamlease start demo-1 'ws://127.0.0.1:" in stack.output  # `?` quoted for zsh
     assert "streamlease watch" in stack.output
     assert "make demo" in stack.output
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from local.__main__ import banner
 from local.events import Console
 from local.stack import LocalStack, StackError
 from local.stack_files import StackPaths, StateDirBusy, StateDirLock
@@ -86,6 +89,19 @@ def test_a_second_stack_touches_nothing_of_the_running_ones(tmp_path: Path) -> N
         assert after == before
     finally:
         running.release()
+
+
+def test_the_banners_example_url_is_quoted_for_every_shell(tmp_path: Path) -> None:
+    """The ``?`` of the example URL is quoted (zsh would glob it and fail)."""
+    stack = SimpleNamespace(
+        settings=Settings(),
+        paths=StackPaths(tmp_path),
+        api_url="http://127.0.0.1:8080",
+        upstream_url="ws://127.0.0.1:8765",
+    )
+    line = next(line for line in banner(stack) if "streamlease start" in line)
+    assert line.strip() == "streamlease start demo-1 'ws://127.0.0.1:8765/demo-1?rate=5'"
+    assert shlex.split(line)[-1] == "ws://127.0.0.1:8765/demo-1?rate=5"
 
 
 def test_release_empties_the_lock_file(tmp_path: Path) -> None:
