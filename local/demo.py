@@ -23,6 +23,7 @@ from local.sink_report import build_report, format_report
 from local.stack_files import StackPaths, read_stack_file
 from local.supervisor import REPO_ROOT
 from streamlease.cli.client import ApiClient
+from streamlease.cli.render import worker_name
 from streamlease.cli.watch import CLEAR, RateTracker, Snapshot, render_frame, take_snapshot
 from streamlease.errors import ConfigError
 from streamlease.settings import Settings
@@ -177,11 +178,6 @@ class StackHandle:
         info = read_stack_file(self.paths) or self.info
         return {int(w["pid"]) for w in info.get("workers", [])}
 
-    def label(self, pid: int) -> str:
-        """The stack's short name for a worker process (``w2``)."""
-        info = read_stack_file(self.paths) or self.info
-        return next((w["label"] for w in info.get("workers", []) if w["pid"] == pid), str(pid))
-
     def stop_if_started(self) -> None:
         """Stop the stack if this demo started it (Ctrl-C, as a user would)."""
         if self._process is None or self._process.poll() is not None:
@@ -213,7 +209,7 @@ def run_demo(client: ApiClient, stack: StackHandle, out: TextIO) -> int:
     victim, held = busiest_worker(snapshot, stack.local_pids(), set())
     pid = int(victim["pid"])
     os.kill(pid, signal.SIGKILL)
-    view.note(f"kill -9 {stack.label(pid)} (pid {pid}), which held {held} streams")
+    view.note(f"kill -9 {worker_name(victim['id'])} (pid {pid}), which held {held} streams")
     _, took = view.show(RECOVERY_SECONDS, all_owned(wanted, not_by=str(victim["id"])))
     view.note(f"all streams owned again {took:.1f} s after the kill (reaper + takeover)")
     snapshot, _ = view.show(6.0)
@@ -221,7 +217,8 @@ def run_demo(client: ApiClient, stack: StackHandle, out: TextIO) -> int:
     rolled, held = busiest_worker(snapshot, stack.local_pids(), {pid})
     rolled_pid = int(rolled["pid"])
     os.kill(rolled_pid, signal.SIGTERM)
-    view.note(f"SIGTERM {stack.label(rolled_pid)} (pid {rolled_pid}), which held {held}: it drains")
+    name = worker_name(rolled["id"])
+    view.note(f"SIGTERM {name} (pid {rolled_pid}), which held {held}: it drains")
     _, took = view.show(RECOVERY_SECONDS, all_owned(wanted, not_by=str(rolled["id"])))
     view.note(f"all streams owned again {took:.1f} s after the SIGTERM (handoffs)")
     view.show(6.0)

@@ -5,7 +5,8 @@ event logs (``Settings.lease_event_log``, one file per worker) and turns ownersh
 lines: a stream **owned** for the first time, **handed off** after a graceful release, **taken
 over** from a holder that did not release it (crashed or fenced), **lost** by a holder, or
 **stopped**. Renewals are not events. When one poll finds many alike (a worker's streams all
-moving at once) they are folded into one line.
+moving at once) they are folded into one line. Workers are named as the CLI names them
+(:func:`worker_name`), so a line here and a row of ``streamlease watch`` say the same name.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
+
+from streamlease.cli.render import worker_name
 
 FOLD_AFTER: Final = 3
 """More alike events than this in one poll are printed as one line."""
@@ -76,19 +79,19 @@ class _Change:
 class LeaseEventTailer:
     """Follows every ``*.jsonl`` lease event log in ``directory`` and reports ownership changes.
 
-    ``label_for`` turns a worker id into a short name; ``emit(kind, text)`` prints a line.
-    Call :meth:`pump` regularly; it reads only what was appended since the last call and keeps a
-    torn last line for the next one.
+    ``emit(kind, text)`` prints a line; ``name_of`` turns a worker id into the name shown
+    (default: :func:`worker_name`, as everywhere else). Call :meth:`pump` regularly; it reads
+    only what was appended since the last call and keeps a torn last line for the next one.
     """
 
     def __init__(
         self,
         directory: Path,
-        label_for: Callable[[str], str],
         emit: Callable[[str, str], None],
+        name_of: Callable[[str], str] = worker_name,
     ) -> None:
         self._directory = directory
-        self._label_for = label_for
+        self._name_of = name_of
         self._emit = emit
         self._offsets: dict[Path, int] = {}
         self._partial: dict[Path, bytes] = {}
@@ -167,7 +170,7 @@ class LeaseEventTailer:
                     self._emit(kind, self._single(item))
 
     def _single(self, c: _Change) -> str:
-        new, old = self._label_for(c.new), self._label_for(c.old) if c.old else ""
+        new, old = self._name_of(c.new), self._name_of(c.old) if c.old else ""
         if c.kind == "owned":
             return f"{c.stream_id} owned by {new} (epoch {c.epoch})"
         if c.kind == "handoff":
@@ -181,7 +184,7 @@ class LeaseEventTailer:
     def _folded(self, kind: str, new: str, old: str, items: list[_Change]) -> str:
         ids = [c.stream_id for c in items]
         shown = ", ".join(ids[:FOLD_AFTER]) + (f", … (+{len(ids) - FOLD_AFTER})")
-        who, was = self._label_for(new), self._label_for(old) if old else ""
+        who, was = self._name_of(new), self._name_of(old) if old else ""
         verb = {
             "owned": f"owned by {who}",
             "handoff": f"handed off {was} → {who}",

@@ -286,9 +286,7 @@ class LocalStack:
             exit_log=self.paths.exits_file,
         )
         self._supervisor = supervisor
-        self._tailer = LeaseEventTailer(
-            self.paths.events_dir, supervisor.label_for, self.console.line
-        )
+        self._tailer = LeaseEventTailer(self.paths.events_dir, self.console.line)
         supervisor.start()
 
         def registered() -> bool:
@@ -303,7 +301,7 @@ class LocalStack:
                 if worker.child.poll() is not None:
                     tail = "\n    ".join(worker.child.tail())
                     raise StackError(
-                        f"worker {worker.label} could not start "
+                        f"worker {worker.name} could not start "
                         f"({worker.child.returncode}); last lines of "
                         f"{worker.child.log_path}:\n    {tail}"
                     )
@@ -329,7 +327,7 @@ class LocalStack:
             "logs_dir": str(self.paths.logs_dir),
             "processes": {child.name: child.pid for child in self._children},
             "workers": [
-                {"label": w.label, "pid": w.child.pid, "task_arn": w.task_arn}
+                {"name": w.name, "label": w.label, "pid": w.child.pid, "task_arn": w.task_arn}
                 for w in (self._supervisor.workers if self._supervisor else [])
             ],
         }

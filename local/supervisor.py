@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from streamlease.cli.render import TASK_CHARS, worker_name
 from streamlease.schema import belongs_to_task
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
@@ -178,9 +179,9 @@ class Child:
 class WorkerStartFailed(RuntimeError):
     """Workers keep exiting right after they start; ``tail`` is the last one's log."""
 
-    def __init__(self, label: str, returncode: int, log_path: Path, tail: list[str]) -> None:
-        super().__init__(f"worker {label} could not start ({exit_description(returncode)})")
-        self.label = label
+    def __init__(self, name: str, returncode: int, log_path: Path, tail: list[str]) -> None:
+        super().__init__(f"worker {name} could not start ({exit_description(returncode)})")
+        self.name = name
         self.returncode = returncode
         self.log_path = log_path
         self.tail = tail
@@ -191,15 +192,27 @@ def task_arn_for(task_id: str, region: str) -> str:
     return f"arn:aws:ecs:{region}:{ACCOUNT_ID}:task/{CLUSTER}/{task_id}"
 
 
+def file_stem(task_id: str) -> str:
+    """The name of a worker's log and lease-event files: ``worker-0f1e2d3c``."""
+    return f"worker-{task_id[:TASK_CHARS]}"
+
+
 @dataclass
 class WorkerProcess:
     """One worker process: a task of the local service."""
 
     label: str
-    """Short name for logs and the console: ``w1``, ``w2``, … (a replacement gets a new one)."""
+    """Stem of its files (:func:`file_stem`): ``logs/<label>.log``, ``events/<label>.jsonl``."""
     task_id: str
     task_arn: str
     child: Child
+
+    @property
+    def name(self) -> str:
+        """What the console and the CLI call it: ``0f1e2d3c…/4242``, the task id cut as
+        :func:`worker_name` cuts it, and the pid. Its sessions' ids continue ``<task id>/<pid>``,
+        so their names (``0f1e2d3c…/4242-ab12`` in ``streamlease watch``) extend this one."""
+        return worker_name(f"{self.task_id}/{self.child.pid}")
 
     def owns(self, worker_id: str) -> bool:
         """True when ``worker_id`` is one of this process's sessions (ids continue the task id)."""
@@ -237,9 +250,6 @@ class WorkerSupervisor:
     exit_log: Path | None = None
     """If set, one JSON line per worker exit (task id, monotonic time seen) for reports."""
     workers: list[WorkerProcess] = field(default_factory=list)
-    _next_label: int = 1
-    _labels: dict[str, str] = field(default_factory=dict)
-    """Task id → label of every worker ever started (events name dead workers too)."""
     _respawn_at: list[float] = field(default_factory=list)
     _pending_reaps: list[_PendingReap] = field(default_factory=list)
     _failed_starts: int = 0
@@ -250,16 +260,9 @@ class WorkerSupervisor:
         for _ in range(self.count):
             self._spawn()
 
-    def label_for(self, worker_id: str) -> str:
-        """The short label of the process a worker id belongs to (the id itself if unknown)."""
-        for task_id, label in self._labels.items():
-            if belongs_to_task(worker_id, task_id):
-                return label
-        return worker_id
-
-    def find(self, label: str) -> WorkerProcess | None:
-        """The running worker with ``label``."""
-        return next((w for w in self.workers if w.label == label), None)
+    def find(self, worker_id: str) -> WorkerProcess | None:
+        """The running worker process that ``worker_id`` (one of its sessions) belongs to."""
+        return next((w for w in self.workers if w.owns(worker_id)), None)
 
     def poll(self, now_mono: float | None = None) -> None:
         """Notice exits, call the reaper, start replacements that are due.
@@ -296,14 +299,13 @@ class WorkerSupervisor:
             time.sleep(0.05)
         for worker in self.workers:
             if worker.child.poll() is None:
-                self.notify("warning", f"{worker.label} did not stop in time; killed")
+                self.notify("warning", f"{worker.name} did not stop in time; killed")
                 worker.child.kill()
         self.workers.clear()
 
     def _spawn(self) -> WorkerProcess:
-        label = f"w{self._next_label}"
-        self._next_label += 1
         task_id = secrets.token_hex(16)  # ECS task ids are 32 hex digits
+        label = file_stem(task_id)
         task_arn = task_arn_for(task_id, self.region)
         child = Child(
             name=label,
@@ -313,9 +315,8 @@ class WorkerSupervisor:
         )
         child.start()
         worker = WorkerProcess(label, task_id, task_arn, child)
-        self._labels[task_id] = label
         self.workers.append(worker)
-        self.notify("started", f"{label} started (pid {child.pid}, task {task_id[:8]})")
+        self.notify("started", f"{worker.name} started (log {child.log_path})")
         return worker
 
     def _on_exit(self, worker: WorkerProcess, returncode: int, now: float) -> None:
@@ -324,6 +325,7 @@ class WorkerSupervisor:
             line = {
                 "task_id": worker.task_id,
                 "label": worker.label,
+                "name": worker.name,
                 "pid": worker.child.pid,
                 "returncode": returncode,
                 "mono": now,
@@ -332,13 +334,13 @@ class WorkerSupervisor:
             with open(self.exit_log, "a", encoding="utf-8") as log:
                 log.write(json.dumps(line) + "\n")
         kind = "exited" if returncode == 0 else "died"
-        self.notify(kind, f"{worker.label} {how} (pid {worker.child.pid})")
+        self.notify(kind, f"{worker.name} {how}")
         failed_start = returncode >= 0 and now - worker.child.started_mono < STARTUP_GRACE_SECONDS
         if failed_start and not self._stopping:
             self._failed_starts += 1
             if self._failed_starts >= MAX_FAILED_STARTS:
                 raise WorkerStartFailed(
-                    worker.label, returncode, worker.child.log_path, worker.child.tail()
+                    worker.name, returncode, worker.child.log_path, worker.child.tail()
                 )
         stop_code = "EssentialContainerExited" if returncode != 0 else "TaskStopped"
         self._pending_reaps.append(_PendingReap(worker, stop_code, next_mono=now))
@@ -350,16 +352,16 @@ class WorkerSupervisor:
             if pending.next_mono > now:
                 continue
             pending.attempts += 1
-            label = pending.worker.label
+            name = pending.worker.name
             try:
                 result = self.reap(pending.worker.task_arn, pending.stop_code) or {}
             except Exception as exc:  # the reaper is retried like an EventBridge target
                 if pending.attempts >= REAP_ATTEMPTS:
                     self._pending_reaps.remove(pending)
-                    self.notify("warning", f"reaper failed for {label}, giving up: {exc}")
+                    self.notify("warning", f"reaper failed for {name}, giving up: {exc}")
                 else:
                     pending.next_mono = now + 2.0**pending.attempts / 2
-                    self.notify("warning", f"reaper failed for {label} (will retry): {exc}")
+                    self.notify("warning", f"reaper failed for {name} (will retry): {exc}")
                 continue
             self._pending_reaps.remove(pending)
             released = int(result.get("released") or 0)
@@ -367,5 +369,5 @@ class WorkerSupervisor:
                 handoffs = int(result.get("handoffs") or 0)
                 self.notify(
                     "reaped",
-                    f"reaper released {released} lease(s) of {label}, {handoffs} handoff(s)",
+                    f"reaper released {released} lease(s) of {name}, {handoffs} handoff(s)",
                 )

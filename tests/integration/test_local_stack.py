@@ -24,6 +24,7 @@ import pytest
 from local.sink_report import build_report
 from local.stack import port_in_use
 from local.worker_process import scaled_settings
+from streamlease.cli.render import worker_name
 from streamlease.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -247,6 +248,16 @@ def test_a_second_stack_on_the_same_state_directory_touches_nothing(stack: Stack
     assert sink.exists() and not (stack.state_dir / "previous").exists()
     assert sorted(p.name for p in (stack.state_dir / "logs").iterdir()) == logs
     assert stack.cli("stop", "kept-1").returncode == 0
+
+
+def test_the_console_names_workers_as_the_cli_does(stack: StackRun) -> None:
+    """Each live worker's name in ``streamlease workers`` extends a name the console used."""
+    rows = stack.cli("workers").stdout.splitlines()[1:]
+    for worker in stack.cli_json("workers")["workers"]:
+        name = worker_name(worker["id"])
+        assert any(row.startswith(name) for row in rows)
+        process = name.rpartition("-")[0]
+        assert f"{process} started" in stack.output
 
 
 def test_watch_once_shows_streams_and_workers(stack: StackRun) -> None:

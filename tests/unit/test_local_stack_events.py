@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from local.events import Console, LeaseEventTailer
+from streamlease.cli.render import worker_name, worker_row
 
 LABELS = {"t1/1-aaaa": "w1", "t2/2-bbbb": "w2"}
 mono = iter(float(i) for i in range(10_000))
@@ -29,7 +30,7 @@ def event(kind: str, stream: str, epoch: int, worker: str) -> dict[str, Any]:
 class Log:
     def __init__(self, directory: Path) -> None:
         self.lines: list[tuple[str, str]] = []
-        self.tailer = LeaseEventTailer(directory, lambda w: LABELS.get(w, w), self._emit)
+        self.tailer = LeaseEventTailer(directory, self._emit, lambda w: LABELS.get(w, w))
         self.directory = directory
 
     def _emit(self, kind: str, text: str) -> None:
@@ -87,6 +88,17 @@ def test_stop_and_fence_are_reported(log: Log) -> None:
     lines = log.pump()
     assert ("stopped", "s1 stopped, released by w1") in lines
     assert ("lost", "s2 lost by w1: fenced (epoch 1)") in lines
+
+
+def test_workers_are_named_as_the_cli_names_them(tmp_path: Path) -> None:
+    """By default a console line names a worker exactly as ``streamlease watch`` does."""
+    worker_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12"
+    lines: list[tuple[str, str]] = []
+    tailer = LeaseEventTailer(tmp_path, lambda kind, text: lines.append((kind, text)))
+    (tmp_path / "x.jsonl").write_text(json.dumps(event("acquired", "s1", 1, worker_id)) + "\n")
+    tailer.pump()
+    assert lines == [("owned", f"s1 owned by {worker_name(worker_id)} (epoch 1)")]
+    assert worker_row({"id": worker_id})[0] == worker_name(worker_id) == "0f1e2d3c…/4242-ab12"
 
 
 def test_many_alike_events_fold_into_one_line(log: Log) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from local.supervisor import Child, WorkerStartFailed, WorkerSupervisor, child_environment
+from streamlease.cli.render import worker_name
 
 pytestmark = pytest.mark.slow
 
@@ -101,38 +102,43 @@ def test_a_dead_worker_is_reaped_and_replaced(
     supervisor.start()
     first = supervisor.workers[0]
     assert first.task_arn.startswith("arn:aws:ecs:us-east-1:000000000000:task/streamlease-local/")
-    assert recorder.envs == [(first.task_arn, "w1")]
+    assert recorder.envs == [(first.task_arn, first.label)]
     os.kill(first.child.pid, signal.SIGKILL)
 
     def replaced() -> bool:
         supervisor.poll()
-        return bool(supervisor.workers) and supervisor.workers[0].label == "w2"
+        return bool(supervisor.workers) and supervisor.workers[0].task_id != first.task_id
 
     eventually(replaced)
     assert recorder.reaps == [(first.task_arn, "EssentialContainerExited")]
-    assert ("died", f"w1 killed by SIGKILL (pid {first.child.pid})") in recorder.lines
+    assert ("died", f"{first.name} killed by SIGKILL") in recorder.lines
     assert "reaped" in recorder.kinds()
     assert supervisor.workers[0].task_arn != first.task_arn
     exits = [json.loads(line) for line in (tmp_path / "exits.jsonl").read_text().splitlines()]
-    assert [(e["task_id"], e["label"], e["returncode"]) for e in exits] == [
-        (first.task_id, "w1", -signal.SIGKILL)
+    assert [(e["task_id"], e["name"], e["returncode"]) for e in exits] == [
+        (first.task_id, first.name, -signal.SIGKILL)
     ]
 
 
-def test_labels_name_dead_workers_too(make_supervisor: Callable[..., WorkerSupervisor]) -> None:
-    """Events about a worker that has died still get its short label."""
+def test_a_worker_is_named_as_the_cli_names_its_sessions(
+    make_supervisor: Callable[..., WorkerSupervisor], recorder: Recorder
+) -> None:
+    """The console's name for a worker process is the start of what ``streamlease watch`` shows
+    for each of its sessions: one name, not a local label next to the id."""
     supervisor = make_supervisor()
     supervisor.start()
-    first = supervisor.workers[0]
-    worker_id = f"{first.task_id}/{first.child.pid}-ab12"
-    os.kill(first.child.pid, signal.SIGKILL)
-    eventually(lambda: (supervisor.poll(), not supervisor.find("w1"))[1])
-    assert supervisor.label_for(worker_id) == "w1"
-    assert supervisor.label_for("someone-else/1-ffff") == "someone-else/1-ffff"
+    worker = supervisor.workers[0]
+    session_id = f"{worker.task_id}/{worker.child.pid}-ab12"
+    assert worker.name == f"{worker.task_id[:8]}…/{worker.child.pid}"
+    assert worker_name(session_id) == f"{worker.name}-ab12"
+    assert recorder.lines[0] == ("started", f"{worker.name} started (log {worker.child.log_path})")
+    assert worker.child.log_path.name == f"worker-{worker.task_id[:8]}.log"
+    assert supervisor.find(session_id) is worker
+    assert supervisor.find("someone-else/1-ffff") is None
 
 
 def test_workers_that_cannot_start_stop_the_supervisor(
-    make_supervisor: Callable[..., WorkerSupervisor],
+    make_supervisor: Callable[..., WorkerSupervisor], recorder: Recorder
 ) -> None:
     """Workers exiting by themselves right after starting: after three, WorkerStartFailed with
     the log's last lines."""
@@ -145,7 +151,8 @@ def test_workers_that_cannot_start_stop_the_supervisor(
             supervisor.poll()
             time.sleep(0.05)
     assert failed.value.returncode == 3
-    assert failed.value.label == "w3"
+    died = [text for kind, text in recorder.lines if kind == "died"]
+    assert len(died) == 3 and died[-1].startswith(f"{failed.value.name} exit status 3")
     assert "no table named x" in "\n".join(failed.value.tail)
     assert "exit status 3" in str(failed.value)
 
@@ -175,7 +182,7 @@ def test_stop_escalates_to_sigkill(
     supervisor = make_supervisor(stubborn)
     supervisor.start()
     child = supervisor.workers[0].child
-    eventually(lambda: "ready" in (tmp_path / "w1.log").read_text())
+    eventually(lambda: "ready" in child.log_path.read_text())
     supervisor.stop(0.5)
     assert child.returncode == -signal.SIGKILL
     assert any("did not stop in time" in text for _, text in recorder.lines)
