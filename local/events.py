@@ -3,10 +3,11 @@
 :class:`Console` writes timestamped lines. :class:`LeaseEventTailer` follows the workers' lease
 event logs (``Settings.lease_event_log``, one file per worker) and turns ownership changes into
 lines: a stream **owned** for the first time, **handed off** after a graceful release, **taken
-over** from a holder that did not release it (crashed or fenced), **lost** by a holder, or
-**stopped**. Renewals are not events. When one poll finds many alike (a worker's streams all
-moving at once) they are folded into one line. Workers are named as the CLI names them
-(:func:`worker_name`), so a line here and a row of ``streamlease watch`` say the same name.
+over** from a holder that did not release it (crashed or fenced), **lost** by a holder,
+**stopped**, or **resumed** (owned again after a stop, by whichever worker). Renewals are not
+events. When one poll finds many alike (a worker's streams all moving at once) they are folded
+into one line. Workers are named as the CLI names them (:func:`worker_name`), so a line here
+and a row of ``streamlease watch`` say the same name.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ FOLD_AFTER: Final = 3
 
 _COLOURS: Final = {
     "owned": "32",
+    "resumed": "32",
     "handoff": "36",
     "takeover": "33",
     "lost": "31",
@@ -143,6 +145,10 @@ class LeaseEventTailer:
                 return _Change("owned", stream_id, epoch, worker_id)
             if mine:
                 return None  # a lapsed holder took its own lease back
+            if holder.stopping:  # stopped, released, now started again: not a handover
+                return _Change("resumed", stream_id, epoch, worker_id)
+            if holder.released and holder.worker_id == worker_id:
+                return _Change("owned", stream_id, epoch, worker_id)  # its own release back
             if holder.released:
                 return _Change("handoff", stream_id, epoch, worker_id, holder.worker_id)
             return _Change("takeover", stream_id, epoch, worker_id, holder.worker_id)
@@ -173,6 +179,8 @@ class LeaseEventTailer:
         new, old = self._name_of(c.new), self._name_of(c.old) if c.old else ""
         if c.kind == "owned":
             return f"{c.stream_id} owned by {new} (epoch {c.epoch})"
+        if c.kind == "resumed":
+            return f"{c.stream_id} resumed, owned by {new} (epoch {c.epoch})"
         if c.kind == "handoff":
             return f"{c.stream_id} handed off {old} → {new} (epoch {c.epoch})"
         if c.kind == "takeover":
@@ -187,6 +195,7 @@ class LeaseEventTailer:
         who, was = self._name_of(new), self._name_of(old) if old else ""
         verb = {
             "owned": f"owned by {who}",
+            "resumed": f"resumed, owned by {who}",
             "handoff": f"handed off {was} → {who}",
             "takeover": f"taken over by {who} from {was}",
             "lost": f"lost by {who} ({old})",

@@ -90,6 +90,42 @@ def test_stop_and_fence_are_reported(log: Log) -> None:
     assert ("lost", "s2 lost by w1: fenced (epoch 1)") in lines
 
 
+def test_a_resumed_stream_is_not_a_handoff_to_the_same_worker(log: Log) -> None:
+    """Stopped, released and started again on the same worker: "resumed", not "w1 → w1"."""
+    log.write(
+        "w1",
+        event("acquired", "s1", 1, "t1/1-aaaa"),
+        event("stopped", "s1", 1, "t1/1-aaaa"),
+        event("released", "s1", 1, "t1/1-aaaa"),
+    )
+    log.pump()
+    log.write("w1", event("acquired", "s1", 2, "t1/1-aaaa"))
+    assert log.pump() == [("resumed", "s1 resumed, owned by w1 (epoch 2)")]
+
+
+def test_a_resumed_stream_on_another_worker_is_resumed_too(log: Log) -> None:
+    """After a stop nobody handed the stream over: whoever takes it next resumed it."""
+    log.write(
+        "w1",
+        event("acquired", "s1", 1, "t1/1-aaaa"),
+        event("stopped", "s1", 1, "t1/1-aaaa"),
+        event("released", "s1", 1, "t1/1-aaaa"),
+    )
+    log.pump()
+    log.write("w2", event("acquired", "s1", 2, "t2/2-bbbb"))
+    assert log.pump() == [("resumed", "s1 resumed, owned by w2 (epoch 2)")]
+
+
+def test_taking_back_ones_own_released_lease_is_not_a_handoff(log: Log) -> None:
+    """A worker that released a stream (not stopped) and acquires it again owns it again."""
+    log.write(
+        "w1", event("acquired", "s1", 1, "t1/1-aaaa"), event("released", "s1", 1, "t1/1-aaaa")
+    )
+    log.pump()
+    log.write("w1", event("acquired", "s1", 2, "t1/1-aaaa"))
+    assert log.pump() == [("owned", "s1 owned by w1 (epoch 2)")]
+
+
 def test_workers_are_named_as_the_cli_names_them(tmp_path: Path) -> None:
     """By default a console line names a worker exactly as ``streamlease watch`` does."""
     worker_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12"
