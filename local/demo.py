@@ -1,11 +1,13 @@
 """``make demo``: 20 streams, one worker killed, another rolled, and what the sink received.
 
-Starts the local stack if none is running (and stops it again at the end), starts 20 streams on
-the upstream simulator, then — while a live view like ``streamlease watch`` shows them — kills
-the busiest worker with SIGKILL (the supervisor reaps it and starts a replacement) and rolls
-another with SIGTERM (it drains and hands its streams off). Finally it reads the sink files and
-lease event logs and prints, per stream, the messages, gaps (must be 0), duplicates and the
-time the stream had no owner. Exit status 0 when no invariant was broken.
+Uses the local stack ``make run`` runs, or starts one (and stops it again at the end), starts 20
+streams on the upstream simulator, then — while a live view like ``streamlease watch`` shows
+them — kills the busiest worker with SIGKILL (the supervisor reaps it and starts a replacement)
+and rolls another with SIGTERM (it drains and hands its streams off). Finally it stops the
+streams, reads the sink files and lease event logs and prints, per stream, the messages, gaps
+(must be 0), duplicates and the time the stream had no owner, and says where to look next:
+the stack it used stays running; one it started itself is stopped, its files kept. Exit status
+0 when no invariant was broken.
 """
 
 from __future__ import annotations
@@ -178,6 +180,11 @@ class StackHandle:
         info = read_stack_file(self.paths) or self.info
         return {int(w["pid"]) for w in info.get("workers", [])}
 
+    @property
+    def started_here(self) -> bool:
+        """True when this demo started the stack (and so stops it at the end)."""
+        return self._process is not None
+
     def stop_if_started(self) -> None:
         """Stop the stack if this demo started it (Ctrl-C, as a user would)."""
         if self._process is None or self._process.poll() is not None:
@@ -234,14 +241,28 @@ def run_demo(client: ApiClient, stack: StackHandle, out: TextIO) -> int:
     if view.live:  # end on a clean screen: the story, then the report
         out.write(CLEAR + "\n".join(view.story) + "\n")
     out.write("\n".join(["", format_report(report), ""]) + "\n")
-    out.write(
-        f"the demo streams are stopped now; `streamlease ls` lists them, their records are in "
-        f"{stack.info['sink_dir']}/\n"
-    )
     silent = [s.stream_id for s in report.streams if s.messages == 0]
     if silent:
         out.write(f"no records at all for: {', '.join(silent)}\n")
     return 0 if report.ok and not silent else 1
+
+
+def closing_lines(info: dict[str, Any], *, stack_stopped: bool) -> list[str]:
+    """Where to look once the demo is over, true to what is still running."""
+    sink, events, state = info["sink_dir"], info["events_dir"], info["state_dir"]
+    if not stack_stopped:
+        return [
+            "the demo streams are stopped and the stack keeps running: `streamlease ls` lists "
+            f"them (STOPPED), `streamlease get <id>` shows one; their records are in {sink}/"
+        ]
+    return [
+        "the local stack the demo started is stopped now, so `streamlease` has no API to ask.",
+        f"Its files stay until the next `make run` moves them to {state}/previous/: records "
+        f"in {sink}/<stream id>.jsonl, lease events in {events}/.",
+        "To look around with `streamlease ls` and `watch` afterwards, run `make run` in one "
+        "terminal and `make demo` in another: the demo then uses that stack and leaves it "
+        "running.",
+    ]
 
 
 def main() -> int:
@@ -253,10 +274,11 @@ def main() -> int:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
     stack = StackHandle(settings, out)
+    status: int | None = None
     try:
         stack.ensure_running()
         client = ApiClient(str(stack.info["api_url"]))
-        return run_demo(client, stack, out)
+        status = run_demo(client, stack, out)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # one readable line, not a traceback
@@ -264,6 +286,8 @@ def main() -> int:
         return 1
     finally:
         stack.stop_if_started()
+    out.write("\n".join(closing_lines(stack.info, stack_stopped=stack.started_here)) + "\n")
+    return status
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from local.__main__ import banner
+from local.demo import closing_lines
 from local.events import Console
 from local.stack import LocalStack, StackError
 from local.stack_files import StackPaths, StateDirBusy, StateDirLock
@@ -102,6 +103,24 @@ def test_the_banners_example_url_is_quoted_for_every_shell(tmp_path: Path) -> No
     line = next(line for line in banner(stack) if "streamlease start" in line)
     assert line.strip() == "streamlease start demo-1 'ws://127.0.0.1:8765/demo-1?rate=5'"
     assert shlex.split(line)[-1] == "ws://127.0.0.1:8765/demo-1?rate=5"
+
+
+INFO = {"sink_dir": "/s/sink", "events_dir": "/s/events", "state_dir": "/s", "pid": 1}
+
+
+def test_the_demo_does_not_point_at_a_stack_it_stopped() -> None:
+    """After stopping the stack it started, the demo says so and where the files are, and does
+    not suggest ``streamlease ls``, which would find no API."""
+    text = "\n".join(closing_lines(INFO, stack_stopped=True))
+    assert "stopped now" in text and "/s/sink/" in text and "/s/previous/" in text
+    assert "`streamlease ls` lists" not in text
+    assert "make run" in text  # how to keep one running next time
+
+
+def test_the_demo_on_a_running_stack_points_at_the_cli() -> None:
+    """On the user's own running stack the demo leaves it up and says `streamlease ls`."""
+    text = "\n".join(closing_lines(INFO, stack_stopped=False))
+    assert "keeps running" in text and "`streamlease ls`" in text
 
 
 def test_release_empties_the_lock_file(tmp_path: Path) -> None:
