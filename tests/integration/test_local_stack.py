@@ -110,10 +110,10 @@ class StackRun:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         """The ``streamlease`` console script against this stack."""
         return subprocess.run(
-            [str(CLI), *args], env=self.env, capture_output=True, text=True, timeout=30
+            [str(CLI), *args], env=self.env, input=stdin, capture_output=True, text=True, timeout=30
         )
 
     def cli_json(self, *args: str) -> Any:
@@ -248,6 +248,25 @@ def test_a_second_stack_on_the_same_state_directory_touches_nothing(stack: Stack
     assert sink.exists() and not (stack.state_dir / "previous").exists()
     assert sorted(p.name for p in (stack.state_dir / "logs").iterdir()) == logs
     assert stack.cli("stop", "kept-1").returncode == 0
+
+
+def test_many_streams_start_and_stop_in_one_command(stack: StackRun) -> None:
+    """``start -f -`` and ``stop -f -`` with the same JSON lines; stopping again says so."""
+    upstream = f"ws://127.0.0.1:{stack.env['STREAMLEASE_LOCAL_UPSTREAM_PORT']}"
+    ids = [f"many-{n}" for n in range(1, 9)]
+    lines = "".join(json.dumps({"id": i, "ws_url": f"{upstream}/{i}?rate=5"}) + "\n" for i in ids)
+    started = stack.cli("start", "-f", "-", stdin=lines)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.splitlines()[-1].endswith("8 created, 0 failed")
+    wait_until(
+        lambda: all(held(streams_by_id(stack).get(i)) for i in ids), WAIT, "all owned", stack
+    )
+    stopped = stack.cli("stop", "-f", "-", stdin=lines)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.splitlines()[-1].endswith("8 stopping, 0 failed")
+    again = stack.cli("stop", *ids[:2])
+    assert again.returncode == 0
+    assert again.stdout.count("already stopped:") == 2
 
 
 def test_the_console_names_workers_as_the_cli_does(stack: StackRun) -> None:
