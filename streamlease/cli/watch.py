@@ -162,12 +162,10 @@ def render_frame(
     # Rows left for the two tables: this header, a blank line, each table's header and its
     # "more" line, and one row spare so the final newline does not scroll the frame.
     room = None if height is None else max(height - len(lines) - 6, 2)
-    worker_room = None if room is None else max(room // 3, 1)
-    shown_workers = workers if worker_room is None else workers[:worker_room]
-    stream_room = None if room is None else max(room - len(shown_workers), 1)
+    shown_workers = _fit(workers, None if room is None else max(room // 3, 1))
     # Streams in trouble first, so that a cut list still shows them.
     ordered = sorted(streams, key=lambda s: trouble_rank(s, owned))
-    shown_streams = ordered if stream_room is None else ordered[:stream_room]
+    shown_streams = _fit(ordered, None if room is None else max(room - len(shown_workers), 1))
 
     position = STREAM_HEADERS.index("LAST_SEQ") + 1
     headers = (*STREAM_HEADERS[:position], "MSG/S", *STREAM_HEADERS[position:])
@@ -195,6 +193,14 @@ def render_frame(
     else:
         lines.append("no live workers")
     return [line if "\x1b" in line else line[:width] for line in lines]  # painted: cut already
+
+
+def _fit(rows: list[dict[str, Any]], room: int | None) -> list[dict[str, Any]]:
+    """The rows that fit in ``room`` lines; the last is kept rather than replaced by its own
+    "… 1 more" line."""
+    if room is None or len(rows) <= room + 1:
+        return rows
+    return rows[:room]
 
 
 def frame_json(snapshot: Snapshot, rates: RateTracker) -> dict[str, Any]:

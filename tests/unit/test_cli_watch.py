@@ -9,7 +9,15 @@ from typing import Any
 
 from streamlease.cli import ApiClient, main
 from streamlease.cli.transport import Response, TransportError
-from streamlease.cli.watch import CLEAR, RateTracker, Snapshot, frame_json, render_frame, watch
+from streamlease.cli.watch import (
+    CLEAR,
+    RateTracker,
+    Snapshot,
+    frame_json,
+    more_text,
+    render_frame,
+    watch,
+)
 
 STREAMS = [
     {
@@ -202,8 +210,10 @@ def test_stopped_streams_show_no_rate() -> None:
     assert [s["msgs_per_s"] for s in frame["streams"]] == [10.0, 10.0, None]
 
 
-def test_one_stream_left_over_is_singular() -> None:
-    """One stream left over is "… 1 more stream", not "1 more streams"."""
+def test_left_over_rows_are_counted_in_good_english() -> None:
+    """Left over rows: "1 more stream", "2 more streams"; one row left over is simply shown."""
+    assert more_text(1, "stream", "h") == "… 1 more stream (h)"
+    assert more_text(2, "worker", "h") == "… 2 more workers (h)"
 
     def frame(count: int) -> list[str]:
         streams = [{**STREAMS[0], "id": f"s{i:03d}"} for i in range(count)]
@@ -211,7 +221,7 @@ def test_one_stream_left_over_is_singular() -> None:
         return render_frame(snapshot, RateTracker(), api_url="http://x", width=200, height=30)
 
     fits = sum(1 for line in frame(200) if line.startswith("s0"))
-    assert any(line.startswith("… 1 more stream (") for line in frame(fits + 1))
+    assert sum(1 for line in frame(fits + 1) if line.startswith("s0")) == fits + 1
     assert any(line.startswith("… 2 more streams (") for line in frame(fits + 2))
 
 
@@ -276,3 +286,13 @@ def test_streams_in_trouble_come_first() -> None:
     lines = render_frame(Snapshot([*STREAMS, rejected], WORKERS), RateTracker(), api_url="x")
     ids = [line.split()[0] for line in lines[4:8]]
     assert ids == ["z", "a", "b", "c"]
+
+
+def test_a_last_row_is_shown_rather_than_announced() -> None:
+    """When one row is left over it takes the place of its "… 1 more" line."""
+    workers = [{**WORKERS[0], "id": f"t{i}/1-aaaa"} for i in range(3)]
+    lines = render_frame(
+        Snapshot(STREAMS, workers), RateTracker(), api_url="x", width=120, height=16
+    )
+    assert sum(line.startswith("t") for line in lines) == 3
+    assert not any("more worker" in line for line in lines)
