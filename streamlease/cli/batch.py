@@ -2,8 +2,9 @@
 
 ``streamlease start`` and ``stop`` (``resume``, ``rm`` too) take several streams as arguments
 or as JSON lines from a file or stdin (``-f FILE``, ``-f -``): one object per line,
-``{"id": ..., "ws_url": ...}`` to start, ``{"id": ...}`` (other keys ignored, so the file
-that started streams stops them) or a bare id to stop. Blank lines and lines starting with
+``{"id": ..., "ws_url": ...}`` (with ``"profile": {...}`` if it needs one) to start,
+``{"id": ...}`` (other keys ignored, so the file that started streams stops them) or a bare id
+to stop. Blank lines and lines starting with
 ``#`` are skipped. The calls share one client (keep-alive connections) and run
 ``concurrency`` at a time; results come back as each call finishes.
 """
@@ -28,10 +29,12 @@ class InputError(StreamleaseError):
 
 @dataclass(frozen=True)
 class Target:
-    """One stream to act on; ``ws_url`` only for ``start``."""
+    """One stream to act on; ``ws_url`` and ``profile`` (its connection profile, None for
+    the default) only for ``start``."""
 
     id: str
     ws_url: str | None = None
+    profile: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,15 @@ def targets_from_lines(lines: Iterable[str], *, with_url: bool, source: str) -> 
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
             raise InputError(where + 'expected a JSON object with a string "id"')
         url = item.get("ws_url")
-        if with_url and not isinstance(url, str):
+        if not with_url:
+            found.append(Target(_check_id(item["id"], where)))
+            continue
+        if not isinstance(url, str):
             raise InputError(where + 'expected a string "ws_url" next to the "id"')
-        found.append(Target(_check_id(item["id"], where), url if with_url else None))
+        profile = item.get("profile")
+        if profile is not None and not isinstance(profile, dict):
+            raise InputError(where + '"profile" must be a JSON object')
+        found.append(Target(_check_id(item["id"], where), url, profile))
     return found
 
 

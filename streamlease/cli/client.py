@@ -74,9 +74,15 @@ class ApiClient:
 
     # --- calls ---------------------------------------------------------------------------------
 
-    def create_stream(self, stream_id: str, ws_url: str) -> tuple[bool, dict[str, Any]]:
-        """``POST /streams``: create and start. Returns (created, stream); ``False`` = no-op."""
-        status, body = self.request("POST", "/streams", body={"id": stream_id, "ws_url": ws_url})
+    def create_stream(
+        self, stream_id: str, ws_url: str, profile: dict[str, Any] | None = None
+    ) -> tuple[bool, dict[str, Any]]:
+        """``POST /streams``: create and start (with a connection ``profile``, None for the
+        default). Returns (created, stream); ``False`` = no-op."""
+        request: dict[str, Any] = {"id": stream_id, "ws_url": ws_url}
+        if profile is not None:
+            request["profile"] = profile
+        status, body = self.request("POST", "/streams", body=request)
         return status == 201, body
 
     def stop_stream(self, stream_id: str) -> tuple[bool, dict[str, Any]]:

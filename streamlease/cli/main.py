@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any, Final, NoReturn, TextIO
 
@@ -29,6 +29,7 @@ from streamlease.cli.batch import (
 from streamlease.cli.client import DEFAULT_TIMEOUT_SECONDS, ApiClient, ApiError
 from streamlease.cli.config import CliConfig, read_config
 from streamlease.cli.mutations import MUTATIONS, error_data, run_mutation
+from streamlease.cli.profile_args import ProfileArgsError, add_profile_flags, profile_from_args
 from streamlease.cli.render import (
     WORKER_HEADERS,
     now_ms,
@@ -121,6 +122,8 @@ def build_parser() -> _Parser:
             help=f"requests in flight at once (1 to {MAX_CONCURRENCY}, default "
             f"{DEFAULT_CONCURRENCY})",
         )
+        if mutation.with_url:
+            add_profile_flags(sub)
     command("get", "show one stream").add_argument("id", help="stream id")
     ls = command("ls", "list streams")
     ls.add_argument(
@@ -291,11 +294,14 @@ def _targets(args: argparse.Namespace, stdin: TextIO) -> list[Target]:
                     targets += targets_from_lines(handle, with_url=with_url, source=args.file)
             except OSError as exc:
                 raise InputError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-    except InputError as exc:
+        profile = profile_from_args(args) if with_url else None
+    except (InputError, ProfileArgsError) as exc:
         raise UsageError(str(exc)) from None
     if not targets:
         what = MUTATIONS[args.command].metavar
         raise UsageError(f"{args.command} needs {what} arguments or -f FILE")
+    if profile is not None:  # a line's own profile wins
+        targets = [t if t.profile is not None else replace(t, profile=profile) for t in targets]
     return targets
 
 

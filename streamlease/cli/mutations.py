@@ -52,7 +52,7 @@ class Mutation:
 def _start(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
     assert target.ws_url is not None
     try:
-        created, stream = client.create_stream(target.id, target.ws_url)
+        created, stream = client.create_stream(target.id, target.ws_url, target.profile)
     except ApiError as exc:
         raise _with_scheme_hint(exc, target.ws_url) from None
     return ("created" if created else "unchanged"), stream
@@ -81,7 +81,7 @@ MUTATIONS: Final = {
             "create streams and start them",
             "ID URL",
             "a stream id and its upstream WebSocket URL (wss://…), as many pairs as you like",
-            '{"id": ..., "ws_url": ...}',
+            '{"id": ..., "ws_url": ...} (and "profile": {...} for its own profile)',
             True,
             _start,
         ),

@@ -1,0 +1,168 @@
+"""``streamlease start``'s connection-profile flags: what reaches ``POST /streams``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_fake_api import FakeApi, Recorded, run, serve_fake_api
+
+
+def created(request: Recorded) -> tuple[int, Any]:
+    body = json.loads(request.body)
+    return 201, {"id": body["id"], "desired_state": "STARTED", "owner": None, "generation": 1}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    with serve_fake_api() as fake:
+        fake.routes[("POST", "/streams")] = created
+        yield fake
+
+
+def sent(api: FakeApi) -> dict[str, dict[str, Any]]:
+    bodies = (json.loads(r.body) for r in api.requests)
+    return {body["id"]: body for body in bodies}
+
+
+def test_no_profile_flag_sends_no_profile(api: FakeApi) -> None:
+    """Without flags the request is exactly what it was: the default profile is the API's."""
+    code, _, err = run("--api", api.url, "start", "s1", "wss://x.example/1")
+    assert code == 0, err
+    assert "profile" not in sent(api)["s1"]
+
+
+def test_flags_build_the_profile(api: FakeApi, tmp_path: Path) -> None:
+    """Headers (repeatable, the value may contain '='), subprotocols, the open message from a
+    file (its trailing newline dropped), the seq path and the resume method."""
+    subscribe = tmp_path / "subscribe.json"
+    subscribe.write_text('{"type":"subscribe","from":{next_seq}}\n')
+    code, _, err = run(
+        "--api",
+        api.url,
+        "start",
+        "s1",
+        "wss://x.example/1",
+        "--header",
+        "Authorization=Bearer {secret:streamlease/feed#token}",
+        "--header",
+        "X-Region=eu=1",
+        "--subprotocol",
+        "v2.feed",
+        "--subprotocol",
+        "v1.feed",
+        "--open-message",
+        f"@{subscribe}",
+        "--seq-path",
+        "data.u",
+        "--resume",
+        "open_message",
+    )
+    assert code == 0, err
+    assert sent(api)["s1"]["profile"] == {
+        "headers": {
+            "Authorization": "Bearer {secret:streamlease/feed#token}",
+            "X-Region": "eu=1",
+        },
+        "subprotocols": ["v2.feed", "v1.feed"],
+        "open_message": '{"type":"subscribe","from":{next_seq}}',
+        "seq": "data.u",
+        "resume": "open_message",
+    }
+
+
+def test_flags_replace_keys_of_a_profile_file(api: FakeApi, tmp_path: Path) -> None:
+    """``--profile @FILE`` is the base; a flag replaces the key it names, headers merge."""
+    base = tmp_path / "profile.json"
+    base.write_text(json.dumps({"headers": {"X-A": "1"}, "seq": "sequence", "resume": "none"}))
+    code, _, err = run(
+        "--api",
+        api.url,
+        "start",
+        "s1",
+        "wss://x.example/1",
+        "--profile",
+        f"@{base}",
+        "--header",
+        "X-B=2",
+        "--seq-path",
+        "none",
+    )
+    assert code == 0, err
+    assert sent(api)["s1"]["profile"] == {
+        "headers": {"X-A": "1", "X-B": "2"},
+        "seq": "none",
+        "resume": "none",
+    }
+
+
+def test_every_stream_of_the_command_gets_the_profile_unless_its_line_has_one(
+    api: FakeApi,
+) -> None:
+    """With ``-f``, a line's own ``profile`` wins over the flags."""
+    lines = (
+        json.dumps({"id": "s1", "ws_url": "wss://x.example/1"})
+        + "\n"
+        + json.dumps({"id": "s2", "ws_url": "wss://x.example/2", "profile": {"seq": "u"}})
+        + "\n"
+    )
+    code, _, err = run("--api", api.url, "start", "-f", "-", "--seq-path", "data.seq", stdin=lines)
+    assert code == 0, err
+    assert sent(api)["s1"]["profile"] == {"seq": "data.seq"}
+    assert sent(api)["s2"]["profile"] == {"seq": "u"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--header", "Authorization"], "--header 'Authorization': expected NAME=VALUE"),
+        (["--header", "=x"], "expected NAME=VALUE"),
+        (["--profile", "[1]"], "--profile must be a JSON object"),
+        (["--profile", "{nope"], "--profile: not JSON"),
+        (["--profile", "@/nonexistent/profile.json"], "cannot read /nonexistent/profile.json"),
+        (["--open-message", "@/nonexistent/sub.json"], "--open-message: cannot read"),
+        (["--resume", "sometimes"], "invalid choice"),
+    ],
+)
+def test_a_bad_flag_is_a_usage_error_and_sends_nothing(
+    api: FakeApi, flags: list[str], message: str
+) -> None:
+    code, out, err = run("--api", api.url, "start", "s1", "wss://x.example/1", *flags)
+    assert code == 2
+    assert message in err
+    assert api.requests == []
+    assert out == ""
+
+
+def test_a_profile_line_that_is_not_an_object_is_refused(api: FakeApi) -> None:
+    lines = json.dumps({"id": "s1", "ws_url": "wss://x.example/1", "profile": "seq"}) + "\n"
+    code, _, err = run("--api", api.url, "start", "-f", "-", stdin=lines)
+    assert code == 2
+    assert 'stdin, line 1: "profile" must be a JSON object' in err
+    assert api.requests == []
+
+
+def test_the_apis_refusal_names_the_profile_field(api: FakeApi) -> None:
+    """The API checks the profile; its error (with the field path) is what the user sees."""
+    refusal = {
+        "error": {
+            "code": "invalid_request",
+            "message": "profile.headers.Authorization: credentials must be a secret reference",
+            "field": "profile.headers.Authorization",
+        }
+    }
+    api.routes[("POST", "/streams")] = (400, refusal)
+    code, _, err = run(
+        "--api", api.url, "start", "s1", "wss://x.example/1", "--header", "Authorization=abc"
+    )
+    assert code != 0
+    assert "profile.headers.Authorization" in err
+
+
+def test_stop_takes_no_profile_flags(api: FakeApi) -> None:
+    code, _, err = run("--api", api.url, "stop", "s1", "--seq-path", "u")
+    assert code == 2
+    assert "unrecognized arguments" in err
