@@ -399,7 +399,15 @@ class StreamHolder:
         ctx = self._ctx
         worker_id = self.owner
         unsent: list[SinkRecord] = [
-            SinkRecord(self.stream_id, self.epoch, m.seq, m.received_at_ms, m.payload, worker_id)
+            SinkRecord(
+                self.stream_id,
+                self.epoch,
+                m.seq,
+                m.received_at_ms,
+                m.payload,
+                worker_id,
+                m.encoding,
+            )
             for m in batch
         ]
         failures = 0
