@@ -17,7 +17,8 @@ Real feeds are not all like the simulator. A profile, given when a stream is cre
   replay. Binary frames need ``none``;
 - ``resume``: how a reconnect asks for ``last_seq + 1``: a query parameter (``query``, the
   default; ``resume_param`` names it, else the deployment's ``resume_param``), the open
-  message (``open_message``: it must contain ``{next_seq}`` or ``{last_seq}``), or not at all.
+  message (``open_message``: it must contain ``{next_seq}`` or ``{last_seq}``), or not at all
+  (``none``, the default, and the only choice, when ``seq`` is ``none``).
 
 No profile is exactly the behaviour of a stream without one: no headers, JSON text frames with
 an integer ``seq``, resume by the query parameter.
@@ -214,7 +215,8 @@ def parse_profile(data: Mapping[str, Any], *, secrets_prefix: str | None) -> Pro
             "profile.open_message",
         )
     seq_path = _seq_path(data.get("seq", "seq"))
-    resume = data.get("resume", RESUME_QUERY)
+    # Nothing to resume from without a seq: resume defaults to none there.
+    resume = data.get("resume", RESUME_QUERY if seq_path is not None else RESUME_NONE)
     if resume not in RESUME_METHODS:
         raise ProfileError(f"resume must be one of {', '.join(RESUME_METHODS)}", "profile.resume")
     if resume == RESUME_OPEN_MESSAGE and (
@@ -226,7 +228,7 @@ def parse_profile(data: Mapping[str, Any], *, secrets_prefix: str | None) -> Pro
         )
     if seq_path is None and resume != RESUME_NONE:
         raise ProfileError(
-            "with seq none there is nothing to resume from: set resume to none",
+            "with seq none there is nothing to resume from: leave resume out or set it to none",
             "profile.resume",
         )
     resume_param = data.get("resume_param")

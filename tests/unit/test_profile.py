@@ -77,7 +77,7 @@ def test_secrets_are_rendered_into_header_values() -> None:
         ({"resume": "magic"}, "profile.resume"),
         ({"resume": "open_message", "open_message": "no resume point"}, "profile.open_message"),
         ({"resume": "open_message"}, "profile.open_message"),
-        ({"seq": "none"}, "profile.resume"),
+        ({"seq": "none", "resume": "query"}, "profile.resume"),
         ({"resume": "none", "resume_param": "from"}, "profile.resume_param"),
         ({"open_message": "x" * 5000}, "profile.open_message"),
         ({"colour": "blue"}, "profile.colour"),
@@ -101,6 +101,8 @@ def test_a_secret_arn_is_checked_by_its_name() -> None:
 
 
 def test_a_feed_without_sequence_resumes_nowhere() -> None:
-    profile = parse({"seq": "none", "resume": "none"})
-    assert profile.seq_path is None
-    assert profile.to_item() == {"seq": "none", "resume": "none"}
+    """``seq: none`` alone is enough: resume defaults to none there (and is stored so)."""
+    for given in ({"seq": "none", "resume": "none"}, {"seq": "none"}):
+        profile = parse(given)
+        assert profile.seq_path is None
+        assert profile.to_item() == {"seq": "none", "resume": "none"}
