@@ -106,8 +106,6 @@ class Settings:
     backoff_max_seconds: float = 30.0
     stable_seconds: float = 30.0
     """A connection must stay up this long before the reconnect backoff resets."""
-    receive_queue_size: int = 1000
-    """Messages buffered between the upstream and the sink per stream (backpressure beyond)."""
     ping_interval_seconds: float = 20.0
     ping_timeout_seconds: float = 20.0
 
@@ -167,7 +165,7 @@ class Settings:
         for name in ("clock_skew_seconds",):
             if getattr(self, name) < 0:
                 problems.append(f"{var(name)} must not be negative")
-        for name in ("capacity", "shed_batch", "receive_queue_size", "sink_max_attempts"):
+        for name in ("capacity", "shed_batch", "sink_max_attempts"):
             if getattr(self, name) < 1:
                 problems.append(f"{var(name)} must be at least 1")
         if self.capacity > MAX_CAPACITY:

@@ -187,6 +187,9 @@ class Worker:
                         services.create_task(
                             tick(settings.health_file, self.metrics, self._on_tick), name="tick"
                         ),
+                        services.create_task(
+                            ctx.connections.run(ctx.store), name="connection states"
+                        ),
                     ]
                     takers = [
                         services.create_task(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from streamlease.lease_store import LeaseStore
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
+from worker.connection_report import ConnectionReport
 from worker.identity import Identity
 from worker.lease_events import LeaseEventLog
 from worker.metrics import WorkerMetrics
@@ -49,9 +50,11 @@ class WorkerContext:
     shutdown_requested: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by the first SIGTERM/SIGINT: stop taking streams, hand every stream off, exit."""
     hurry: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set by a second signal: skip draining queued messages, release what can be released."""
+    """Set by a second signal: shorten the drain, release what can be released."""
     session: Session | None = None
     """The current session (None before the first is open; replaced after one expired)."""
+    connections: ConnectionReport = field(default_factory=ConnectionReport)
+    """Writes the streams' connection-state changes (run by the worker as a service task)."""
     secrets: Secrets | None = None
     """Resolves the secrets of streams' handshake headers (None: no profile may use them)."""
     loop_lag_seconds: float = 0.0

@@ -1,20 +1,21 @@
-"""One held stream: its lease, its upstream connection, a bounded queue and the sink.
+"""One held stream: its lease, its upstream connection and the sink, in one task.
 
 A :class:`StreamHolder` is created by :mod:`worker.acquisition` after a won acquire and runs as
-one task in the worker's stream TaskGroup until its lease ends. Inside it:
+one task in the worker's stream TaskGroup until its lease ends. The task reads a batch of
+messages (:class:`~worker.upstream_feed.UpstreamFeed`: resuming at ``last_seq + 1``, the
+batch being what has arrived by the time it looks), writes it to the sink while the holder is
+inside its self-fencing deadline (its :class:`~worker.fence.Fence`: the lease's own, or its
+session's), moves ``acked_seq`` — the checkpoint renewals carry — once the sink acknowledged
+the whole batch, and reads again. Nothing is read while a write is in flight, so a slow sink
+slows reading (websockets' bounded buffer, then TCP) instead of growing memory, and no message
+passes through a second task or queue.
 
-- *receive* (:class:`~worker.upstream_feed.UpstreamFeed`): upstream messages (resuming at
-  ``last_seq + 1``) into a bounded queue, so a slow sink slows reading instead of growing memory;
-- *deliver*: batches from the queue into the sink, each batch only while the holder is inside its
-  self-fencing deadline (its :class:`~worker.fence.Fence`: the lease's own, or its session's);
-  ``acked_seq`` — the checkpoint renewals carry — moves only after the sink acknowledged a whole
-  batch;
-- *report* (the feed too): connection-state changes, with failures as ``last_error``
-  (rate-limited);
-- *watch*: waits for an end request or, for a per-stream lease, the fencing deadline.
-
-Past a per-stream lease's deadline the holding ends (FENCED). Past a session's deadline delivery
-*pauses* — the queue fills, reading slows — until the session renews (resume) or is lost.
+Past a per-stream lease's deadline (a timer) the holding ends (FENCED). Past a session's
+deadline the task *pauses* before its next write — reading stops — until the session renews
+(resume) or is lost. An end request from another task (stop, shed, shutdown, lost) interrupts a
+pending read or pause at once; a sink write in flight is never interrupted (it cannot be
+recalled) and is followed by nothing. Connection-state changes go to the worker's
+:class:`~worker.connection_report.ConnectionReport`.
 
 How it ends (:class:`EndReason`) decides the order of the last steps; see :meth:`run`.
 """
@@ -22,11 +23,11 @@ How it ends (:class:`EndReason`) decides the order of the last steps; see :meth:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
+from collections.abc import Coroutine
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from streamlease import rules
 from streamlease.errors import LeaseLost, SinkDeadlinePassed, SinkError, StoreError
@@ -38,8 +39,10 @@ from worker.fence import Fence
 from worker.lease_events import LeaseEvent
 from worker.logs import describe, logger
 from worker.sinks import SinkRecord
-from worker.upstream import CLOSE_TIMEOUT_SECONDS, UpstreamMessage
+from worker.upstream import UpstreamMessage
 from worker.upstream_feed import UpstreamFeed
+
+_T = TypeVar("_T")
 
 MAX_BATCH_RECORDS: Final = 500
 """Most records handed to the sink in one write."""
@@ -108,23 +111,17 @@ class StreamHolder:
         self.end_reason: EndReason | None = None
         self._ctx = ctx
         self._settings = ctx.settings
-        self._ended = asyncio.Event()
-        self._queue: asyncio.Queue[UpstreamMessage | None] = asyncio.Queue(
-            ctx.settings.receive_queue_size
-        )
-        self._stop_delivering = False
-        self._halted = asyncio.Event()
-        self._draining = False
         self._failure: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._interruptible = False
+        self._interrupting = False
+        self._deadline_timer: asyncio.TimerHandle | None = None
         self._feed = UpstreamFeed(
             lease,
             ctx,
-            self._queue,
             on_failed=lambda detail: self.request_end(EndReason.FAILED, detail),
             on_lost=lambda: self.request_end(EndReason.LOST),
             on_ended=lambda detail: self.request_end(EndReason.ENDED, detail),
-            fenced=self._past_deadline if fence.pauses else None,
-            until_renewed=self._wait_until_renewed if fence.pauses else None,
         )
 
     # --- what other tasks call -----------------------------------------------------------
@@ -140,16 +137,15 @@ class StreamHolder:
         return self.fence.deadline_mono
 
     def request_end(self, reason: EndReason, detail: str | None = None) -> None:
-        """Ask the holder to end for ``reason`` (see :data:`_PRIORITY` for concurrent asks)."""
+        """Ask the holder to end for ``reason`` (see :data:`_PRIORITY` for concurrent asks):
+        a read or pause in progress is interrupted now, a sink write in flight finishes."""
         current = self.end_reason
         if current is not None and _PRIORITY[reason] <= _PRIORITY[current]:
             return
         self.end_reason = reason
         if reason in (EndReason.FAILED, EndReason.ENDED) and detail:
             self._failure = detail
-        if reason not in GRACEFUL:
-            self._halt_delivery()
-        self._ended.set()
+        self._interrupt()
 
     def extend(self, sent_mono: float) -> float | None:
         """A renewal of a per-stream lease sent at ``sent_mono`` succeeded: move the deadline.
@@ -167,80 +163,103 @@ class StreamHolder:
     async def run(self) -> None:
         """Hold the stream until it ends, then take the last steps its end reason calls for.
 
-        Graceful (stopped, shed, shutdown, failed): stop reading, close the upstream, drain the
-        queue into the sink within the deadline, release with the final checkpoint (the last
-        acknowledged seq), then hand off. Abrupt (lost, fenced): stop delivering at once, record
-        the event once no write is in flight, then close the upstream.
+        Graceful (stopped, shed, shutdown, ended, failed): stop reading, close the upstream
+        (1000 or 1001), release with the final checkpoint (the last acknowledged seq), then hand
+        off. Abrupt (lost, fenced): deliver nothing more, record the event, close the upstream.
         """
+        self._task = asyncio.current_task()
+        self._arm_deadline()
         try:
-            async with asyncio.TaskGroup() as tasks:
-                receiver = tasks.create_task(self._feed.receive())
-                deliverer = tasks.create_task(self._deliver())
-                reporter = tasks.create_task(self._feed.report_connection())
-                await self._watch()
-                reporter.cancel()
-                if self.end_reason in GRACEFUL:
-                    await self._stop_gracefully(receiver, deliverer)
-                else:
-                    await self._stop_abruptly(receiver, deliverer)
-            if self.end_reason in GRACEFUL:
+            await self._hold()
+            reason = self.end_reason
+            if reason in GRACEFUL:
+                code = 1000 if reason in (EndReason.STOPPED, EndReason.ENDED) else 1001
+                await self._feed.close(code)
                 await self._give_back()
-            elif self.end_reason is EndReason.FENCED:
-                await self._release_lapsed()
+            else:
+                self._record_abrupt_end()
+                await self._feed.close(1001)
+                if reason is EndReason.FENCED:
+                    await self._release_lapsed()
         except Exception as exc:  # a bug must not take the worker down
             logger.exception(
                 "holder failed", stream_id=self.stream_id, epoch=self.epoch, error=describe(exc)
             )
-            self._halt_delivery()
             self.fence.stop_renewing()
+            await self._feed.close(1001)
             await self._release_lapsed()  # conditional on owner and epoch: safe in any state
         finally:
+            if self._deadline_timer is not None:
+                self._deadline_timer.cancel()
+            self._ctx.connections.forget(self.stream_id, self.epoch)
             self.fence.finish()
 
-    async def _watch(self) -> None:
-        """Return once an end was requested; for a per-stream lease, request FENCED when the
-        deadline passes first (a session's deadline only pauses delivery)."""
-        if self.fence.pauses:
-            await self._ended.wait()
-            return
+    async def _hold(self) -> None:
+        """Read → write → acknowledge until an end is requested."""
+        feed = self._feed
         while self.end_reason is None:
-            remaining = self.deadline_mono - time.monotonic()
-            if remaining <= 0:
-                self.request_end(EndReason.FENCED)
+            batch = await self._interruptibly(feed.next_batch(MAX_BATCH_RECORDS))
+            if not batch:
+                return  # interrupted, ended by the upstream, or the feed failed
+            if not await self._write(batch):
                 return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await self._ended.wait()
 
-    async def _stop_gracefully(
-        self, receiver: asyncio.Task[None], deliverer: asyncio.Task[None]
-    ) -> None:
-        receiver.cancel()
-        code = 1000 if self.end_reason in (EndReason.STOPPED, EndReason.ENDED) else 1001
-        await self._feed.close(code)
-        self._draining = True
-        self._wake_deliverer()
-        # A session's holder waits for its queue even through a fencing pause (the session
-        # renews, or is lost and halts delivery); a per-stream lease's holder only until its
-        # own deadline.
-        remaining = None if self.fence.pauses else max(0.0, self.deadline_mono - time.monotonic())
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(remaining):
-                await asyncio.shield(deliverer)
-        self._halt_delivery()
-        await self._quiesce(deliverer)
-        if self.end_reason not in GRACEFUL:  # fenced or lost while draining
-            self._record_abrupt_end()
+    async def _interruptibly(self, step: Coroutine[Any, Any, _T]) -> _T | None:
+        """Await ``step`` unless an end request interrupts it first (then None).
 
-    async def _stop_abruptly(
-        self, receiver: asyncio.Task[None], deliverer: asyncio.Task[None]
-    ) -> None:
-        self._halt_delivery()
-        receiver.cancel()
-        self.fence.stop_renewing()
-        await self._quiesce(deliverer)
-        self._record_abrupt_end()
-        await self._feed.close(1001)
+        The interruption is a cancellation of this very task that :meth:`request_end` sends
+        only while a step is in progress, and that is taken back here; a cancellation from
+        anyone else (the worker giving up at the end of its shutdown budget) goes on.
+        """
+        if self.end_reason is not None:
+            step.close()
+            return None
+        self._interrupting = False
+        task = self._task
+        assert task is not None
+        self._interruptible = True
+        try:
+            result = await step
+        except asyncio.CancelledError:
+            if self._interrupting and task.cancelling() == 1:
+                task.uncancel()
+                return None
+            raise
+        finally:
+            self._interruptible = False
+        if self._interrupting:  # the step swallowed the interruption: take it back all the same
+            task.uncancel()
+            return None
+        return result
+
+    def _interrupt(self) -> None:
+        task = self._task
+        if (
+            self._interruptible
+            and not self._interrupting
+            and task is not None
+            and asyncio.current_task() is not task  # from inside the step: it is ending anyway
+        ):
+            self._interrupting = True
+            task.cancel()
+
+    def _arm_deadline(self) -> None:
+        """Per-stream leases: a timer requests FENCED when the deadline passes unrenewed."""
+        if self.fence.pauses:
+            return
+        loop = asyncio.get_running_loop()
+        # time.monotonic and the loop's clock are the same clock on Linux (CLOCK_MONOTONIC).
+        self._deadline_timer = loop.call_at(
+            loop.time() + (self.deadline_mono - time.monotonic()), self._deadline_passed
+        )
+
+    def _deadline_passed(self) -> None:
+        if self.end_reason is not None and self.end_reason not in GRACEFUL:
+            return
+        if rules.is_safe_to_deliver(time.monotonic(), self.deadline_mono):
+            self._arm_deadline()  # renewed meanwhile: wait for the new deadline
+            return
+        self.request_end(EndReason.FENCED)
 
     def _record_abrupt_end(self) -> None:
         """The holder delivers nothing more: count it, log it, and write the lease event."""
@@ -257,15 +276,6 @@ class StreamHolder:
         self._ctx.events.record(
             event, self.stream_id, self.epoch, deadline_mono=deadline_mono, worker_id=self.owner
         )
-
-    async def _quiesce(self, deliverer: asyncio.Task[None]) -> None:
-        """Wait for a sink write in flight to finish (it cannot be recalled), then stop."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                await asyncio.shield(deliverer)
-        if not deliverer.done():
-            deliverer.cancel()
-            logger.warning("sink write still in flight", stream_id=self.stream_id, epoch=self.epoch)
 
     # --- the last steps ------------------------------------------------------------------------
 
@@ -361,65 +371,33 @@ class StreamHolder:
 
     # --- deliver -------------------------------------------------------------------------------
 
-    def _halt_delivery(self) -> None:
-        self._stop_delivering = True
-        self._halted.set()
-        self._wake_deliverer()
-
-    def _wake_deliverer(self) -> None:
-        # The deliverer only waits on an empty queue, so a wake-up token always fits then.
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(None)
-
-    async def _deliver(self) -> None:
-        """Queue → sink in batches; ``acked_seq`` follows what the sink acknowledged."""
-        queue = self._queue
-        while True:
-            if self._stop_delivering or (self._draining and queue.empty()):
-                return
-            first = await queue.get()
-            if first is None:
-                continue  # a wake-up: look at the flags again
-            batch = [first]
-            while len(batch) < MAX_BATCH_RECORDS and not queue.empty():
-                item = queue.get_nowait()
-                if item is not None:
-                    batch.append(item)
-            if not await self._write(batch):
-                return
-
     async def _write(self, batch: list[UpstreamMessage]) -> bool:
         """Write one batch, retrying sink failures; False when delivery must stop instead.
 
         The fencing check comes before every attempt, and the sink gets the deadline too: past
         it nothing is sent, whatever DynamoDB would say. A per-stream lease then ends (FENCED);
-        a session's holder waits for the session to renew and sends what was not stored. Only
-        a batch stored whole moves ``acked_seq``.
+        a session's holder pauses until the session renews and then sends what was not stored
+        (messages taken in after the deadline are stamped as taken in then). Only a batch
+        stored whole moves ``acked_seq``.
         """
         ctx = self._ctx
-        worker_id = self.owner
+        owner, stream_id, epoch = self.owner, self.stream_id, self.epoch
         unsent: list[SinkRecord] = [
-            SinkRecord(
-                self.stream_id,
-                self.epoch,
-                m.seq,
-                m.received_at_ms,
-                m.payload,
-                worker_id,
-                m.encoding,
-            )
+            SinkRecord(stream_id, epoch, m.seq, m.received_at_ms, m.payload, owner, m.encoding)
             for m in batch
         ]
         failures = 0
         while unsent:
-            if self._stop_delivering or (self._draining and ctx.hurry.is_set()):
+            if self.end_reason is not None and self.end_reason not in GRACEFUL:
                 return False
             if not rules.is_safe_to_deliver(time.monotonic(), self.deadline_mono):
                 if not self.fence.pauses:
                     self.request_end(EndReason.FENCED)
                     return False
-                if not await self._wait_until_renewed():
+                passed = self.deadline_mono
+                if not await self._interruptibly(self._until_renewed()):
                     return False
+                unsent = _restamped(unsent, passed)
                 continue
             try:
                 await ctx.sink.write(unsent, self.fence)
@@ -433,42 +411,41 @@ class StreamHolder:
                 ctx.metrics.incr(WorkerMetric.SINK_ERRORS)
                 logger.warning(
                     "sink write failed",
-                    stream_id=self.stream_id,
-                    epoch=self.epoch,
+                    stream_id=stream_id,
+                    epoch=epoch,
                     attempt=failures,
                     error=describe(exc),
                 )
-                await asyncio.sleep(
-                    rules.backoff_seconds(
-                        min(failures - 1, 10),
-                        SINK_RETRY_BASE_SECONDS,
-                        SINK_RETRY_MAX_SECONDS,
-                        random.random(),
-                    )
+                pause = rules.backoff_seconds(
+                    min(failures - 1, 10),
+                    SINK_RETRY_BASE_SECONDS,
+                    SINK_RETRY_MAX_SECONDS,
+                    random.random(),
                 )
+                if await self._interruptibly(asyncio.sleep(pause, result=True)) is None:
+                    return False
                 continue
             unsent = []
         self.acked_seq = batch[-1].seq
         self.fence.checkpoint(self.acked_seq)
         return True
 
-    def _past_deadline(self) -> bool:
-        return not rules.is_safe_to_deliver(time.monotonic(), self.deadline_mono)
-
-    async def _wait_until_renewed(self) -> bool:
-        """Paused past the session's deadline: wait for a renewal that moves it (True), or
-        for the end of delivery or of the session (False)."""
+    async def _until_renewed(self) -> bool:
+        """Paused past the session's deadline: True once a renewal moved it, False when the
+        session is gone."""
         fence = self.fence
         while not rules.is_safe_to_deliver(time.monotonic(), self.deadline_mono):
-            if self._stop_delivering or fence.gone:
+            if fence.gone:
                 return False
-            renewed = asyncio.ensure_future(fence.wait_renewed(None))
-            halted = asyncio.ensure_future(self._halted.wait())
-            try:
-                await asyncio.wait({renewed, halted}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                renewed.cancel()
-                halted.cancel()
-            if self._stop_delivering or (self._draining and self._ctx.hurry.is_set()):
-                return False
+            await fence.wait_renewed(None)
         return True
+
+
+def _restamped(records: list[SinkRecord], deadline_mono: float) -> list[SinkRecord]:
+    """Records taken in after ``deadline_mono`` carry the time delivery resumed instead: no
+    message is accepted in a span no deadline covered."""
+    now_ms = time.time_ns() // 1_000_000
+    passed_ms = now_ms - int((time.monotonic() - deadline_mono) * 1000)
+    return [
+        r if r.received_at_ms < passed_ms else r._replace(received_at_ms=now_ms) for r in records
+    ]

@@ -1,24 +1,22 @@
-"""The upstream side of one held stream: reader → bounded queue, and the connection's state →
-the stream item.
+"""The upstream side of one held stream: batches of messages for its holder, and the
+connection's state for the worker's :class:`~worker.connection_report.ConnectionReport`.
 
-An :class:`UpstreamFeed` belongs to one :class:`~worker.holder.StreamHolder`. It opens a
-:class:`~worker.upstream.UpstreamReader` resuming after the lease's checkpoint, puts messages on
-the holder's bounded queue (a slow sink slows reading, never grows memory), counts what the
-reader reports, and writes the connection state (connected, retrying, rejected) into the stream
-item when it changes, with the failure as ``last_error`` — changes soon, repeats rarely, never
-more than one write a second, never per message.
+An :class:`UpstreamFeed` belongs to one :class:`~worker.holder.StreamHolder` and is read by that
+holder's task alone: :meth:`UpstreamFeed.next_batch` opens the
+:class:`~worker.upstream.UpstreamReader` (resuming after the lease's checkpoint) on first use and
+gives back what has arrived — nothing is read while the holder writes, so a slow sink slows the
+upstream (websockets' bounded buffer, then TCP) instead of growing memory. It counts what the
+reader reports and notes connection-state changes (connected, retrying, rejected), with the
+failure as ``last_error``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import math
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from streamlease.errors import LeaseLost, StoreError, UpstreamRejected
+from streamlease.errors import UpstreamRejected
 from streamlease.model import Lease
 from streamlease.profile import Profile, ProfileError
 from streamlease.schema import ConnectionState
@@ -33,12 +31,6 @@ from worker.upstream import (
     UpstreamReader,
 )
 
-ERROR_REPEAT_SECONDS: Final = 60.0
-"""The same state with the same ``last_error`` text is written again at most this often."""
-ERROR_MIN_GAP_SECONDS: Final = 1.0
-"""At most one connection-state write per stream per this many seconds (a flapping upstream
-coalesces into its latest state)."""
-
 _STATES: Final = {
     UpstreamEventKind.CONNECTED: ConnectionState.CONNECTED,
     UpstreamEventKind.RETRYING: ConnectionState.RETRYING,
@@ -47,93 +39,84 @@ _STATES: Final = {
 
 
 class UpstreamFeed:
-    """Reads one stream's upstream into a queue and reports its failures."""
+    """One stream's upstream messages, batch by batch, and its failures reported."""
 
     def __init__(
         self,
         lease: Lease,
         ctx: WorkerContext,
-        queue: asyncio.Queue[UpstreamMessage | None],
         *,
         on_failed: Callable[[str], None],
         on_lost: Callable[[], None],
         on_ended: Callable[[str], None],
-        fenced: Callable[[], bool] | None = None,
-        until_renewed: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
-        """``on_failed(detail)``: the feed broke unexpectedly; ``on_lost()``: writing
-        ``last_error`` showed the lease is no longer ours; ``on_ended(detail)``: the upstream
-        finished the stream (close 1000). ``fenced()`` / ``until_renewed()`` (a session's
-        holder): while delivery is paused past the deadline, no message is taken in —
-        ``until_renewed()`` waits, and says False when delivery is over for good."""
+        """``on_failed(detail)``: the feed broke unexpectedly; ``on_lost()``: writing the
+        connection state showed the lease is no longer ours; ``on_ended(detail)``: the upstream
+        finished the stream (close 1000)."""
         self._lease = lease
         self._ctx = ctx
-        self._queue = queue
         self._on_failed = on_failed
         self._on_lost = on_lost
         self._on_ended = on_ended
-        self._fenced = fenced
-        self._until_renewed = until_renewed
+        self._last_seq = lease.last_seq
+        self._profile: Profile | None = None
         self._reader: UpstreamReader | None = None
-        self._pending: tuple[ConnectionState, str | None] | None = None
-        self._state_changed = asyncio.Event()
 
-    async def receive(self) -> None:
-        """Upstream → queue until cancelled or the upstream finished the stream (close 1000:
-        ``on_ended``, no reconnect), reopening the reader when the upstream refused it.
+    async def next_batch(self, limit: int) -> list[UpstreamMessage]:
+        """The next messages (at least one, at most ``limit``), waiting for them across
+        reconnects; empty when the feed is over — the upstream finished the stream
+        (``on_ended``), it broke (``on_failed``), or :meth:`close` was called.
 
         A refused stream (``UpstreamRejected``: 4xx, a redirect, a forbidden address) stays
         held, parked, with ``last_error`` set, and is tried again every ``backoff_max_seconds``:
         handing it to another worker would only make the whole fleet knock on the same door.
-        Every other failure is retried inside the reader (with its backoff).
-
-        A message that arrives while delivery is paused is taken in only once it resumes, and
-        stamped then (``received_at_ms`` is when the worker took the frame in): nothing is
-        accepted in a time no deadline covers, and a paused feed stops reading (backpressure).
+        Every other failure is retried inside the reader (with its backoff). Cancelling the
+        wait loses nothing: a message is either returned or still unread.
         """
-        settings = self._ctx.settings
-        metrics = self._ctx.metrics
-        queue = self._queue
-        last_seq = self._lease.last_seq
-        try:
-            profile = Profile.from_item(self._lease.profile)
-        except ProfileError as exc:
-            self._on_failed(f"stream profile unreadable ({exc.field})")
-            return
-        headers = self._headers_for(profile)
+        ctx = self._ctx
         while True:
-            reader = UpstreamReader(
-                self._lease.stream_id,
-                self._lease.ws_url,
-                settings,
-                last_seq=last_seq,
-                on_event=self._on_event,
-                profile=profile,
-                headers=headers,
-            )
-            self._reader = reader
-            fenced, until_renewed = self._fenced, self._until_renewed
+            reader = self._reader
+            if reader is None:
+                reader = self._open()
+                if reader is None:
+                    return []
             try:
-                async for message in reader:
-                    metrics.incr(WorkerMetric.MESSAGES_RECEIVED)
-                    if fenced is not None and until_renewed is not None and fenced():
-                        if not await until_renewed():
-                            return
-                        message = message._replace(received_at_ms=time.time_ns() // 1_000_000)
-                    await queue.put(message)
+                batch = await reader.next_batch(limit)
             except UpstreamRejected:
-                pause = settings.backoff_max_seconds
-                if self._ctx.secrets is not None:
-                    self._ctx.secrets.forget(profile.secrets)  # rotated? read them afresh
+                if ctx.secrets is not None and self._profile is not None:
+                    ctx.secrets.forget(self._profile.secrets)  # rotated? read them afresh
+                self._last_seq = reader.last_seq
+                self._reader = None
+                await asyncio.sleep(ctx.settings.backoff_max_seconds)
+                continue
             except Exception as exc:
                 self._on_failed(describe(exc))
-                return
-            else:
-                if reader.upstream_ended:
-                    self._on_ended(reader.end_reason or "upstream ended the stream")
-                return  # ended, or closed by the holder
-            last_seq = reader.last_seq
-            await asyncio.sleep(pause)
+                return []
+            if batch:
+                ctx.metrics.incr(WorkerMetric.MESSAGES_RECEIVED, len(batch))
+            elif reader.upstream_ended:
+                self._on_ended(reader.end_reason or "upstream ended the stream")
+            return batch
+
+    def _open(self) -> UpstreamReader | None:
+        lease = self._lease
+        profile = self._profile
+        if profile is None:
+            try:
+                profile = self._profile = Profile.from_item(lease.profile)
+            except ProfileError as exc:
+                self._on_failed(f"stream profile unreadable ({exc.field})")
+                return None
+        self._reader = UpstreamReader(
+            lease.stream_id,
+            lease.ws_url,
+            self._ctx.settings,
+            last_seq=self._last_seq,
+            on_event=self._on_event,
+            profile=profile,
+            headers=self._headers_for(profile),
+        )
+        return self._reader
 
     def _headers_for(
         self, profile: Profile
@@ -160,7 +143,7 @@ class UpstreamFeed:
             )
 
     def _on_event(self, event: UpstreamEvent) -> None:
-        """Called synchronously by the reader: count, log, and queue connection-state writes."""
+        """Called synchronously by the reader: count, log, and note connection-state changes."""
         kind = event.kind
         metrics = self._ctx.metrics
         stream_id = self._lease.stream_id
@@ -191,38 +174,7 @@ class UpstreamFeed:
                 self._note(state, event.error)
 
     def _note(self, state: ConnectionState, error: str | None) -> None:
-        self._pending = (state, error)
-        self._state_changed.set()
-
-    async def report_connection(self) -> None:
-        """Write connection-state changes (with their error) to the stream item until
-        cancelled. The acquire wrote ``connecting``."""
-        last: tuple[ConnectionState, str | None] = (ConnectionState.CONNECTING, None)
-        last_at = -math.inf
-        lease = self._lease
-        while True:
-            await self._state_changed.wait()
-            self._state_changed.clear()
-            pending = self._pending
-            now = time.monotonic()
-            if pending is None or (pending == last and now - last_at < ERROR_REPEAT_SECONDS):
-                continue
-            state, error = pending
-            with contextlib.suppress(StoreError):  # the next change tries again
-                try:
-                    await asyncio.to_thread(
-                        self._ctx.store.record_connection,
-                        lease.stream_id,
-                        lease.owner,
-                        lease.epoch,
-                        state,
-                        error,
-                    )
-                except LeaseLost:
-                    self._on_lost()
-                    return
-                last, last_at = pending, now
-                await asyncio.sleep(ERROR_MIN_GAP_SECONDS)
+        self._ctx.connections.note(self._lease, state, error, self._on_lost)
 
 
 async def _static_headers(profile: Profile) -> list[tuple[str, str]]:

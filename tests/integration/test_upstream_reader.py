@@ -217,3 +217,53 @@ async def test_reported_errors_never_contain_the_query_string(sim: UpstreamSimul
     messages = [e.error for e in events if e.error] + [str(rejected.value)]
     assert len(messages) >= 2
     assert not any("s3cr3t" in m or "api_key" in m for m in messages)
+
+
+async def test_a_batch_is_what_has_arrived_and_never_waits_for_more(
+    sim: UpstreamSimulator,
+) -> None:
+    """``next_batch``: the first message waited for, then only those already received, at
+    most ``limit``, in order and without a gap between batches."""
+    fast = UpstreamReader("fast", sim.url_for("fast", rate=0), SETTINGS)
+    slow = UpstreamReader("slow", sim.url_for("slow", rate=4), SETTINGS)
+    async with fast, slow:
+        seqs: list[int] = []
+        sizes: list[int] = []
+        async with asyncio.timeout(10):
+            while len(seqs) < 2000:
+                batch = await fast.next_batch(300)
+                sizes.append(len(batch))
+                seqs += [m.seq for m in batch]
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert max(sizes) <= 300 and max(sizes) > 1  # a flat-out feed fills batches
+
+        first = await asyncio.wait_for(slow.next_batch(300), 5)
+        second = await asyncio.wait_for(slow.next_batch(300), 5)
+        assert [[m.seq for m in b] for b in (first, second)] == [[1], [2]]  # as they come
+
+
+async def test_a_skipped_frame_does_not_hold_a_batch_back(sim: UpstreamSimulator) -> None:
+    """Frames that are not messages (malformed, replayed) behind the first are dropped without
+    waiting for the next real message."""
+    url = sim.url_for("junk", rate=5, garbage_every=1)
+    reader = UpstreamReader("junk", url, SETTINGS)
+    async with reader:
+        batch = await asyncio.wait_for(reader.next_batch(100), 5)
+        again = await asyncio.wait_for(reader.next_batch(100), 5)
+    # Message 1 and the junk behind it came together; waiting on would have added message 2.
+    assert [[m.seq for m in b] for b in (batch, again)] == [[1], [2]]
+    assert reader.stats.malformed >= 1
+
+
+async def test_a_batch_ends_the_iteration_empty(sim: UpstreamSimulator) -> None:
+    """After the upstream finished the stream (close 1000) ``next_batch`` returns nothing."""
+    reader = UpstreamReader(
+        "done", sim.url_for("done", rate=0, close_code=1000, close_after=3), SETTINGS
+    )
+    async with reader:
+        got: list[int] = []
+        async with asyncio.timeout(5):
+            while batch := await reader.next_batch(10):
+                got += [m.seq for m in batch]
+    assert got == [1, 2, 3]
+    assert reader.upstream_ended

@@ -37,7 +37,6 @@ SETTINGS = Settings(
     allow_loopback_upstreams=True,
     backoff_base_seconds=0.01,
     backoff_max_seconds=0.2,
-    receive_queue_size=50,
     sink="null",
 )
 
@@ -131,6 +130,7 @@ class Rig:
     store: RecordingStore
     renewals: NoRenewals
     events_path: Path
+    report: asyncio.Task[None] | None = None
 
     def holder(
         self,
@@ -180,7 +180,10 @@ def make_rig(sim: UpstreamSimulator, tmp_path: Path, sink: RecordingSink | None 
         events=LeaseEventLog(str(events_path), WORKER),
         handoffs=RecordingHandoffs(journal),
     )
-    return Rig(sim, journal, ctx, store, NoRenewals(), events_path)
+    rig = Rig(sim, journal, ctx, store, NoRenewals(), events_path)
+    # The worker's connection-state writer, as the worker runs it (cancelled with the loop).
+    rig.report = asyncio.get_running_loop().create_task(ctx.connections.run(ctx.store))
+    return rig
 
 
 async def until(condition: Any, limit_seconds: float = 5.0) -> None:

@@ -103,6 +103,13 @@ class HeadersUnavailable(Exception):
     Its text is safe to store and log."""
 
 
+def _buffered(ws: ClientConnection) -> bool:
+    """Whether ``ws`` has a whole message received and not yet read (so ``recv`` returns at
+    once): its next buffered frame is a complete one."""
+    frames = ws.recv_messages.frames
+    return len(frames) > 0 and frames.queue[0].fin
+
+
 async def _send_opening(ws: ClientConnection, text: str) -> None:
     """Send the profile's open message; a connection that cannot take it failed."""
     try:
@@ -166,6 +173,9 @@ class UpstreamReader:
         self._last_seq = last_seq
         self._profile = profile
         self._seq_path = profile.seq_path
+        self._decode: bool | None = False if profile.seq_path is not None else None
+        """Frames of a feed with sequence numbers are parsed from bytes; without, text frames
+        are told from binary ones."""
         self._headers = headers
         self._ws: ClientConnection | None = None
         self._failures = 0  # consecutive, drives the backoff
@@ -199,54 +209,48 @@ class UpstreamReader:
         return self
 
     async def __anext__(self) -> UpstreamMessage:
-        if self._seq_path is None:
-            return await self._next_numbered()
-        stats = self.stats
-        path = self._seq_path
         while True:
-            ws = self._ws
-            if ws is None:
-                ws = await self._reconnect()
-            try:
-                frame = await ws.recv(decode=False)
-            except ConnectionClosed as exc:
-                await self._after_close(exc)
-                continue
-            try:
-                node = _loads(frame)
-                for name in path:
-                    node = node[name]
-            except (ValueError, TypeError, KeyError):
-                self._malformed("frame is not a JSON object with a seq where the profile says")
-                continue
-            seq = node
-            if type(seq) is not int:
-                self._malformed("frame seq is not an integer")
-                continue
-            last = self._last_seq
-            if seq <= last:
-                stats.duplicates += 1
-                continue
-            if seq != last + 1:
-                stats.gaps += 1
-                stats.missing += seq - last - 1
-                self._emit(UpstreamEventKind.GAP, seq=seq, missing=seq - last - 1)
-            self._last_seq = seq
-            stats.messages += 1
-            return UpstreamMessage(seq, time.time_ns() // 1_000_000, frame)
+            message = self._parse(await self._recv())
+            if message is not None:
+                return message
 
-    async def _next_numbered(self) -> UpstreamMessage:
-        """A feed without sequence numbers: every frame, text or binary, is the next message;
-        the number is the reader's own (``last_seq + 1``)."""
+    async def next_batch(self, limit: int) -> list[UpstreamMessage]:
+        """The next message (waiting for it, across reconnects), followed by those already
+        received behind it, up to ``limit``: never waits for a second one. Empty once the
+        iteration stopped (see the class docstring)."""
+        try:
+            batch = [await self.__anext__()]
+        except StopAsyncIteration:
+            return []
+        ws = self._ws
+        decode = self._decode
+        while len(batch) < limit and ws is not None and _buffered(ws):
+            try:
+                frame = await ws.recv(decode=decode)
+            except ConnectionClosed:
+                break  # the next call sees it again and reconnects
+            message = self._parse(frame)
+            if message is not None:
+                batch.append(message)
+        return batch
+
+    async def _recv(self) -> bytes | str:
+        """The next frame, reconnecting as needed."""
         while True:
             ws = self._ws
             if ws is None:
                 ws = await self._reconnect()
             try:
-                frame = await ws.recv()
+                return await ws.recv(decode=self._decode)
             except ConnectionClosed as exc:
                 await self._after_close(exc)
-                continue
+
+    def _parse(self, frame: bytes | str) -> UpstreamMessage | None:
+        """The message a frame carries, or None for a frame that is skipped (reported)."""
+        path = self._seq_path
+        if path is None:
+            # A feed without sequence numbers: every frame, text or binary, is the next
+            # message; the number is the reader's own (last_seq + 1).
             if isinstance(frame, str):
                 payload, encoding = frame.encode(), PayloadEncoding.TEXT
             else:
@@ -254,6 +258,30 @@ class UpstreamReader:
             self._last_seq += 1
             self.stats.messages += 1
             return UpstreamMessage(self._last_seq, time.time_ns() // 1_000_000, payload, encoding)
+        assert isinstance(frame, bytes)  # decode=False
+        try:
+            node = _loads(frame)
+            for name in path:
+                node = node[name]
+        except (ValueError, TypeError, KeyError):
+            self._malformed("frame is not a JSON object with a seq where the profile says")
+            return None
+        seq = node
+        if type(seq) is not int:
+            self._malformed("frame seq is not an integer")
+            return None
+        stats = self.stats
+        last = self._last_seq
+        if seq <= last:
+            stats.duplicates += 1
+            return None
+        if seq != last + 1:
+            stats.gaps += 1
+            stats.missing += seq - last - 1
+            self._emit(UpstreamEventKind.GAP, seq=seq, missing=seq - last - 1)
+        self._last_seq = seq
+        stats.messages += 1
+        return UpstreamMessage(seq, time.time_ns() // 1_000_000, frame)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """End the iteration and close the connection with ``code`` (1000: the stream stopped;
