@@ -22,7 +22,7 @@ from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.fence import Fence, LeaseFence
-from worker.holder import EndReason, StreamHolder
+from worker.holder import MAX_BATCH_RECORDS, EndReason, StreamHolder
 from worker.identity import Identity
 from worker.lease_events import LeaseEventLog
 from worker.metrics import WorkerMetrics
@@ -217,6 +217,26 @@ async def test_shutdown_drains_then_checkpoints_then_releases_then_hands_off(
     assert journal.entries[-1] == ("handoff", "s1", 2)
     assert rig.events()[-2:] == ["released", "handoff"]
     await until(lambda: sim.stats("s1").open == 0)
+
+
+async def test_a_slow_sink_slows_reading_instead_of_growing_memory(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """A flat-out upstream and a sink that takes 0.1 s a write: the holder never has more than
+    one batch read and not yet written; the rest waits in the socket, not in the worker."""
+    journal = Journal()
+    rig = make_rig(sim, tmp_path, RecordingSink(journal, delay=0.1))
+    holder = rig.holder("slow", rate=0)
+    task = asyncio.create_task(holder.run())
+    received = 0
+    for _ in range(10):
+        await asyncio.sleep(0.1)
+        received = rig.ctx.metrics.total(WorkerMetric.MESSAGES_RECEIVED)
+        assert received - len(journal.written()) <= MAX_BATCH_RECORDS
+    assert sim.stats("slow").messages_sent > received  # the upstream could send far more
+    holder.request_end(EndReason.SHUTDOWN)
+    await asyncio.wait_for(task, 10)
+    assert journal.written() == list(range(1, len(journal.written()) + 1))
 
 
 async def test_stop_closes_and_releases_without_handoff(
