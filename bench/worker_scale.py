@@ -22,6 +22,7 @@ the late leases fence (counted below) rather than overlap.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -29,8 +30,9 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,17 @@ class Window:
     leases_lost: int
     held_at_end: int
     seconds: float
+    held_min: int = 0
+    """Fewest streams held at any flush of the window."""
+    sessions_expired: int = 0
+    loop_lag_max: float = 0.0
+    """Worst event-loop lag of the window (ms)."""
+    ramp_lag_max: float = 0.0
+    """Worst renewal lag while the streams were being acquired, before the window (ms)."""
+    ramp_seconds: float = 0.0
+    """From the call until the worker held them all."""
+    other_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    """CPU seconds of the other processes asked about (simulator, moto), same window."""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -80,9 +93,39 @@ def flush_lines(worker: WorkerProcess, seen: int) -> tuple[list[dict[str, Any]],
     return records[seen:], len(records)
 
 
+class FlushTail:
+    """The "metrics flushed" records of one worker's log, read incrementally (a log of
+    thousands of acquisitions is not re-read every poll)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = 0
+
+    def new(self) -> list[dict[str, Any]]:
+        """Records appended since the last call (complete lines only)."""
+        try:
+            with open(self._path, "rb") as log:
+                log.seek(self._offset)
+                chunk = log.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n") + 1
+        self._offset += end
+        out = []
+        for line in chunk[:end].splitlines():
+            if b'"metrics flushed"' in line:
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
+
+
 def seed(settings: Settings, ids: list[str], url_for: Any) -> None:
-    """Write STARTED, never-owned stream items (the reconciler finds them as orphans)."""
-    dynamodb = aws.client("dynamodb", settings)
+    """Write STARTED, never-owned stream items (the reconciler finds them as orphans).
+
+    Patient (30 s per answer, 5 attempts): a serialised moto server holding thousands of
+    streams answers a write only after the queries ahead of it. Raises the client's error when
+    even that fails."""
+    dynamodb = aws.client("dynamodb", settings, read_timeout_seconds=30.0, max_attempts=5)
 
     def put(stream_id: str) -> None:
         dynamodb.put_item(
@@ -103,23 +146,45 @@ def seed(settings: Settings, ids: list[str], url_for: Any) -> None:
         list(pool.map(put, ids))
 
 
-def measure(worker: WorkerProcess, streams: int, seconds: float) -> Window:
-    """Wait until ``streams`` are held and one more flush passed, then measure ``seconds``."""
-    seen = 0
-    deadline = time.monotonic() + 120
-    while True:  # all held, and a whole interval since
-        new, seen = flush_lines(worker, seen)
-        if any(r.get("active_connections") == streams for r in new):
-            break
+def measure(
+    worker: WorkerProcess,
+    streams: int,
+    seconds: float,
+    *,
+    tail: FlushTail | None = None,
+    settle_seconds: float = 0.0,
+    ramp_timeout_seconds: float = 120.0,
+    others: Mapping[str, int] | None = None,
+) -> Window:
+    """Wait until ``streams`` are held (a flush says so), then ``settle_seconds`` more, then
+    measure ``seconds`` (to the flushes inside them). ``tail``: the worker's flush reader,
+    kept across calls; ``others``: name → pid of processes whose CPU is measured too. Raises
+    ``RuntimeError`` when the worker does not hold them all within ``ramp_timeout_seconds``."""
+    tail = tail or FlushTail(worker.log_path)
+    started = time.monotonic()
+    deadline = started + ramp_timeout_seconds
+    ramp: list[dict[str, Any]] = []
+    while not any(r.get("active_connections") == streams for r in ramp):
         if time.monotonic() > deadline or not worker.alive:
-            raise RuntimeError(f"worker did not take {streams} streams:\n{worker.log_tail()}")
+            held = max((r.get("active_connections", 0) for r in ramp), default=0)
+            raise RuntimeError(
+                f"worker held {held} of {streams} streams after"
+                f" {time.monotonic() - started:.0f} s:\n{worker.log_tail()}"
+            )
         time.sleep(0.2)
+        ramp += tail.new()
+    ramp_seconds = time.monotonic() - started
+    settle_until = time.monotonic() + settle_seconds
+    while time.monotonic() < settle_until:
+        time.sleep(0.2)
+        ramp += tail.new()
+    pids = dict(others or {})
     start_cpu, start = cpu_seconds(worker.pid), time.monotonic()
+    start_others = {name: cpu_seconds(pid) for name, pid in pids.items()}
     records: list[dict[str, Any]] = []
     while time.monotonic() - start < seconds or not records:
         time.sleep(0.1)
-        new, seen = flush_lines(worker, seen)
-        records += new
+        records += tail.new()
     end_cpu, end = cpu_seconds(worker.pid), time.monotonic()
     # Align to flushes: the window covers the intervals flushed inside it.
     return Window(
@@ -134,6 +199,14 @@ def measure(worker: WorkerProcess, streams: int, seconds: float) -> Window:
         leases_lost=sum(r["counters"]["LeasesLost"] for r in records),
         held_at_end=records[-1]["active_connections"],
         seconds=end - start,
+        held_min=min(r["active_connections"] for r in records),
+        sessions_expired=sum(r["counters"].get("SessionsExpired", 0) for r in records),
+        loop_lag_max=max(r.get("loop_lag_ms_max", 0.0) for r in records),
+        ramp_lag_max=max((r["renewal_lag_ms_max"] for r in ramp), default=0.0),
+        ramp_seconds=ramp_seconds,
+        other_cpu_seconds={
+            name: cpu_seconds(pid) - start_others[name] for name, pid in pids.items()
+        },
     )
 
 
