@@ -9,10 +9,8 @@ refused, so a misspelt choice cannot be silently ignored.
 from __future__ import annotations
 
 import dataclasses
-import types
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any, Final, get_type_hints
 
@@ -23,6 +21,7 @@ from cdk_nag import AwsSolutionsChecks
 from cdk.config import CapacityRange, DeploymentConfig
 from cdk.stacks.stateful import StatefulStack
 from cdk.stacks.stateless import StatelessStack
+from streamlease.settings import parse_value
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 LAMBDA_ASSET: Final = REPO_ROOT / "build" / "lambda.zip"
@@ -87,30 +86,12 @@ def config_from_context(context: Mapping[str, Any]) -> DeploymentConfig:
 
 
 def _parse(raw: Any, kind: Any) -> Any:
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return kind(str(raw).strip().lower())
-    if kind is bool:
-        if isinstance(raw, bool):
-            return raw
-        lowered = str(raw).strip().lower()
-        if lowered not in ("true", "false"):
-            raise ValueError("expected true or false")
-        return lowered == "true"
-    if kind is int:
-        if isinstance(raw, float) and not raw.is_integer():
-            raise ValueError("expected a whole number")
-        return int(raw)
-    if kind is float:
-        return float(raw)
-    if kind is str:
-        return str(raw)
+    """A context value as ``kind``: capacity ranges here, every other type as settings are read
+    (:func:`streamlease.settings.parse_value`)."""
     if kind is CapacityRange:
         low, high = raw if isinstance(raw, list) else str(raw).split("-", 1)
         return CapacityRange(int(low), int(high))
-    if isinstance(kind, types.GenericAlias) and kind.__origin__ is tuple:
-        items = raw if isinstance(raw, list) else str(raw).split(",")
-        return tuple(str(item).strip() for item in items if str(item).strip())
-    raise TypeError(f"no context parser for {kind!r}")
+    return parse_value(raw, kind)
 
 
 def retention(days: int) -> logs.RetentionDays:

@@ -1,7 +1,7 @@
 """The REST API Lambda: ``handler`` is the API Gateway (REST, proxy) entry point.
 
-The local stack calls the same ``handler`` with synthetic proxy events; a missing Lambda context
-is replaced by a stand-in.
+The local stack calls the same ``handler`` with synthetic proxy events and a Lambda context of
+its own (:mod:`local.lambda_context`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas import http_errors, runtime
 from lambdas.routes import streams, workers
@@ -52,7 +53,7 @@ def with_plain_path(event: dict[str, Any]) -> dict[str, Any]:
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
 @tracer.capture_lambda_handler
-def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = http_errors.precheck(event, runtime.current().settings.max_body_bytes)
     if refused is not None:
         return refused
@@ -65,8 +66,8 @@ def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
 _one_request_at_a_time = threading.Lock()
 
 
-def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Answer one API Gateway REST proxy event with a proxy response. Thread-safe."""
     with _one_request_at_a_time:
-        response: dict[str, Any] = _handle(event, context or runtime.LocalContext())
+        response: dict[str, Any] = _handle(event, context)
     return response

@@ -24,8 +24,10 @@ from typing import Any, Final
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas import runtime
+from lambdas.metrics import MetricEmitter
 from streamlease import dynamo
 from streamlease.lease_store import wall_ms
 from streamlease.schema import (
@@ -39,7 +41,7 @@ from streamlease.schema import (
 from streamlease.telemetry import AUDITOR_SERVICE, AuditorMetric
 
 logger = Logger(service=AUDITOR_SERVICE, level=runtime.current().settings.log_level)
-metrics = runtime.MetricEmitter(AUDITOR_SERVICE)
+metrics = MetricEmitter(AUDITOR_SERVICE)
 
 ZERO_EXPIRY_SAMPLE: Final = 100
 """Most never-leased/released orphans whose ``updated_at`` is read to age them."""
@@ -75,16 +77,16 @@ class Audit:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE)
-def _handle(event: Any, context: Any) -> dict[str, Any]:
+def _handle(event: Any, context: LambdaContext) -> dict[str, Any]:
     audit = run_audit(runtime.current(), wall_ms())
     metrics.emit(audit.metrics(), units={AuditorMetric.OLDEST_ORPHAN_AGE_SECONDS: "Seconds"})
     logger.info("audit", **asdict(audit))
     return asdict(audit)
 
 
-def handler(event: Any, context: Any = None) -> dict[str, Any]:
+def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     """Audit the table and publish the metrics; returns the numbers (for logs and callers)."""
-    result: dict[str, Any] = _handle(event, context or runtime.LocalContext())
+    result: dict[str, Any] = _handle(event, context)
     return result
 
 

@@ -26,9 +26,11 @@ from typing import Any, Final
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas import runtime
 from lambdas.commands import handoff_command, send_command
+from lambdas.metrics import MetricEmitter
 from streamlease import checkpoints, dynamo, rules
 from streamlease.errors import StoreError
 from streamlease.model import LeaseView
@@ -42,7 +44,7 @@ from streamlease.schema import (
 from streamlease.telemetry import REAPER_SERVICE, ApiMetric, ReaperMetric
 
 logger = Logger(service=REAPER_SERVICE, level=runtime.current().settings.log_level)
-metrics = runtime.MetricEmitter(REAPER_SERVICE)
+metrics = MetricEmitter(REAPER_SERVICE)
 
 DETAIL_TYPE: Final = "ECS Task State Change"
 STOPPED: Final = "STOPPED"
@@ -69,7 +71,7 @@ def stopped_task_event(
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE)
-def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     detail = event.get("detail") if isinstance(event, dict) else None
     if not isinstance(detail, dict) or event.get("detail-type") != DETAIL_TYPE:
         logger.info("event ignored", reason="not an ECS task state change")
@@ -84,9 +86,9 @@ def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return reap(task_arn, task_id_of(task_arn), stop_code)
 
 
-def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Release the leases of a stopped ECS task's workers; returns what was done."""
-    result: dict[str, Any] = _handle(event, context or runtime.LocalContext())
+    result: dict[str, Any] = _handle(event, context)
     return result
 
 

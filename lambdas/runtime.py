@@ -1,4 +1,4 @@
-"""Process-wide state shared by the Lambda handlers: settings, clients, stores, metrics.
+"""Process-wide state shared by the Lambda handlers: settings, clients and stores.
 
 Settings are read once, when this module is first imported. boto3 clients are made on first use,
 so importing a handler module never needs AWS credentials or a reachable endpoint. Tests and the
@@ -8,14 +8,8 @@ local stack may call :func:`configure` to swap in other settings; it drops every
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
-
-from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
-    AmazonCloudWatchEMFProvider,
-)
 
 from lambdas.stream_repo import StreamRepo
 from streamlease import aws
@@ -81,42 +75,3 @@ def configure(settings: Settings) -> Runtime:
     with _lock:
         _current = Runtime(settings)
     return _current
-
-
-@dataclass(frozen=True)
-class MetricEmitter:
-    """Counts written as CloudWatch EMF lines under one service name.
-
-    Each :meth:`emit` prints its own EMF document, so concurrent callers (the local stack runs
-    handlers in threads) never share a half-filled metric set.
-    """
-
-    service: str
-
-    def emit(self, values: Mapping[str, float], units: Mapping[str, str] | None = None) -> None:
-        """Publish ``values`` (metric name → value) in one EMF document now.
-
-        ``units`` maps a metric name to its CloudWatch unit; the default is ``Count``.
-        """
-        provider = AmazonCloudWatchEMFProvider(
-            namespace=current().settings.metrics_namespace, service=self.service
-        )
-        for name, value in values.items():
-            provider.add_metric(name=name, unit=(units or {}).get(name, "Count"), value=value)
-        provider.flush_metrics()
-
-
-class LocalContext:
-    """A stand-in Lambda context for callers outside Lambda (the local stack, scripts)."""
-
-    function_name = "streamlease-local"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:local:000000000000:function:streamlease-local"
-    memory_limit_in_mb = 128
-    aws_request_id = "local"
-    log_group_name = "local"
-    log_stream_name = "local"
-
-    def get_remaining_time_in_millis(self) -> int:
-        """Generous: nothing outside Lambda enforces a deadline."""
-        return 900_000

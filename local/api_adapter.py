@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from local.lambda_context import ACCOUNT_ID, LambdaContext
 from streamlease.settings import Settings
 
 Handler = Callable[[dict[str, Any], Any], Mapping[str, Any]]
 
-ACCOUNT_ID: Final = "000000000000"
 API_ID: Final = "local"
 STAGE: Final = "local"
 MAX_PAYLOAD_BYTES: Final = 10 * 1024 * 1024
@@ -269,7 +269,7 @@ class ApiAdapter:
         self._resources = list(resources)
         self._stage = stage
         self._lock = threading.Lock()
-        self._context_factory: Callable[[str], Any] = LambdaContext
+        self._context_factory: Callable[[str], Any] = api_context
 
     def dispatch(self, request: HttpRequest) -> HttpResponse:
         """Answer one request: 403 for unknown routes, the handler's answer, or 502."""
@@ -286,23 +286,15 @@ class ApiAdapter:
         return response_from_proxy(result)
 
 
-class LambdaContext:
-    """The Lambda context object handed to the function (what Powertools reads)."""
-
-    function_name = "streamlease-api-local"
-    function_version = "$LATEST"
-    invoked_function_arn = f"arn:aws:lambda:us-east-1:{ACCOUNT_ID}:function:streamlease-api-local"
-    memory_limit_in_mb = 512
-    log_group_name = "/aws/lambda/streamlease-api-local"
-    log_stream_name = "local"
-
-    def __init__(self, aws_request_id: str, timeout_seconds: float = 29.0) -> None:
-        self.aws_request_id = aws_request_id
-        self._deadline = time.monotonic() + timeout_seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        """Milliseconds left of the (API Gateway) 29 s budget."""
-        return max(int((self._deadline - time.monotonic()) * 1000), 0)
+def api_context(request_id: str) -> LambdaContext:
+    """The context of one API request: the API function's name and memory, and API Gateway's
+    29 s integration timeout as its deadline."""
+    return LambdaContext(
+        "streamlease-api-local",
+        aws_request_id=request_id,
+        timeout_seconds=29.0,
+        memory_limit_in_mb=512,
+    )
 
 
 def make_server(adapter: ApiAdapter, host: str, port: int) -> ThreadingHTTPServer:

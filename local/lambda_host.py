@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from local.lambda_context import LambdaContext
+
 
 class LambdaHost:
     """Runs the reaper and auditor handlers in this process, their output in a log file.
@@ -36,14 +38,18 @@ class LambdaHost:
         """Call the reaper with an ECS "task stopped" event for ``task_arn``."""
         event = self._reaper.stopped_task_event(task_arn, stop_code=stop_code)
         with contextlib.redirect_stdout(self._log):
-            result: Mapping[str, Any] = self._reaper.handler(event, None)
+            result: Mapping[str, Any] = self._reaper.handler(
+                event, LambdaContext("streamlease-reaper-local")
+            )
         return result
 
     def audit(self) -> Mapping[str, Any]:
         """Call the auditor (a scheduled event); returns its numbers."""
         event = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
         with contextlib.redirect_stdout(self._log):
-            result: Mapping[str, Any] = self._auditor.handler(event, None)
+            result: Mapping[str, Any] = self._auditor.handler(
+                event, LambdaContext("streamlease-auditor-local")
+            )
         return result
 
     def close(self) -> None:

@@ -10,11 +10,11 @@ import dataclasses
 import functools
 import json
 import math
-import time
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from local.polling import wait_until
 from streamlease import aws
 from streamlease.schema import COMMAND_MAX_RECEIVES, create_table_kwargs
 from streamlease.settings import Settings
@@ -80,9 +80,10 @@ def _create_table(dynamodb: Any, table_name: str) -> None:
     except ClientError as exc:
         if _code(exc) != "ResourceInUseException":
             raise
-    _wait_until(
+    wait_until(
         lambda: dynamodb.describe_table(TableName=table_name)["Table"]["TableStatus"] == "ACTIVE",
-        what=f"table {table_name}",
+        _ACTIVE_WAIT_SECONDS,
+        f"table {table_name} active",
     )
 
 
@@ -126,23 +127,16 @@ def _create_stream(kinesis: Any, stream_name: str) -> None:
     except ClientError as exc:
         if _code(exc) != "ResourceInUseException":
             raise
-    _wait_until(
+    wait_until(
         lambda: (
             kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"][
                 "StreamStatus"
             ]
             == "ACTIVE"
         ),
-        what=f"stream {stream_name}",
+        _ACTIVE_WAIT_SECONDS,
+        f"stream {stream_name} active",
     )
-
-
-def _wait_until(ready: Any, *, what: str) -> None:
-    deadline = time.monotonic() + _ACTIVE_WAIT_SECONDS
-    while not ready():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not active after {_ACTIVE_WAIT_SECONDS} s")
-        time.sleep(0.1)
 
 
 def _code(exc: ClientError) -> str:

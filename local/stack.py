@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from local.events import Console, LeaseEventTailer
 from local.lambda_host import LambdaHost
+from local.polling import ExitedWhileWaiting, wait_until
 from local.stack_files import StackPaths, StateDirBusy, StateDirLock
 from local.supervisor import Child, WorkerStartFailed, WorkerSupervisor, child_environment
 from local.worker_process import use_dummy_aws_credentials
@@ -80,18 +81,17 @@ def check_installed() -> None:
         raise StackError("the worker (python -m worker) is not installed in this checkout")
 
 
-def wait_until(
+def wait_ready(
     ready: Callable[[], bool], *, what: str, timeout_seconds: float, alive: Callable[[], bool]
 ) -> None:
     """Poll ``ready`` until true; raise :class:`StackError` if ``alive`` turns false or time runs
     out."""
-    deadline = time.monotonic() + timeout_seconds
-    while not ready():
-        if not alive():
-            raise StackError(f"{what} exited while starting")
-        if time.monotonic() > deadline:
-            raise StackError(f"{what} did not become ready within {timeout_seconds:g} s")
-        time.sleep(0.1)
+    try:
+        wait_until(ready, timeout_seconds, what, alive=alive)
+    except ExitedWhileWaiting:
+        raise StackError(f"{what} exited while starting") from None
+    except TimeoutError:
+        raise StackError(f"{what} did not become ready within {timeout_seconds:g} s") from None
 
 
 def tcp_open(host: str, port: int) -> bool:
@@ -187,7 +187,7 @@ class LocalStack:
                 str(s.local_upstream_port),
             ],
         )
-        wait_until(
+        wait_ready(
             lambda: tcp_open(s.local_host, s.local_upstream_port),
             what="the upstream simulator",
             timeout_seconds=READY_TIMEOUT_SECONDS,
@@ -198,7 +198,7 @@ class LocalStack:
             ["-m", "local.api_adapter", "--host", s.local_host, "--port", str(s.local_api_port)],
         )
         client = ApiClient(self.api_url, timeout_seconds=2.0)
-        wait_until(
+        wait_ready(
             lambda: _answers(client),
             what="the local API",
             timeout_seconds=READY_TIMEOUT_SECONDS,
@@ -242,7 +242,7 @@ class LocalStack:
             except OSError:
                 return False
 
-        wait_until(
+        wait_ready(
             ready,
             what="the moto server",
             timeout_seconds=READY_TIMEOUT_SECONDS,
@@ -307,7 +307,7 @@ class LocalStack:
                     )
             return True
 
-        wait_until(
+        wait_ready(
             registered, what="the workers", timeout_seconds=READY_TIMEOUT_SECONDS, alive=alive
         )
 

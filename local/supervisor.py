@@ -198,8 +198,9 @@ def file_stem(task_id: str) -> str:
 
 
 @dataclass
-class WorkerProcess:
-    """One worker process: a task of the local service."""
+class WorkerTask:
+    """A task of the local service: one worker process (its :class:`Child`) and the ECS task
+    id and ARN it runs under, which the reaper is told about when it exits."""
 
     label: str
     """Stem of its files (:func:`file_stem`): ``logs/<label>.log``, ``events/<label>.jsonl``."""
@@ -221,7 +222,7 @@ class WorkerProcess:
 
 @dataclass
 class _PendingReap:
-    worker: WorkerProcess
+    worker: WorkerTask
     stop_code: str
     attempts: int = 0
     next_mono: float = 0.0
@@ -249,7 +250,7 @@ class WorkerSupervisor:
     argv: Sequence[str] = (sys.executable, "-m", "worker")
     exit_log: Path | None = None
     """If set, one JSON line per worker exit (task id, monotonic time seen) for reports."""
-    workers: list[WorkerProcess] = field(default_factory=list)
+    workers: list[WorkerTask] = field(default_factory=list)
     _respawn_at: list[float] = field(default_factory=list)
     _pending_reaps: list[_PendingReap] = field(default_factory=list)
     _failed_starts: int = 0
@@ -260,7 +261,7 @@ class WorkerSupervisor:
         for _ in range(self.count):
             self._spawn()
 
-    def find(self, worker_id: str) -> WorkerProcess | None:
+    def find(self, worker_id: str) -> WorkerTask | None:
         """The running worker process that ``worker_id`` (one of its sessions) belongs to."""
         return next((w for w in self.workers if w.owns(worker_id)), None)
 
@@ -303,7 +304,7 @@ class WorkerSupervisor:
                 worker.child.kill()
         self.workers.clear()
 
-    def _spawn(self) -> WorkerProcess:
+    def _spawn(self) -> WorkerTask:
         task_id = secrets.token_hex(16)  # ECS task ids are 32 hex digits
         label = file_stem(task_id)
         task_arn = task_arn_for(task_id, self.region)
@@ -314,12 +315,12 @@ class WorkerSupervisor:
             log_path=self.log_dir / f"{label}.log",
         )
         child.start()
-        worker = WorkerProcess(label, task_id, task_arn, child)
+        worker = WorkerTask(label, task_id, task_arn, child)
         self.workers.append(worker)
         self.notify("started", f"{worker.name} started (log {child.log_path})")
         return worker
 
-    def _on_exit(self, worker: WorkerProcess, returncode: int, now: float) -> None:
+    def _on_exit(self, worker: WorkerTask, returncode: int, now: float) -> None:
         how = exit_description(returncode)
         if self.exit_log is not None:
             line = {

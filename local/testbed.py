@@ -194,6 +194,7 @@ class Testbed:
         unknown task to warm it up); its log lines and metrics go to ``logs/reaper.log``.
         """
         from lambdas import reaper, runtime
+        from local.lambda_context import LambdaContext
 
         if runtime.current().settings != self.settings:
             runtime.configure(self.settings)
@@ -201,7 +202,7 @@ class Testbed:
         log = self.run_dir / "logs" / "reaper.log"
         with open(log, "a", encoding="utf-8") as out, contextlib.redirect_stdout(out):
             result: dict[str, Any] = reaper.handler(
-                reaper.stopped_task_event(task_arn), runtime.LocalContext()
+                reaper.stopped_task_event(task_arn), LambdaContext()
             )
         return result
 

@@ -109,6 +109,23 @@ def child_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def start_logged(
+    arguments: Sequence[str], settings: Settings, log_path: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``python <arguments>`` in the repository with ``settings`` in its environment
+    (:func:`child_env`), stdout and stderr appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(  # noqa: S603 - our own modules, fixed arguments
+            [sys.executable, *arguments],
+            cwd=REPO_ROOT,
+            env=child_env(settings),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 class ApiProcess:
     """``python -m local.api_adapter`` on a free port, its output in a log file."""
 
@@ -121,16 +138,9 @@ class ApiProcess:
     @classmethod
     def start(cls, settings: Settings, log_path: Path, timeout_seconds: float = 60.0) -> ApiProcess:
         """Start it and wait for its ready line. Raises ``RuntimeError`` if it never comes."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "local.api_adapter", "--host", "127.0.0.1", "--port", "0"],
-                cwd=REPO_ROOT,
-                env=child_env(settings),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        process = start_logged(
+            ["-m", "local.api_adapter", "--host", "127.0.0.1", "--port", "0"], settings, log_path
+        )
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline and process.poll() is None:
             text = log_path.read_text(encoding="utf-8", errors="replace")
@@ -183,17 +193,7 @@ class WorkerProcess:
     ) -> WorkerProcess:
         """Start ``python <command>`` with ``settings`` in its environment (plus this process's
         AWS variables). ``settings.worker_id`` should be set so events can be attributed."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-                [sys.executable, *command],
-                cwd=REPO_ROOT,
-                env=child_env(settings),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        return cls(process, name, settings, log_path)
+        return cls(start_logged(command, settings, log_path), name, settings, log_path)
 
     @property
     def worker_id(self) -> str:

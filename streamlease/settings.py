@@ -2,8 +2,10 @@
 
 Every setting is a field of :class:`Settings`; its environment variable is ``STREAMLEASE_`` plus
 the field name in upper case (``lease_seconds`` → ``STREAMLEASE_LEASE_SECONDS``). This module is
-the only place in the project that reads ``os.environ``; the CDK app and the local stack use
-:func:`env_name` to write the same names.
+the only place in the project that reads ``os.environ``. Writing settings for another process
+goes through :func:`settings_environment` (the CDK app, the local stack, :meth:`Settings.to_env`),
+and reading a value of a field's type through :func:`parse_value` (the environment here, CDK
+context in the CDK app), so each is done one way.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, get_type_hints
@@ -22,12 +24,32 @@ from streamlease.schema import Liveness
 ENV_PREFIX: Final = "STREAMLEASE_"
 MAX_CAPACITY: Final = 8_000
 
+SettingValue = str | int | float | bool | Sequence[str]
+"""A value :func:`settings_environment` can write: a field's value, or a CDK token string."""
+
 
 def env_name(field_name: str) -> str:
     """The environment variable that sets ``field_name``. Raises ``KeyError`` if unknown."""
-    if field_name not in _FIELD_NAMES:
-        raise KeyError(field_name)
-    return ENV_PREFIX + field_name.upper()
+    return _ENV_NAMES[field_name]
+
+
+def settings_environment(values: Mapping[str, SettingValue]) -> dict[str, str]:
+    """Map ``Settings`` field names to the environment a process reads them from.
+
+    Values are rendered the way :meth:`Settings.from_env` parses them (booleans as
+    ``true``/``false``, sequences comma-joined, enums by value); strings, CDK tokens among them,
+    pass through. Raises ``KeyError`` for a name that is not a field of ``Settings``.
+    """
+    return {env_name(field): render_value(value) for field, value in values.items()}
+
+
+def render_value(value: SettingValue) -> str:
+    """One setting's value as the environment text :func:`parse_value` reads back."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    return ",".join(value)
 
 
 @dataclass(frozen=True)
@@ -144,9 +166,7 @@ class Settings:
     local_respawn_seconds: float = 2.0
 
     def __post_init__(self) -> None:
-        # Messages name the environment variables: that is where an operator sets them.
-        def var(name: str) -> str:
-            return ENV_PREFIX + name.upper()
+        var = env_name  # messages name the environment variables: an operator sets those
 
         problems = []
         for name in ("lease_seconds", "heartbeat_seconds", "reconcile_seconds"):
@@ -197,63 +217,79 @@ class Settings:
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            var = f.metadata.get("env", ENV_PREFIX + f.name.upper())
+        for name, var in _ENV_NAMES.items():
             if var in env:
-                values[f.name] = _parse(var, env[var], _TYPES[f.name])
+                try:
+                    values[name] = parse_value(env[var], _TYPES[name])
+                except ValueError as exc:
+                    raise ConfigError(f"{var}={env[var]!r}: {exc}") from None
         values.update(overrides)
         return cls(**values)
 
     def to_env(self, **overrides: Any) -> dict[str, str]:
         """These settings (plus ``overrides``) as environment variables, for a child process."""
         merged = dataclasses.replace(self, **overrides) if overrides else self
-        out = {}
-        for f in dataclasses.fields(merged):
-            value = getattr(merged, f.name)
-            if isinstance(value, bool):
-                text = "true" if value else "false"
-            elif isinstance(value, tuple):
-                text = ",".join(value)
-            else:
-                text = str(value)
-            out[f.metadata.get("env", ENV_PREFIX + f.name.upper())] = text
-        return out
+        return settings_environment({name: getattr(merged, name) for name in _ENV_NAMES})
 
 
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
 
-def _parse(var: str, raw: str, kind: Any) -> Any:
-    text = raw.strip()
-    try:
-        if kind is bool:
-            lowered = text.lower()
-            if lowered in _TRUE:
-                return True
-            if lowered in _FALSE:
-                return False
-            raise ValueError("expected true or false")
-        if kind is int:
-            return int(text)
-        if kind is float:
-            value = float(text)
-            if not math.isfinite(value):
-                raise ValueError("not a finite number")
-            return value
-        if kind == tuple[str, ...]:
-            return tuple(part.strip() for part in text.split(",") if part.strip())
-        if isinstance(kind, type) and issubclass(kind, StrEnum):
-            try:
-                return kind(text.lower())
-            except ValueError:
-                raise ValueError(f"expected one of {', '.join(kind)}") from None
-    except ValueError as exc:
-        raise ConfigError(f"{var}={raw!r}: {exc}") from None
-    return raw
+def parse_value(raw: object, kind: Any) -> Any:
+    """``raw`` as a value of type ``kind``: ``bool``, ``int``, ``float``, ``str``,
+    ``tuple[str, ...]`` or a ``StrEnum``.
+
+    ``raw`` is environment text (surrounding white space ignored; booleans spelt
+    ``1/true/yes/on`` or ``0/false/no/off``/empty, case-insensitive; tuples comma-separated;
+    enums by value, case-insensitive), or a JSON value as CDK context holds it (a boolean, a
+    number, a list). Raises ``ValueError`` saying what was expected (non-finite floats and
+    fractional whole numbers included), ``TypeError`` for a ``kind`` it does not read.
+    """
+    text: Any = raw.strip() if isinstance(raw, str) else raw
+    if kind is bool:
+        if isinstance(text, bool):
+            return text
+        lowered = str(text).lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ValueError("expected true or false")
+    if kind is int:
+        if isinstance(text, float) and not text.is_integer():
+            raise ValueError("expected a whole number")
+        return int(text)
+    if kind is float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError("not a finite number")
+        return value
+    if kind is str:
+        return raw if isinstance(raw, str) else str(raw)
+    if kind == tuple[str, ...]:
+        items = text if isinstance(text, list) else str(text).split(",")
+        return tuple(str(item).strip() for item in items if str(item).strip())
+    if isinstance(kind, type) and issubclass(kind, StrEnum):
+        try:
+            return kind(str(text).lower())
+        except ValueError:
+            raise ValueError(f"expected one of {', '.join(kind)}") from None
+    raise TypeError(f"no parser for {kind!r}")
 
 
 _TYPES: Final = get_type_hints(Settings)
-_FIELD_NAMES: Final = frozenset(f.name for f in dataclasses.fields(Settings))
+_ENV_NAMES: Final[Mapping[str, str]] = {
+    f.name: f.metadata.get("env", ENV_PREFIX + f.name.upper()) for f in dataclasses.fields(Settings)
+}
+"""Field name → the environment variable that sets it (the prefixed name, or AWS's own)."""
 
-__all__ = ["ENV_PREFIX", "Settings", "env_name"]
+__all__ = [
+    "ENV_PREFIX",
+    "SettingValue",
+    "Settings",
+    "env_name",
+    "parse_value",
+    "render_value",
+    "settings_environment",
+]

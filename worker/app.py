@@ -52,15 +52,17 @@ from worker.holder import EndReason
 from worker.holdings import Holdings
 from worker.identity import Identity, resolve_identity
 from worker.lease_events import LeaseEventLog
+from worker.liveness import tick
 from worker.logs import describe, logger
 from worker.metrics import EmfPublisher, WorkerMetrics, flush, flush_periodically
+from worker.os_limits import raise_open_file_limit
 from worker.own_leases import OwnLeases
-from worker.process import install_signal_handlers, raise_open_file_limit, tick
 from worker.rebalancer import Rebalancer
 from worker.reconciler import Reconciler
 from worker.renewal import Renewals
 from worker.secrets import Secrets
 from worker.session import Session
+from worker.signals import install_signal_handlers
 from worker.sinks import Sink, load_sink
 from worker.takeover import Takeover
 
@@ -177,18 +179,21 @@ class Worker:
                 async with asyncio.TaskGroup() as services:
                     upkeep = [
                         services.create_task(self._keep_session(), name="session keeper"),
-                        services.create_task(self.fleet.watch_fleet(services), name="fleet"),
+                        services.create_task(
+                            self.fleet.watch_fleet(services), name="fleet watcher"
+                        ),
                         services.create_task(
                             flush_periodically(
                                 self.metrics, self.publisher, settings.metrics_flush_seconds
                             ),
-                            name="metrics",
+                            name="metrics flusher",
                         ),
                         services.create_task(
-                            tick(settings.health_file, self.metrics, self._on_tick), name="tick"
+                            tick(settings.health_file, self.metrics, self._on_tick),
+                            name="liveness ticker",
                         ),
                         services.create_task(
-                            ctx.connections.run(ctx.store), name="connection states"
+                            ctx.connections.run(ctx.store), name="connection state writer"
                         ),
                     ]
                     takers = [
@@ -202,15 +207,18 @@ class Worker:
                     ]
                     if self.uses_sessions:
                         upkeep.append(
-                            services.create_task(self.own_leases.watch(), name="own leases")
+                            services.create_task(self.own_leases.watch(), name="own lease poller")
                         )
                     else:
                         upkeep.append(
-                            services.create_task(self.renewals.renew_leases(), name="renewals")
+                            services.create_task(
+                                self.renewals.renew_leases(), name="per-stream lease renewer"
+                            )
                         )
                         takers.append(
                             services.create_task(
-                                self.reconciler.take_over_suspects(), name="suspect takeovers"
+                                self.reconciler.take_over_suspects(),
+                                name="suspect takeover scheduler",
                             )
                         )
                     await ctx.shutdown_requested.wait()

@@ -163,7 +163,10 @@ class CommandPoller:
             if messages:
                 async with asyncio.TaskGroup() as tasks:
                     for message in messages:
-                        tasks.create_task(self._handle(message))
+                        tasks.create_task(
+                            self._handle(message),
+                            name=f"handle command {message.get('MessageId', '')}",
+                        )
 
     async def _handle(self, message: dict[str, Any]) -> None:
         receipt = str(message.get("ReceiptHandle", ""))

@@ -80,7 +80,7 @@ class FleetWatcher:
         session = ctx.session
         healthy = session is not None and session.healthy(now)
         for session_id in self._detector.to_expire(now, observer_healthy=healthy):
-            tasks.create_task(self._expire(session_id), name=f"expire {session_id}")
+            tasks.create_task(self._expire(session_id), name=f"expire session {session_id}")
         self._log_breaker()
         self._sweep_leftovers(workers, now, tasks)
         return workers
@@ -124,7 +124,9 @@ class FleetWatcher:
         for session_id, last in self._expired_seen.items():
             if now - last >= heartbeat and not self._takeover.busy_with(session_id):
                 self._expired_seen[session_id] = now
-                tasks.create_task(self._sweep(session_id), name=f"sweep {session_id}")
+                tasks.create_task(
+                    self._sweep(session_id), name=f"sweep expired session {session_id}"
+                )
 
     async def _sweep(self, session_id: str) -> None:
         try:

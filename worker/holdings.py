@@ -80,7 +80,7 @@ class Holdings:
             raise RuntimeError("holdings are not bound to a task group")
         self._reserved.discard(holder.stream_id)
         self._holders[holder.stream_id] = holder
-        task = self._tasks.create_task(self._hold(holder), name=f"hold {holder.stream_id}")
+        task = self._tasks.create_task(self._hold(holder), name=f"hold stream {holder.stream_id}")
         self._running[holder.stream_id] = task
 
     async def _hold(self, holder: StreamHolder) -> None:

@@ -11,7 +11,6 @@ logs the exact p50/p99/max.
 from __future__ import annotations
 
 import asyncio
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Final
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
+from streamlease.stats import percentile
 from streamlease.telemetry import WORKER_SERVICE, WorkerMetric
 from worker.logs import logger
 
@@ -47,14 +47,6 @@ EMITTED_LATENCIES: Final = (WorkerMetric.RENEWAL_LAG_MS, WorkerMetric.EVENT_LOOP
 LATENCIES: Final = (*EMITTED_LATENCIES, RENEWAL_CALL_MS)
 
 
-def percentile(sorted_values: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of already sorted values (0.0 when there are none)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, math.ceil(fraction * len(sorted_values)))
-    return float(sorted_values[min(rank, len(sorted_values)) - 1])
-
-
 @dataclass(frozen=True)
 class LatencySummary:
     """One latency metric over a flush interval (milliseconds)."""
@@ -77,7 +69,8 @@ class Snapshot:
 
 
 def summarize(samples: Sequence[float]) -> LatencySummary:
-    """p50/p99/max of ``samples`` and an even pick of at most :data:`MAX_EMF_VALUES` of them."""
+    """p50/p99 (:func:`streamlease.stats.percentile`: linear interpolation)/max of ``samples``
+    and an even pick of at most :data:`MAX_EMF_VALUES` of them."""
     ordered = sorted(samples)
     if not ordered:
         return LatencySummary(0, 0.0, 0.0, 0.0, (0.0,))
@@ -88,8 +81,8 @@ def summarize(samples: Sequence[float]) -> LatencySummary:
         picked = (*(ordered[int(i * step)] for i in range(MAX_EMF_VALUES - 1)), ordered[-1])
     return LatencySummary(
         count=len(ordered),
-        p50=percentile(ordered, 0.5),
-        p99=percentile(ordered, 0.99),
+        p50=percentile(ordered, 50),
+        p99=percentile(ordered, 99),
         max=ordered[-1],
         emitted=picked,
     )

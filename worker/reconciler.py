@@ -117,7 +117,10 @@ class Reconciler:
         won = 0
         if taking:
             async with asyncio.TaskGroup() as tasks:
-                attempts = [tasks.create_task(self._acquire(s, "orphan")) for s in taking]
+                attempts = [
+                    tasks.create_task(self._acquire(s, "orphan"), name=f"acquire orphan {s}")
+                    for s in taking
+                ]
             won = sum(1 for a in attempts if a.result())
         self._schedule(self._candidates(suspects)[: max(0, room - len(taking))], suspects, now)
         return won
@@ -153,7 +156,10 @@ class Reconciler:
                 for stream_id in due:
                     del self._takeovers[stream_id]
                     if not self._ctx.shutdown_requested.is_set():
-                        tasks.create_task(self._acquire(stream_id, "takeover"))
+                        tasks.create_task(
+                            self._acquire(stream_id, "takeover"),
+                            name=f"take over suspect {stream_id}",
+                        )
                 upcoming = min(self._takeovers.values(), default=None)
                 timeout = None if upcoming is None else max(0.0, upcoming - time.monotonic())
                 try:

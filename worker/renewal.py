@@ -97,7 +97,10 @@ class Renewals:
                     if holder is None:
                         continue
                     await self._slots.acquire()
-                    tasks.create_task(self._renew(key, holder, due))
+                    tasks.create_task(
+                        self._renew(key, holder, due),
+                        name=f"renew lease {holder.stream_id} epoch {holder.epoch}",
+                    )
                 upcoming = self._schedule.next_due()
                 delay = interval if upcoming is None else upcoming - time.monotonic()
                 self._wake.clear()

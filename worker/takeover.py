@@ -105,7 +105,13 @@ class Takeover:
             empty = 0
             random.shuffle(views)
             async with asyncio.TaskGroup() as tasks:
-                steps = [tasks.create_task(self._step(session_id, view, entries)) for view in views]
+                steps = [
+                    tasks.create_task(
+                        self._step(session_id, view, entries),
+                        name=f"take over {view.stream_id} from session {session_id}",
+                    )
+                    for view in views
+                ]
             taken += sum(1 for s in steps if s.result() == "taken")
             freed += sum(1 for s in steps if s.result() == "freed")
         else:

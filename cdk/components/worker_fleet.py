@@ -24,10 +24,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from cdk.components.settings_env import SettingValue, settings_environment
 from cdk.components.table_grants import grant_table_data, nag_spelling
 from cdk.config import CpuArchitecture
 from streamlease import telemetry
+from streamlease.settings import SettingValue, settings_environment
 
 STOP_TIMEOUT_SECONDS = 120
 """What ECS waits between SIGTERM and SIGKILL (the Fargate maximum)."""

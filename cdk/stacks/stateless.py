@@ -24,12 +24,11 @@ from cdk.components.fleet_metrics import FleetMetrics
 from cdk.components.fleet_scaling import FleetScaling
 from cdk.components.network import Network
 from cdk.components.service_function import ServiceFunction
-from cdk.components.settings_env import SettingValue, settings_environment
 from cdk.components.table_grants import grant_table_data
 from cdk.components.worker_fleet import WorkerFleet
 from cdk.config import DeploymentConfig
 from streamlease import telemetry
-from streamlease.settings import Settings
+from streamlease.settings import Settings, SettingValue, settings_environment
 from streamlease.telemetry import AuditorMetric
 
 

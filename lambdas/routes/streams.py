@@ -28,6 +28,7 @@ from lambdas.api_models import (
 from lambdas.commands import send_command, start_command
 from lambdas.http_errors import ApiError
 from lambdas.identity import caller_identity
+from lambdas.metrics import MetricEmitter
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
@@ -38,7 +39,7 @@ from streamlease.url_policy import parse_upstream_url
 
 router = Router()
 logger = Logger(service=API_SERVICE, child=True)
-metrics = runtime.MetricEmitter(API_SERVICE)
+metrics = MetricEmitter(API_SERVICE)
 
 StreamId = Annotated[
     str,

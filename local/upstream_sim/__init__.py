@@ -64,8 +64,9 @@ from local.upstream_sim.payloads import (
     subscription_start,
     text_message,
 )
-from local.upstream_sim.server import LISTEN_BACKLOG, UpstreamSimulator, raise_open_file_limit
+from local.upstream_sim.server import LISTEN_BACKLOG, UpstreamSimulator
 from local.upstream_sim.thread import run_in_thread
+from worker.os_limits import raise_open_file_limit
 
 __all__ = [
     "ALL_STREAMS",

@@ -8,7 +8,6 @@ import dataclasses
 import hmac
 import http
 import logging
-import resource
 import threading
 import time
 import weakref
@@ -26,6 +25,7 @@ from websockets.typing import Subprotocol
 from local.upstream_sim.emitter import Emitter, Pacer, send_flat_out
 from local.upstream_sim.knobs import ALL_STREAMS, DEFAULT_RATE, Fault, Knobs, StreamStats
 from local.upstream_sim.payloads import subscribed_message, subscription_start
+from worker.os_limits import raise_open_file_limit
 
 LISTEN_BACKLOG: Final = 4096
 _UNSENDABLE_CODES: Final = frozenset({1005, 1006, 1015})  # reserved: never put on the wire
@@ -53,18 +53,6 @@ _AUTH_REFUSAL: Final = _Refusal(http.HTTPStatus.UNAUTHORIZED, "missing or wrong 
 _SUBPROTOCOL_REFUSAL: Final = _Refusal(
     http.HTTPStatus.BAD_REQUEST, "the required subprotocol was not offered\n"
 )
-
-
-def raise_open_file_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard = max(soft, 1 << 20)
-    if soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-    return soft
 
 
 class UpstreamSimulator:

@@ -10,9 +10,7 @@ import pytest
 from template_support import TemplateJson
 
 from cdk.app import CONTEXT_PREFIX, REPO_ROOT, config_from_context, context_key, retention
-from cdk.components.settings_env import settings_environment
 from cdk.config import BillingMode, CapacityRange, DeploymentConfig, NetworkingMode
-from streamlease.settings import Settings, env_name
 
 # Properties that would give a resource a fixed physical name (two deployments would collide).
 PHYSICAL_NAME_PROPERTIES = {
@@ -114,24 +112,3 @@ def test_no_resource_has_a_physical_name(stack: str, request: pytest.FixtureRequ
             if isinstance(properties.get(name), str)  # a reference to another resource is fine
         }
         assert not named, f"{logical_id} ({body['Type']}) sets {sorted(named)}"
-
-
-def test_settings_environment_renders_values_as_settings_parses_them() -> None:
-    """Booleans, numbers and host lists become the strings ``Settings.from_env`` reads back."""
-    env = settings_environment(
-        {"allow_insecure_ws": False, "capacity": 40, "allowed_hosts": ("a.example", "b.example")}
-    )
-    assert env == {
-        env_name("allow_insecure_ws"): "false",
-        env_name("capacity"): "40",
-        env_name("allowed_hosts"): "a.example,b.example",
-    }
-    parsed = Settings.from_env(env)
-    assert (parsed.allow_insecure_ws, parsed.capacity) == (False, 40)
-    assert parsed.allowed_hosts == ("a.example", "b.example")
-
-
-def test_settings_environment_refuses_an_unknown_setting() -> None:
-    """A name that is not a Settings field fails synth instead of setting a dead variable."""
-    with pytest.raises(KeyError):
-        settings_environment({"lease_secs": 3})

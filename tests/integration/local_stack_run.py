@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from local import polling
 from local.worker_process import scaled_settings
 from streamlease.settings import Settings
 
@@ -117,13 +117,16 @@ class StackRun:
 
 
 def wait_until(ready: Callable[[], bool], timeout: float, what: str, run: StackRun) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if run.process.poll() is not None:
-            pytest.fail(f"the stack exited while waiting for {what}:\n{run.output}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}:\n{run.output[-3000:]}")
-        time.sleep(0.2)
+    """Poll ``ready``; fail the test, with the stack's output, if the stack exits first or
+    ``timeout`` seconds pass."""
+    try:
+        polling.wait_until(
+            ready, timeout, what, every_seconds=0.2, alive=lambda: run.process.poll() is None
+        )
+    except polling.ExitedWhileWaiting:
+        pytest.fail(f"the stack exited while waiting for {what}:\n{run.output}")
+    except TimeoutError:
+        pytest.fail(f"timed out waiting for {what}:\n{run.output[-3000:]}")
 
 
 def streams_by_id(run: StackRun) -> dict[str, dict[str, Any]]:

@@ -22,6 +22,7 @@ import pytest
 
 from local.invariant_inputs import load_records
 from local.invariants import Report, check
+from local.polling import wait_until
 from local.testbed import EventTail
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
 from local.worker_process import WorkerProcess, scaled_settings
@@ -66,21 +67,6 @@ def worker_settings(aws_settings: Settings, run_dir: Path, **overrides: Any) -> 
     }
     values.update(overrides)
     return scaled_settings(aws_settings, lease_seconds=LEASE_SECONDS, **values)
-
-
-def wait_until(
-    condition: Callable[[], Any], timeout_seconds: float, what: str, every: float = 0.05
-) -> Any:
-    """Poll ``condition`` until it returns something truthy (returned); ``TimeoutError`` naming
-    ``what`` after ``timeout_seconds``."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_seconds:.1f} s")
-        time.sleep(every)
 
 
 # --- streams and commands ----------------------------------------------------------------------
@@ -230,9 +216,9 @@ class Fleet:
         self.wait(lambda: wanted <= set(self.owners()), timeout_seconds, f"{len(wanted)} owned")
 
     def wait(self, condition: Callable[[], Any], timeout_seconds: float, what: str) -> Any:
-        """:func:`wait_until` that shows the workers' logs when it times out."""
+        """:func:`local.polling.wait_until` that shows the workers' logs when it times out."""
         try:
-            return wait_until(condition, timeout_seconds, what)
+            return wait_until(condition, timeout_seconds, what, every_seconds=0.05)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.diagnosis()}") from None
 

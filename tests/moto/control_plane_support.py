@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from local.lambda_context import LambdaContext
 from streamlease import aws
 from streamlease.schema import Command
 from streamlease.settings import Settings
@@ -79,7 +80,7 @@ class Api:
         """Send one request (see :func:`api_event` for the keywords)."""
         from lambdas.api import handler
 
-        response = handler(api_event(method, path, **kwargs), None)
+        response = handler(api_event(method, path, **kwargs), LambdaContext())
         text = response.get("body") or ""
         headers = {k: v for k, v in (response.get("multiValueHeaders") or {}).items()}
         headers.update(response.get("headers") or {})

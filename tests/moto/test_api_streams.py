@@ -12,6 +12,7 @@ from control_plane_support import OPERATOR_ARN, Api, CommandQueue, load_event
 
 from lambdas import runtime
 from lambdas.api import handler
+from local.lambda_context import LambdaContext
 from streamlease import checkpoints
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
@@ -73,7 +74,7 @@ def test_stored_create_event_creates_the_stream(
     control_plane: runtime.Runtime, commands: CommandQueue
 ) -> None:
     """The stored API Gateway event creates the stream: 201 with the full stream document."""
-    response = handler(load_event("api_rest_create_stream"), None)
+    response = handler(load_event("api_rest_create_stream"), LambdaContext())
     assert response["statusCode"] == 201
     body = json.loads(response["body"])
     assert set(body) == STREAM_FIELDS

@@ -14,6 +14,7 @@ from test_api_concurrency import instance_repo, run_in_threads
 
 from lambdas import auditor, reaper, runtime
 from lambdas.stream_repo import StreamConflict
+from local.lambda_context import LambdaContext
 from streamlease import dynamo
 from streamlease.errors import LeaseConflict, LeaseLost
 from streamlease.lease_store import LeaseStore, wall_ms
@@ -251,7 +252,7 @@ def test_the_reaper_leaves_a_tombstone_alone(
     assert api("DELETE", "/streams/s1").status == 204
     before = raw_item(control_plane, "s1")
     commands.drain()
-    result = reaper.handler(reaper.stopped_task_event(task_arn))
+    result = reaper.handler(reaper.stopped_task_event(task_arn), LambdaContext())
     assert (result["released"], result["handoffs"]) == (0, 0)
     assert raw_item(control_plane, "s1") == before
     assert commands.drain() == []

@@ -12,6 +12,7 @@ from control_plane_support import Api, api_event
 
 from lambdas import runtime
 from lambdas.api import handler
+from local.lambda_context import LambdaContext
 from streamlease.settings import Settings
 
 URL = "wss://feed.example.com/v1"
@@ -154,7 +155,7 @@ def test_broken_base64_body_is_400(api: Api) -> None:
     """A body flagged base64 that is not base64 is a client error naming the body."""
     event = api_event("POST", "/streams", raw_body="%%%not-base64%%%")
     event["isBase64Encoded"] = True
-    response = handler(event, None)
+    response = handler(event, LambdaContext())
     assert response["statusCode"] == 400
     assert json.loads(response["body"])["error"]["field"] == "body"
 

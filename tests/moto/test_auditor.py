@@ -10,6 +10,7 @@ from control_plane_support import load_event
 from stream_items import put_stream as put_item
 
 from lambdas import auditor, runtime
+from local.lambda_context import LambdaContext
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
 from streamlease.schema import FLEET, PK, SESSION_HELD_MS, DesiredState, StreamAttr, WorkerState
@@ -104,7 +105,7 @@ def test_handler_publishes_every_metric_as_emf(
     """The scheduled event yields one EMF document with the five metrics, zeros included."""
     now = wall_ms()
     put_stream(dynamodb, control_plane.settings.table_name, "o", owner="w", expires_ms=now + 60_000)
-    result = auditor.handler(load_event("scheduled_auditor"), None)
+    result = auditor.handler(load_event("scheduled_auditor"), LambdaContext())
     assert result["started_streams"] == 1
     documents = [
         json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line

@@ -9,6 +9,7 @@ import pytest
 from control_plane_support import Api, CommandQueue, load_event
 
 from lambdas import reaper, runtime
+from local.lambda_context import LambdaContext
 from streamlease import checkpoints
 from streamlease.errors import StoreError
 from streamlease.lease_store import LeaseStore, wall_ms
@@ -87,7 +88,7 @@ def test_stopped_task_leases_are_released_and_handed_off(
     fleet: dict[str, int], store: LeaseStore, commands: CommandQueue
 ) -> None:
     """Every lease of the dead task is released and each STARTED stream gets a HANDOFF."""
-    result = reaper.handler(load_event("ecs_task_stopped"), None)
+    result = reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     assert result["released"] == 5
     assert result["handoffs"] == 4
     assert set(result["workers"]) == {DEAD, DEAD_NO_ITEM, CUSTOM}
@@ -107,7 +108,7 @@ def test_a_released_stream_resumes_at_its_sessions_checkpoint(
 ) -> None:
     """The dead session's last renewal carried stream a's checkpoint: the next owner resumes
     there, not at the stale seq on the stream item."""
-    reaper.handler(load_event("ecs_task_stopped"), None)
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     assert [store.read(s).last_seq for s in "ab"] == [40, 0]  # type: ignore[union-attr]
 
 
@@ -116,7 +117,7 @@ def test_the_dead_tasks_sessions_are_tombstoned_and_others_untouched(
 ) -> None:
     """A live task's worker keeps its lease and its session; the dead task's sessions are
     EXPIRED, so a late renewal of theirs can never succeed."""
-    reaper.handler(load_event("ecs_task_stopped"), None)
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     alive = store.read("e")
     assert alive is not None
     assert (alive.owner, alive.epoch) == (ALIVE, fleet["e"])
@@ -133,10 +134,10 @@ def test_redelivered_event_changes_nothing(
 ) -> None:
     """EventBridge may deliver twice: the second run releases nothing and sends nothing."""
     event = load_event("ecs_task_stopped")
-    reaper.handler(event, None)
+    reaper.handler(event, LambdaContext())
     commands.drain()
     before = {s: store.read(s) for s in "abcdef"}
-    again = reaper.handler(copy.deepcopy(event), None)
+    again = reaper.handler(copy.deepcopy(event), LambdaContext())
     assert (again["released"], again["handoffs"]) == (0, 0)
     assert commands.drain() == []
     assert {s: store.read(s) for s in "abcdef"} == before
@@ -148,7 +149,7 @@ def test_lease_taken_over_meanwhile_is_left_alone(
     """A stream another worker took over after the lapse is not released by the reaper."""
     store.release("a", DEAD, fleet["a"])
     taken = store.acquire("a", ALIVE, 20_000, slot=9)
-    result = reaper.handler(load_event("ecs_task_stopped"), None)
+    result = reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     stream = store.read("a")
     assert stream is not None
     assert (stream.owner, stream.epoch) == (ALIVE, taken.epoch)
@@ -158,7 +159,7 @@ def test_lease_taken_over_meanwhile_is_left_alone(
 
 def test_running_task_event_is_ignored(fleet: dict[str, int], store: LeaseStore) -> None:
     """Only STOPPED matters; a RUNNING state change releases nothing."""
-    result = reaper.handler(load_event("ecs_task_running"), None)
+    result = reaper.handler(load_event("ecs_task_running"), LambdaContext())
     assert "ignored" in result
     stream = store.read("a")
     assert stream is not None and stream.owner == DEAD
@@ -182,7 +183,7 @@ def test_malformed_events_are_ignored(
     control_plane: runtime.Runtime, event: dict[str, Any]
 ) -> None:
     """Events that do not name a stopped task are ignored, never a crash."""
-    assert "ignored" in reaper.handler(event, None)
+    assert "ignored" in reaper.handler(event, LambdaContext())
 
 
 def test_local_synthetic_event_reaps_a_local_worker(
@@ -194,7 +195,7 @@ def test_local_synthetic_event_reaps_a_local_worker(
     store.acquire("s1", worker_id, 20_000)
     commands.drain()
     event = reaper.stopped_task_event(f"arn:aws:ecs:us-east-1:000000000000:task/local/{worker_id}")
-    result = reaper.handler(event, runtime.LocalContext())
+    result = reaper.handler(event, LambdaContext())
     assert (result["released"], result["handoffs"]) == (1, 1)
     assert [(c.stream_id, c.type) for c in commands.drain()] == [("s1", CommandType.HANDOFF)]
 
@@ -204,7 +205,7 @@ def test_outage_makes_the_event_retry(fleet: dict[str, int], moto_server: Any) -
     moto_server.set_dynamodb_down(True)
     try:
         with pytest.raises(StoreError):
-            reaper.handler(load_event("ecs_task_stopped"), None)
+            reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     finally:
         moto_server.set_dynamodb_down(False)
 
@@ -213,7 +214,7 @@ def test_stopped_stream_released_without_handoff(
     fleet: dict[str, int], store: LeaseStore, commands: CommandQueue
 ) -> None:
     """A STOPPED stream held by the dead worker is released but not handed off."""
-    reaper.handler(load_event("ecs_task_stopped"), None)
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     stream = store.read("f")
     assert stream is not None
     assert (stream.owner, stream.desired_state) == (None, DesiredState.STOPPED)

@@ -1,4 +1,5 @@
-"""Settings (streamlease.settings): environment names, parsing, rules and the to_env round trip."""
+"""Settings (streamlease.settings): environment names, parsing, rules, rendering for another
+process (to_env, settings_environment) and the round trip."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import dataclasses
 import pytest
 
 from streamlease.errors import ConfigError
-from streamlease.settings import ENV_PREFIX, Settings, env_name
+from streamlease.schema import Liveness
+from streamlease.settings import ENV_PREFIX, Settings, env_name, parse_value, settings_environment
 
 
 def test_defaults_are_a_valid_configuration():
@@ -184,6 +186,57 @@ def test_to_env_validates_its_overrides():
     """A child is never handed settings that would fail at its start-up."""
     with pytest.raises(ConfigError):
         Settings().to_env(heartbeat_seconds=30.0)
+
+
+def test_settings_environment_renders_values_as_settings_parses_them() -> None:
+    """Booleans, numbers and host lists become the strings ``Settings.from_env`` reads back."""
+    env = settings_environment(
+        {"allow_insecure_ws": False, "capacity": 40, "allowed_hosts": ("a.example", "b.example")}
+    )
+    assert env == {
+        env_name("allow_insecure_ws"): "false",
+        env_name("capacity"): "40",
+        env_name("allowed_hosts"): "a.example,b.example",
+    }
+    parsed = Settings.from_env(env)
+    assert (parsed.allow_insecure_ws, parsed.capacity) == (False, 40)
+    assert parsed.allowed_hosts == ("a.example", "b.example")
+
+
+def test_settings_environment_refuses_an_unknown_setting() -> None:
+    """A name that is not a Settings field fails instead of setting a dead variable."""
+    with pytest.raises(KeyError):
+        settings_environment({"lease_secs": 3})
+
+
+def test_a_setting_read_from_an_aws_variable_is_written_under_that_name() -> None:
+    """env_name, to_env and from_env agree on the one variable that is not prefixed."""
+    assert env_name("ecs_container_metadata_uri_v4") == "ECS_CONTAINER_METADATA_URI_V4"
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "expected"),
+    [
+        (True, bool, True),
+        (20, int, 20),
+        (20.0, int, 20),
+        (20, float, 20.0),
+        (["a.example", " b.example ", ""], tuple[str, ...], ("a.example", "b.example")),
+        ("STREAM", Liveness, Liveness.STREAM),
+    ],
+)
+def test_json_values_parse_like_their_text(raw: object, kind: object, expected: object) -> None:
+    """CDK context gives booleans, numbers and lists as JSON; they read as their text would."""
+    assert parse_value(raw, kind) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind"), [(2.5, int), ("1.5", int), (float("inf"), float), ("hybrid", Liveness)]
+)
+def test_values_that_are_not_of_the_type_are_refused(raw: object, kind: object) -> None:
+    """A fractional whole number, an infinite float or an unknown enum value is a ValueError."""
+    with pytest.raises(ValueError):
+        parse_value(raw, kind)
 
 
 def test_a_client_asked_for_one_attempt_never_retries_behind_the_callers_back() -> None:

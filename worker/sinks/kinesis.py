@@ -148,7 +148,7 @@ class KinesisSink:
         self._pending.extend(entries)
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(
-                self._run_flusher(), name="kinesis-sink-flusher"
+                self._run_flusher(), name="kinesis sink flusher"
             )
         self._wakeup.set()
         await write.future
