@@ -1,7 +1,7 @@
 """What the invariant checker reads: lease events and sink records, parsed from JSONL.
 
-Lease events come from ``Settings.lease_event_log`` (one line per acquire, renewal, fence,
-release, ...; ``mono`` is ``time.monotonic()``, shared by every process on Linux). Sink records
+Lease events come from ``Settings.lease_event_log``, in the format of
+:mod:`streamlease.lease_events` (one line per acquire, renewal, fence, release, ...). Sink records
 come from the file sink (one JSONL file per stream, appended in delivery order). Parsing is
 lenient: a worker killed mid-write leaves a torn last line, which is counted, not fatal.
 """
@@ -14,34 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamlease.lease_events import LeaseEvent
 from streamlease.schema import SinkField
-
-
-@dataclass(frozen=True)
-class LeaseEvent:
-    """One line of a lease event log."""
-
-    event: str
-    stream_id: str
-    epoch: int
-    worker_id: str
-    mono: float
-    wall_ms: int = 0
-    deadline_mono: float | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LeaseEvent:
-        """Parse one event. Raises ``KeyError``/``ValueError``/``TypeError`` when malformed."""
-        deadline = data.get("deadline_mono")
-        return cls(
-            event=str(data["event"]),
-            stream_id=str(data["stream_id"]),
-            epoch=int(data["epoch"]),
-            worker_id=str(data["worker_id"]),
-            mono=float(data["mono"]),
-            wall_ms=int(data.get("wall_ms", 0)),
-            deadline_mono=None if deadline is None else float(deadline),
-        )
 
 
 @dataclass(frozen=True)

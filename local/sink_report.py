@@ -25,9 +25,10 @@ from typing import Any
 
 from local.invariant_inputs import LeaseEvent, SinkRecord, load_events, load_records
 from local.invariants import TERMINAL_EVENTS, Report, check
+from streamlease.lease_events import LeaseEventKind
 from streamlease.schema import belongs_to_task
 
-EXIT_AS_EVENT = "fenced"
+EXIT_AS_EVENT = LeaseEventKind.FENCED
 """How a process exit enters the checker: it stopped delivering at that moment, as a fence."""
 
 

@@ -6,6 +6,7 @@ attached to a session."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import pytest
 
 from local.upstream_sim import UpstreamSimulator
 from streamlease.errors import SinkDeadlinePassed, SinkError
+from streamlease.lease_events import LeaseEvent
 from streamlease.model import Lease, Stream
 from streamlease.schema import DesiredState
 from streamlease.settings import Settings
@@ -24,7 +26,7 @@ from worker.context import WorkerContext
 from worker.fence import Fence, LeaseFence
 from worker.holder import MAX_BATCH_RECORDS, EndReason, StreamHolder
 from worker.identity import Identity
-from worker.lease_events import LeaseEventLog
+from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import Deadline, SinkRecord
 
@@ -157,7 +159,7 @@ class Rig:
     def events(self) -> list[str]:
         self.ctx.events.close()
         lines = self.events_path.read_text().splitlines() if self.events_path.exists() else []
-        return [line.split('"event":"')[1].split('"')[0] for line in lines]
+        return [str(LeaseEvent.from_dict(json.loads(line)).event) for line in lines]
 
 
 @pytest.fixture
