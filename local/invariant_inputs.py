@@ -8,12 +8,13 @@ lenient: a worker killed mid-write leaves a torn last line, which is counted, no
 
 from __future__ import annotations
 
-import json
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from local.jsonl_tail import read_jsonl
 from streamlease.lease_events import LeaseEvent
 from streamlease.schema import SinkField
 
@@ -45,29 +46,6 @@ class SinkRecord:
         )
 
 
-def _read_jsonl(paths: Iterable[Path]) -> tuple[list[tuple[str, dict[str, Any]]], int]:
-    rows: list[tuple[str, dict[str, Any]]] = []
-    malformed = 0
-    for path in paths:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            continue
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError:
-                malformed += 1
-                continue
-            if isinstance(data, dict):
-                rows.append((str(path), data))
-            else:
-                malformed += 1
-    return rows, malformed
-
-
 def _expand(paths: str | Path | Iterable[str | Path]) -> list[Path]:
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     out: list[Path] = []
@@ -82,14 +60,7 @@ def load_events(paths: str | Path | Iterable[str | Path]) -> tuple[list[LeaseEve
 
     Returns the events and the number of lines that did not parse. Missing files are empty.
     """
-    rows, malformed = _read_jsonl(_expand(paths))
-    events = []
-    for _, data in rows:
-        try:
-            events.append(LeaseEvent.from_dict(data))
-        except (KeyError, ValueError, TypeError):
-            malformed += 1
-    return events, malformed
+    return read_jsonl(_expand(paths), LeaseEvent.from_dict)
 
 
 def load_records(paths: str | Path | Iterable[str | Path]) -> tuple[list[SinkRecord], int]:
@@ -97,11 +68,10 @@ def load_records(paths: str | Path | Iterable[str | Path]) -> tuple[list[SinkRec
 
     Returns the records and the number of lines that did not parse.
     """
-    rows, malformed = _read_jsonl(_expand(paths))
-    records = []
-    for source, data in rows:
-        try:
-            records.append(SinkRecord.from_dict(data, source))
-        except (KeyError, ValueError, TypeError):
-            malformed += 1
+    records: list[SinkRecord] = []
+    malformed = 0
+    for path in _expand(paths):
+        rows, bad = read_jsonl([path], functools.partial(SinkRecord.from_dict, source=str(path)))
+        records += rows
+        malformed += bad
     return records, malformed

@@ -6,7 +6,6 @@ attached to a session."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any, cast
 
 import pytest
 
+from local.jsonl_tail import read_jsonl
 from local.upstream_sim import UpstreamSimulator
 from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.lease_events import LeaseEvent
@@ -158,8 +158,8 @@ class Rig:
 
     def events(self) -> list[str]:
         self.ctx.events.close()
-        lines = self.events_path.read_text().splitlines() if self.events_path.exists() else []
-        return [str(LeaseEvent.from_dict(json.loads(line)).event) for line in lines]
+        events, _ = read_jsonl([self.events_path], LeaseEvent.from_dict)
+        return [str(e.event) for e in events]
 
 
 @pytest.fixture
