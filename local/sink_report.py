@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local.invariant_inputs import LeaseEvent, SinkRecord, load_events, load_records
-from local.invariants import TERMINAL_EVENTS, Report, check
+from local.invariants import Report, SinkRecord, check, load_events, load_records
 from local.jsonl_tail import read_jsonl
-from streamlease.lease_events import LeaseEventKind
+from streamlease.lease_events import TERMINAL_KINDS, LeaseEvent, LeaseEventKind
 from streamlease.schema import belongs_to_task
 
 EXIT_AS_EVENT = LeaseEventKind.FENCED
@@ -71,7 +70,7 @@ def end_at_exits(events: Sequence[LeaseEvent], exits: Sequence[ProcessExit]) -> 
         last[(event.stream_id, event.epoch, event.worker_id)] = event
     added = []
     for (stream_id, epoch, worker_id), event in last.items():
-        if event.event in TERMINAL_EVENTS or not stream_id:
+        if event.event in TERMINAL_KINDS or not stream_id:
             continue
         gone = next((x for x in exits if x.owns(worker_id) and x.mono >= event.mono), None)
         if gone is not None:

@@ -20,8 +20,7 @@ from typing import Any, Final
 
 import pytest
 
-from local.invariant_inputs import load_records
-from local.invariants import Report, check
+from local.invariants import Report, check, load_records
 from local.jsonl_tail import read_jsonl
 from local.testbed import EventTail
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
