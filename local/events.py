@@ -84,7 +84,8 @@ class LeaseEventTailer:
 
     ``emit(kind, text)`` prints a line; ``name_of`` turns a worker id into the name shown
     (default: :func:`worker_name`, as everywhere else). Call :meth:`pump` regularly; it reads
-    only what was appended since the last call and keeps a torn last line for the next one.
+    only what was appended since the last call and keeps a torn last line for the next one
+    (:class:`~local.jsonl_tail.JsonlTail`).
     """
 
     def __init__(
