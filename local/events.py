@@ -12,15 +12,16 @@ and a row of ``streamlease watch`` say the same name.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
+from local.jsonl_tail import JsonlTail
 from streamlease.cli.render import worker_name
+from streamlease.lease_events import LeaseEvent, LeaseEventKind
 
 FOLD_AFTER: Final = 3
 """More alike events than this in one poll are printed as one line."""
@@ -83,7 +84,8 @@ class LeaseEventTailer:
 
     ``emit(kind, text)`` prints a line; ``name_of`` turns a worker id into the name shown
     (default: :func:`worker_name`, as everywhere else). Call :meth:`pump` regularly; it reads
-    only what was appended since the last call and keeps a torn last line for the next one.
+    only what was appended since the last call and keeps a torn last line for the next one
+    (:class:`~local.jsonl_tail.JsonlTail`).
     """
 
     def __init__(
@@ -95,51 +97,25 @@ class LeaseEventTailer:
         self._directory = directory
         self._name_of = name_of
         self._emit = emit
-        self._offsets: dict[Path, int] = {}
-        self._partial: dict[Path, bytes] = {}
+        self._tail = JsonlTail(LeaseEvent.from_dict)
         self._holders: dict[str, _Holder] = {}
 
     def pump(self) -> int:
         """Read new events and print their lines. Returns how many events were read."""
-        events = []
         for path in sorted(self._directory.glob("*.jsonl")):
-            events.extend(self._read_new(path))
-        events.sort(key=lambda e: float(e.get("mono") or 0.0))
+            self._tail.follow(path)  # a worker started since the last call
+        events = self._tail.read_new()
+        events.sort(key=lambda e: e.mono)
         changes = [c for c in (self._apply(e) for e in events) if c is not None]
         self._print(changes)
         return len(events)
 
-    def _read_new(self, path: Path) -> list[dict[str, Any]]:
-        offset = self._offsets.get(path, 0)
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                data = handle.read()
-        except OSError:
-            return []
-        self._offsets[path] = offset + len(data)
-        data = self._partial.pop(path, b"") + data
-        lines = data.split(b"\n")
-        if lines[-1]:
-            self._partial[path] = lines[-1]
-        out = []
-        for raw in lines[:-1]:
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                continue  # a torn line from a killed worker
-            if isinstance(event, dict) and isinstance(event.get("stream_id"), str):
-                out.append(event)
-        return out
-
-    def _apply(self, event: dict[str, Any]) -> _Change | None:
-        kind = event.get("event")
-        stream_id = str(event["stream_id"])
-        worker_id = str(event.get("worker_id") or "")
-        epoch = int(event.get("epoch") or 0)
+    def _apply(self, event: LeaseEvent) -> _Change | None:
+        kind = event.event
+        stream_id, worker_id, epoch = event.stream_id, event.worker_id, event.epoch
         holder = self._holders.get(stream_id)
         mine = holder is not None and holder.worker_id == worker_id and holder.epoch == epoch
-        if kind == "acquired":
+        if kind == LeaseEventKind.ACQUIRED:
             self._holders[stream_id] = _Holder(worker_id, epoch)
             if holder is None:
                 return _Change("owned", stream_id, epoch, worker_id)
@@ -154,14 +130,14 @@ class LeaseEventTailer:
             return _Change("takeover", stream_id, epoch, worker_id, holder.worker_id)
         if not mine or holder is None:
             return None
-        if kind == "stopped":
+        if kind == LeaseEventKind.STOPPED:
             holder.stopping = True
-        elif kind == "released":
+        elif kind == LeaseEventKind.RELEASED:
             holder.released = True
             if holder.stopping:
                 return _Change("stopped", stream_id, epoch, worker_id)
-        elif kind in ("fenced", "lost"):
-            return _Change("lost", stream_id, epoch, worker_id, kind)
+        elif kind in (LeaseEventKind.FENCED, LeaseEventKind.LOST):
+            return _Change("lost", stream_id, epoch, worker_id, str(kind))
         return None
 
     def _print(self, changes: list[_Change]) -> None:

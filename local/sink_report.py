@@ -16,18 +16,18 @@ a dead process delivers nothing.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local.invariant_inputs import LeaseEvent, SinkRecord, load_events, load_records
-from local.invariants import TERMINAL_EVENTS, Report, check
+from local.invariants import Report, SinkRecord, check, load_events, load_records
+from local.jsonl_tail import read_jsonl
+from streamlease.lease_events import TERMINAL_KINDS, LeaseEvent, LeaseEventKind
 from streamlease.schema import belongs_to_task
 
-EXIT_AS_EVENT = "fenced"
+EXIT_AS_EVENT = LeaseEventKind.FENCED
 """How a process exit enters the checker: it stopped delivering at that moment, as a fence."""
 
 
@@ -40,6 +40,16 @@ class ProcessExit:
     label: str = ""
     returncode: int = 0
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProcessExit:
+        """Parse one line. Raises ``KeyError``/``ValueError``/``TypeError`` when malformed."""
+        return cls(
+            task_id=str(data["task_id"]),
+            mono=float(data["mono"]),
+            label=str(data.get("label", "")),
+            returncode=int(data.get("returncode", 0)),
+        )
+
     def owns(self, worker_id: str) -> bool:
         """True when ``worker_id`` (any of its sessions) ran in this process's task."""
         return belongs_to_task(worker_id, self.task_id)
@@ -49,24 +59,7 @@ def load_exits(path: str | Path | None) -> list[ProcessExit]:
     """The exits recorded in ``path`` (none if it is missing); torn lines are skipped."""
     if path is None:
         return []
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    exits = []
-    for line in text.splitlines():
-        try:
-            data = json.loads(line)
-            exits.append(
-                ProcessExit(
-                    task_id=str(data["task_id"]),
-                    mono=float(data["mono"]),
-                    label=str(data.get("label", "")),
-                    returncode=int(data.get("returncode", 0)),
-                )
-            )
-        except (ValueError, KeyError, TypeError):
-            continue
+    exits, _ = read_jsonl([Path(path)], ProcessExit.from_dict)
     return exits
 
 
@@ -77,7 +70,7 @@ def end_at_exits(events: Sequence[LeaseEvent], exits: Sequence[ProcessExit]) -> 
         last[(event.stream_id, event.epoch, event.worker_id)] = event
     added = []
     for (stream_id, epoch, worker_id), event in last.items():
-        if event.event in TERMINAL_EVENTS or not stream_id:
+        if event.event in TERMINAL_KINDS or not stream_id:
             continue
         gone = next((x for x in exits if x.owns(worker_id) and x.mono >= event.mono), None)
         if gone is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -20,11 +19,12 @@ from types import TracebackType
 from typing import Any, Final
 from urllib.parse import quote
 
-from local.invariant_inputs import LeaseEvent
 from local.invariants import Report, Window, check, current_owners, load_records
+from local.jsonl_tail import JsonlTail
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
 from local.worker_process import ApiProcess, WorkerProcess
 from streamlease.cli.client import ApiClient
+from streamlease.lease_events import LeaseEvent
 from streamlease.schema import belongs_to_task
 from streamlease.settings import Settings
 
@@ -32,34 +32,25 @@ ACCOUNT: Final = "000000000000"
 
 
 class EventTail:
-    """Reads lease events appended to a set of JSONL files, incrementally."""
+    """The lease events appended to a set of event logs, read incrementally and kept in
+    :attr:`events` (in the order read)."""
 
     def __init__(self) -> None:
-        self._offsets: dict[Path, int] = {}
+        self._tail = JsonlTail(LeaseEvent.from_dict)
         self.events: list[LeaseEvent] = []
-        self.malformed = 0
+
+    @property
+    def malformed(self) -> int:
+        """Complete lines read so far that were not lease events."""
+        return self._tail.malformed
 
     def add(self, path: Path) -> None:
         """Follow ``path`` too (it may not exist yet)."""
-        self._offsets.setdefault(path, 0)
+        self._tail.follow(path)
 
     def refresh(self) -> list[LeaseEvent]:
         """Read what was appended since the last call (complete lines only); returns it."""
-        new: list[LeaseEvent] = []
-        for path, offset in self._offsets.items():
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    chunk = f.read()
-            except FileNotFoundError:
-                continue
-            end = chunk.rfind(b"\n") + 1
-            self._offsets[path] = offset + end
-            for line in chunk[:end].splitlines():
-                try:
-                    new.append(LeaseEvent.from_dict(json.loads(line)))
-                except (ValueError, KeyError, TypeError):
-                    self.malformed += 1
+        new = self._tail.read_new()
         self.events.extend(new)
         return new
 

@@ -145,7 +145,8 @@ class Settings:
     health_file: str = "/tmp/streamlease-worker-health"  # noqa: S108 - container-local liveness file
     health_max_age_seconds: float = 30.0
     lease_event_log: str = ""
-    """If set, append lease events (acquired/renewed/fenced/released) as JSONL here (tests)."""
+    """If set, append lease events (acquired/renewed/fenced/released) as JSONL here, in the format
+    of :mod:`streamlease.lease_events` (tests and the local stack read it)."""
     log_level: str = "INFO"
 
     # --- control plane ---

@@ -20,6 +20,7 @@ from enum import StrEnum
 
 from streamlease import rules
 from streamlease.errors import LeaseConflict
+from streamlease.lease_events import LeaseEventKind
 from streamlease.lease_store import wall_ms
 from streamlease.model import Lease
 from streamlease.schema import Liveness
@@ -28,7 +29,6 @@ from worker.context import WorkerContext
 from worker.fence import Fence, LeaseFence, SessionFence
 from worker.holder import EndReason, StreamHolder
 from worker.holdings import Holdings
-from worker.lease_events import LeaseEvent
 from worker.logs import describe, logger
 from worker.renewal import Renewals
 from worker.session import Session
@@ -234,7 +234,7 @@ class Acquirer:
         ctx = self._ctx
         holder = StreamHolder(lease, ctx, fence, acquired_mono=time.monotonic())
         ctx.events.record(
-            LeaseEvent.ACQUIRED,
+            LeaseEventKind.ACQUIRED,
             lease.stream_id,
             lease.epoch,
             deadline_mono=fence.deadline_mono,

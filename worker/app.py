@@ -51,7 +51,7 @@ from worker.fleet_view import FleetView, check_fleet_mode
 from worker.holder import EndReason
 from worker.holdings import Holdings
 from worker.identity import Identity, resolve_identity
-from worker.lease_events import LeaseEventLog
+from worker.lease_event_log import LeaseEventLog
 from worker.liveness import tick
 from worker.logs import describe, logger
 from worker.metrics import EmfPublisher, WorkerMetrics, flush, flush_periodically

@@ -15,7 +15,7 @@ from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from worker.connection_report import ConnectionReport
 from worker.identity import Identity
-from worker.lease_events import LeaseEventLog
+from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import Sink
 

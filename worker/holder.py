@@ -31,12 +31,12 @@ from typing import Any, Final, TypeVar
 
 from streamlease import rules
 from streamlease.errors import LeaseLost, SinkDeadlinePassed, SinkError, StoreError
+from streamlease.lease_events import LeaseEventKind
 from streamlease.model import Lease, Stream
 from streamlease.schema import DesiredState
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.fence import Fence
-from worker.lease_events import LeaseEvent
 from worker.logs import describe, logger
 from worker.sinks import SinkRecord
 from worker.upstream import UpstreamMessage
@@ -266,15 +266,15 @@ class StreamHolder:
         self.fence.stop_renewing()
         self._ctx.metrics.incr(WorkerMetric.LEASES_LOST)
         if self.end_reason is EndReason.FENCED:
-            self._record(LeaseEvent.FENCED, deadline_mono=self.deadline_mono)
+            self._record(LeaseEventKind.FENCED, deadline_mono=self.deadline_mono)
             logger.warning("lease fenced", stream_id=self.stream_id, epoch=self.epoch)
         else:
-            self._record(LeaseEvent.LOST)
+            self._record(LeaseEventKind.LOST)
             logger.warning("lease lost", stream_id=self.stream_id, epoch=self.epoch)
 
-    def _record(self, event: LeaseEvent, *, deadline_mono: float | None = None) -> None:
+    def _record(self, kind: LeaseEventKind, *, deadline_mono: float | None = None) -> None:
         self._ctx.events.record(
-            event, self.stream_id, self.epoch, deadline_mono=deadline_mono, worker_id=self.owner
+            kind, self.stream_id, self.epoch, deadline_mono=deadline_mono, worker_id=self.owner
         )
 
     # --- the last steps ------------------------------------------------------------------------
@@ -286,11 +286,11 @@ class StreamHolder:
         ctx = self._ctx
         self.fence.stop_renewing()
         if reason is EndReason.STOPPED:
-            self._record(LeaseEvent.STOPPED)
+            self._record(LeaseEventKind.STOPPED)
         stream = await self._release()
         if stream is None:
             return
-        self._record(LeaseEvent.RELEASED)
+        self._record(LeaseEventKind.RELEASED)
         if reason is EndReason.ENDED:
             ctx.metrics.incr(WorkerMetric.STREAMS_ENDED)
         logger.info(
@@ -307,7 +307,7 @@ class StreamHolder:
         rebalance = reason is EndReason.SHED
         if await ctx.handoffs.send_handoff(self.stream_id, stream.generation, rebalance=rebalance):
             ctx.metrics.incr(WorkerMetric.HANDOFFS)
-            self._record(LeaseEvent.HANDOFF)
+            self._record(LeaseEventKind.HANDOFF)
 
     async def _release(self) -> Stream | None:
         """Release with the final checkpoint, retrying unanswered calls while it can matter.
@@ -345,7 +345,7 @@ class StreamHolder:
                 await asyncio.sleep(RELEASE_RETRY_SECONDS)
                 continue
             if stream is None:
-                self._record(LeaseEvent.LOST)
+                self._record(LeaseEventKind.LOST)
             return stream
 
     async def _release_lapsed(self) -> None:

@@ -25,12 +25,12 @@ from typing import Final
 
 from streamlease import rules
 from streamlease.errors import LeaseLost, StreamStopped
+from streamlease.lease_events import LeaseEventKind
 from streamlease.lease_store import wall_ms
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.fence import LeaseFence
 from worker.holder import EndReason, StreamHolder
-from worker.lease_events import LeaseEvent
 from worker.logs import describe, logger
 from worker.metrics import RENEWAL_CALL_MS
 from worker.renewal_schedule import RenewalSchedule
@@ -159,7 +159,7 @@ class Renewals:
             if deadline is None:
                 return  # answered too late to count; the holder's own timer fences it
             ctx.events.record(
-                LeaseEvent.RENEWED,
+                LeaseEventKind.RENEWED,
                 holder.stream_id,
                 holder.epoch,
                 deadline_mono=deadline,

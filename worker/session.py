@@ -34,6 +34,7 @@ from typing import Any
 
 from streamlease import rules
 from streamlease.errors import SessionExpired
+from streamlease.lease_events import LeaseEventKind
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
 from streamlease.schema import Liveness, WorkerState
@@ -41,7 +42,7 @@ from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 from worker.identity import Identity
-from worker.lease_events import LeaseEvent, LeaseEventLog
+from worker.lease_event_log import LeaseEventLog
 from worker.logs import describe, logger
 from worker.metrics import RENEWAL_CALL_MS
 from worker.slots import SlotTable
@@ -280,7 +281,11 @@ class Session:
         self.deadline_mono = deadline
         if self.carries_checkpoints:
             self._events.record(
-                LeaseEvent.SESSION_RENEWED, "", 0, deadline_mono=deadline, worker_id=self.worker_id
+                LeaseEventKind.SESSION_RENEWED,
+                "",
+                0,
+                deadline_mono=deadline,
+                worker_id=self.worker_id,
             )
         if was_fenced and self._fenced_logged and not self.fenced():
             logger.info("session renewed after fencing: resuming")

@@ -8,8 +8,7 @@ from typing import Final
 
 import pytest
 
-from local.invariants import EXITED, EXPIRED, Report
-from local.invariants_report import summary_line
+from local.invariants import EXITED, EXPIRED, Report, format_report, summary_line
 from local.testbed import Testbed
 from streamlease.settings import Settings
 
@@ -78,7 +77,7 @@ def assert_invariants(
             "invariants broken:\n  "
             + "\n  ".join(problems)
             + "\n\n"
-            + report.format()
+            + format_report(report)
             + "\n\n"
             + bed.diagnosis(),
             pytrace=False,

@@ -21,7 +21,7 @@ from worker_helpers import (
     new_ids,
 )
 
-from local.invariants import EXPIRED
+from local.invariants import EXPIRED, format_report
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import WorkerProcess
 from streamlease.session_store import SessionStore
@@ -96,7 +96,7 @@ def test_kill_9_owner_is_taken_over_within_about_a_lease(
     recount = fleet.settings.fleet_recount_seconds
     assert max(delays) < LEASE_SECONDS + 2 * recount + 1.0, f"takeover after {max(delays):.2f} s"
     report = fleet.report()
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert report.missing == 0
     crashed = [t for t in report.takeovers if t.from_end_reason == EXPIRED]
     assert {t.from_worker for t in crashed} == {victim.worker_id}
@@ -133,7 +133,7 @@ def test_sigterm_hands_every_stream_off_with_no_repeat(
         )
         assert delay < 2.5, f"{stream_id} idle {delay:.2f} s after its release"
     report = fleet.report()
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert report.missing == 0
     assert report.duplicates == 0
 
@@ -160,7 +160,7 @@ def test_sigterm_handoffs_are_taken_at_once_not_left_to_reconciliation(
         delay = takeover_seconds(fleet, stream_id, leaving.worker_id, staying.worker_id, released)
         assert delay < 2.0, f"{stream_id} idle {delay:.2f} s after its release"
     report = fleet.report()
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert report.duplicates == 0
 
 
@@ -193,7 +193,7 @@ def test_sigstop_past_the_lease_fences_itself_and_never_overlaps(
     for stream_id in held:
         fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 5)
     report = fleet.report()
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert report.missing == 0
     assert all(s.records_outside_lease == 0 for s in report.streams.values())
     assert frozen.alive, "a worker that lost its leases keeps running (it can take new ones)"

@@ -12,7 +12,7 @@ from worker_helpers import (
     new_ids,
 )
 
-from local.invariants import Report
+from local.invariants import Report, format_report
 from local.upstream_sim import UpstreamSimulator
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def test_joining_worker_ends_with_its_fair_share_without_gaps(
         fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 5)
 
     report = fleet.report()
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert report.missing == 0
     assert report.duplicates == 0
     assert {t.from_end_reason for t in report.takeovers} == {"released"}
@@ -77,5 +77,5 @@ def test_capacity_is_a_hard_limit_and_others_take_the_rest(
     fleet.start("big", capacity=10)
     fleet.wait_owned(ids)
     report = fleet.report()
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert most_held_at_once(report)[small.worker_id] == 2

@@ -17,6 +17,7 @@ from worker_helpers import (
     new_ids,
 )
 
+from local.invariants import format_report
 from local.moto_process import set_dynamodb_fault
 from local.upstream_sim import UpstreamSimulator
 from streamlease.schema import Liveness, SinkField
@@ -63,7 +64,7 @@ def test_dynamodb_outage_longer_than_a_lease_fences_then_recovers(
         assert all(r[SinkField.EPOCH] > epochs[stream_id] for r in late), "stale epoch delivered"
         assert_no_gap(fleet.seqs(stream_id))
     report = fleet.report()
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert worker.alive
 
 
@@ -98,7 +99,7 @@ def test_dynamodb_outage_longer_than_a_lease_pauses_a_session_then_resumes_it(
         seqs = fleet.seqs(stream_id)
         assert seqs == list(range(1, len(seqs) + 1)), "resumed exactly where it paused"
     report = fleet.report()
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert report.duplicates == 0
     assert not fleet.events("lost"), "the session was never lost"
     assert worker.alive

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import pytest
 
-from local.invariant_inputs import load_records
-from local.invariants import Report, check
+from local.invariants import Report, check, load_records
+from local.jsonl_tail import read_jsonl
 from local.polling import wait_until
 from local.testbed import EventTail
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
@@ -224,18 +224,8 @@ class Fleet:
 
     def records(self, stream_id: str) -> list[dict[str, Any]]:
         """The sink records of ``stream_id`` in file order (a torn last line is skipped)."""
-        path = self.sink_dir / sink_file_name(stream_id)
-        out = []
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return []
-        for line in data.splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        records, _ = read_jsonl([self.sink_dir / sink_file_name(stream_id)], dict)
+        return records
 
     def seqs(self, stream_id: str) -> list[int]:
         """The seqs delivered for ``stream_id``, in delivery order."""

@@ -113,3 +113,27 @@ def test_cdk_may_not_import_the_lease_store(tmp_path):
     assert violations("cdk", tmp_path) == [
         "cdk/stack.py: streamlease.lease_store.LeaseStore (cdk may import only names and settings)"
     ]
+
+
+INVARIANTS_IMPORTS = {
+    "model": frozenset(),
+    "report": frozenset({"model"}),
+    "ownership": frozenset({"model"}),
+    "inputs": frozenset(),
+    "checker": frozenset({"model", "ownership", "inputs"}),
+}
+
+
+def test_the_invariant_checker_modules_import_one_way():
+    """Inside local/invariants/ no module imports one that imports it back (no import circle):
+    model and inputs stand alone, report and ownership build on model, checker on the rest."""
+    package = ROOT / "local" / "invariants"
+    assert {p.stem for p in package.glob("*.py")} == {"__init__", *INVARIANTS_IMPORTS}
+    for name, allowed in INVARIANTS_IMPORTS.items():
+        source = (package / f"{name}.py").read_text(encoding="utf-8")
+        siblings = {
+            module.split(".")[2]
+            for module in imported_modules(source)
+            if module.startswith("local.invariants.")
+        }
+        assert siblings <= allowed, f"local/invariants/{name}.py imports {siblings - allowed}"

@@ -11,15 +11,16 @@ import pytest
 from local.invariants import (
     EXITED,
     EXPIRED,
-    LeaseEvent,
     SinkRecord,
     check,
     check_files,
     current_owners,
+    format_report,
     load_events,
     load_records,
     segments_of,
 )
+from streamlease.lease_events import LeaseEvent
 from streamlease.schema import SinkField
 
 LEASE = 2.0
@@ -55,7 +56,7 @@ def test_graceful_handoff_is_clean_and_reports_the_takeover() -> None:
     """Release then acquire by another worker: no violation, one takeover, its unowned gap."""
     events = hold("s", 1, "w1", 0.0, 4, end="released", end_at=2.2) + hold("s", 2, "w2", 2.5)
     report = check(events, recs("s", 1, range(1, 21)) + recs("s", 2, range(21, 30)))
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     (takeover,) = report.takeovers
     assert (takeover.from_end_reason, takeover.to_worker, takeover.duplicates) == (
         "released",
@@ -132,7 +133,7 @@ def test_duplicates_are_attributed_to_the_takeover_that_replayed_them() -> None:
     events = hold("s", 1, "w1", 0.0, 2) + hold("s", 2, "w2", 3.0)
     records = recs("s", 1, range(1, 21)) + recs("s", 2, range(18, 30))
     report = check(events, records)
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert report.duplicates == 3
     assert report.takeovers[0].duplicates == 3
     assert report.duplicates_after([EXPIRED]) == 3
@@ -152,7 +153,7 @@ def test_a_late_write_of_an_older_epoch_is_dropped_not_a_violation() -> None:
     events = hold("s", 1, "w1", 0.0, end="fenced", end_at=1.0) + hold("s", 2, "w2", 2.0)
     records = recs("s", 1, [1, 2]) + recs("s", 2, [3, 4]) + recs("s", 1, [3]) + recs("s", 2, [5])
     report = check(events, records)
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     assert report.streams["s"].late_writes == 1
     assert report.duplicates == 0  # the late record is not what a consumer keeps
 
@@ -270,7 +271,7 @@ def test_missing_files_read_as_empty(tmp_path: Path) -> None:
 def test_the_text_report_lists_violations_and_takeovers() -> None:
     """What a failing scenario prints names the stream, the epochs and the workers."""
     events = hold("s", 1, "w1", 0.0, 2) + hold("s", 2, "w2", 2.0)
-    text = check(events, recs("s", 1, [1, 2]) + recs("s", 2, [2, 3])).format()
+    text = format_report(check(events, recs("s", 1, [1, 2]) + recs("s", 2, [2, 3])))
     assert "VIOLATIONS (1)" in text
     assert "epoch 1 (w1, expired) -> 2 (w2)" in text
     assert "1 duplicates (1 after expired)" in text
@@ -278,7 +279,7 @@ def test_the_text_report_lists_violations_and_takeovers() -> None:
 
 def test_a_clean_report_says_so() -> None:
     """The summary of a clean run."""
-    text = check(hold("s", 1, "w1", 0.0), recs("s", 1, [1, 2])).format()
+    text = format_report(check(hold("s", 1, "w1", 0.0), recs("s", 1, [1, 2])))
     assert "no invariant violated" in text
     assert "0 overlaps" in text
 
@@ -295,7 +296,7 @@ def test_a_holder_reacquiring_its_own_lapsed_epoch_may_replay_from_the_checkpoin
     """Fenced during an outage, then re-acquired at the same epoch: repeats are a takeover's."""
     events = hold("s", 3, "w1", 0.0, end="fenced", end_at=1.5) + hold("s", 3, "w1", 4.0)
     report = check(events, recs("s", 3, [*range(1, 11), *range(8, 15)]))
-    assert report.ok, report.format()
+    assert report.ok, format_report(report)
     (takeover,) = report.takeovers
     assert (takeover.from_epoch, takeover.to_epoch, takeover.from_end_reason) == (3, 3, "fenced")
     assert takeover.duplicates == 3

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from local.invariant_inputs import SinkRecord
+from local.invariants import SinkRecord
 from local.sink_report import build_report, format_report, handover_silences_ms
 
 W1, W2 = "t1/1-aaaa", "t2/2-bbbb"

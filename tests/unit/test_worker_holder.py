@@ -14,8 +14,10 @@ from typing import Any, cast
 
 import pytest
 
+from local.jsonl_tail import read_jsonl
 from local.upstream_sim import UpstreamSimulator
 from streamlease.errors import SinkDeadlinePassed, SinkError
+from streamlease.lease_events import LeaseEvent
 from streamlease.model import Lease, Stream
 from streamlease.schema import DesiredState
 from streamlease.settings import Settings
@@ -24,7 +26,7 @@ from worker.context import WorkerContext
 from worker.fence import Fence, LeaseFence
 from worker.holder import MAX_BATCH_RECORDS, EndReason, StreamHolder
 from worker.identity import Identity
-from worker.lease_events import LeaseEventLog
+from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import Deadline, SinkRecord
 
@@ -156,8 +158,8 @@ class Rig:
 
     def events(self) -> list[str]:
         self.ctx.events.close()
-        lines = self.events_path.read_text().splitlines() if self.events_path.exists() else []
-        return [line.split('"event":"')[1].split('"')[0] for line in lines]
+        events, _ = read_jsonl([self.events_path], LeaseEvent.from_dict)
+        return [str(e.event) for e in events]
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from streamlease.lease_events import LeaseEventKind
 from streamlease.telemetry import WORKER_SERVICE, WorkerMetric
 from worker.health import is_fresh, touch
-from worker.lease_events import LeaseEvent, LeaseEventLog
+from worker.lease_event_log import LeaseEventLog
 from worker.metrics import COUNTERS, MAX_EMF_VALUES, EmfPublisher, WorkerMetrics, summarize
 
 
@@ -71,8 +72,8 @@ def test_lease_events_are_one_json_line_each(tmp_path: Path) -> None:
     path = tmp_path / "events" / "w.jsonl"
     log = LeaseEventLog(str(path), "w1/1-abcd")
     before = time.monotonic()
-    log.record(LeaseEvent.ACQUIRED, "s1", 3, deadline_mono=before + 10)
-    log.record(LeaseEvent.RELEASED, "s1", 3)
+    log.record(LeaseEventKind.ACQUIRED, "s1", 3, deadline_mono=before + 10)
+    log.record(LeaseEventKind.RELEASED, "s1", 3)
     log.close()
     acquired, released = (json.loads(line) for line in path.read_text().splitlines())
     assert acquired["event"] == "acquired"
@@ -86,7 +87,7 @@ def test_lease_events_are_one_json_line_each(tmp_path: Path) -> None:
 
 def test_no_event_log_unless_configured(tmp_path: Path) -> None:
     log = LeaseEventLog("", "w")
-    log.record(LeaseEvent.LOST, "s", 1)
+    log.record(LeaseEventKind.LOST, "s", 1)
     assert not log.enabled
     assert list(tmp_path.iterdir()) == []
 

@@ -1,62 +1,22 @@
-"""Invariant checker: from the workers' lease events and the sink's records, did the system keep
-its promises?
+"""The invariant checks: from lease events and sink records, a :class:`Report` per stream.
 
-Inputs (both JSONL, written by the worker):
-
-- lease events (``Settings.lease_event_log``): ``{"event", "stream_id", "epoch", "worker_id",
-  "mono", "wall_ms"}`` plus ``"deadline_mono"`` (the holder's self-fencing deadline) on
-  ``acquired``, ``renewed`` and ``session_renewed``. A ``session_renewed`` event (no stream)
-  counts as a renewal of every stream its worker id (the session) holds at that moment.
-  ``mono`` is ``time.monotonic()``, one clock for every process of a Linux machine, so events
-  of different workers compare directly.
-- sink records (file sink, one JSONL file per stream): :class:`streamlease.schema.SinkField`.
-
-What it reports, per stream:
-
-- **ownership segments**: while a holder may deliver. A segment opens at ``acquired`` (or at a
-  ``renewed`` after the holder had lapsed) and ends at the first of: a terminal event
-  (``released``, ``fenced``, ``lost``, ``stopped``), the latest known ``deadline_mono`` — a
-  holder never delivers after its deadline — or the moment its process was seen dead
-  (``worker_exits``: the reaper frees a dead task's leases before their deadlines).
-- **overlaps** (must be none): two different epochs whose segments intersect.
-- **epoch conflicts** (must be none): one epoch claimed by two workers.
-- **seq gaps** (must be none where the upstream replays): seqs missing between the first and the
-  last delivered one, and before the first when ``expected_first_seq`` is given.
-- **duplicates**: seqs delivered again, attributed to the takeover into the epoch that repeated
-  them (with how the previous holder ended); repeats inside one epoch are counted separately.
-- **records outside a lease** (must be none): a record whose ``received_at_ms`` (wall clock,
-  mapped onto the monotonic clock through the holder's own events) lies outside every segment
-  of its epoch, or of an epoch with no lease event at all.
-- **late writes**: a record of an older epoch appended after a newer epoch's record in the same
-  sink file. A holder frozen (SIGSTOP, a long GC pause) between its deadline check and the write
-  appends such a record when it wakes; no in-process check can prevent it, which is why every
-  record carries its epoch: a consumer drops records older than the newest epoch it has seen.
-  Gaps and duplicates are counted on what such a consumer keeps, so a late write whose message
-  the new holder did not replay shows up as a gap.
-- **unowned time**: the part of the wanted window (default: first acquisition → end of the
-  observation) no segment covers.
+What each check finds is listed in :mod:`local.invariants`; delivery segments come from
+:mod:`local.invariants.ownership`.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import itertools
-import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from local.invariant_inputs import LeaseEvent, SinkRecord, load_events, load_records
-from local.invariant_model import (
-    ACQUIRED,
+from local.invariants.inputs import SinkRecord, load_events, load_records
+from local.invariants.model import (
     EXITED,
-    EXPIRED,
-    RENEWED,
-    SESSION_RENEWED,
-    TERMINAL_EVENTS,
     Overlap,
     Report,
     Segment,
@@ -65,107 +25,8 @@ from local.invariant_model import (
     Takeover,
     Window,
 )
-
-# --- analysis --------------------------------------------------------------------------------
-
-
-def segments_of(events: Sequence[LeaseEvent]) -> list[Segment]:
-    """The delivery segments of one holder (events of one stream, epoch and worker).
-
-    Each ``acquired`` starts a new *acquisition* (a holder can re-acquire its own lapsed lease
-    at the same epoch); renewals extend the current one.
-    """
-    out: list[Segment] = []
-    start: float | None = None
-    deadline = 0.0
-    acquisition = -1
-    first = events[0] if events else None
-    for ev in sorted(events, key=lambda e: e.mono):
-        if ev.event in (ACQUIRED, RENEWED):
-            ev_deadline = ev.mono if ev.deadline_mono is None else ev.deadline_mono
-            lapsed = start is not None and ev.mono > deadline
-            if start is not None and (lapsed or ev.event == ACQUIRED):
-                out.append(_segment(first, start, deadline, EXPIRED, acquisition))
-                start = None
-            if ev.event == ACQUIRED or acquisition < 0:
-                acquisition += 1
-            if start is None:
-                start, deadline = ev.mono, ev_deadline
-            else:
-                deadline = max(deadline, ev_deadline)
-        elif ev.event in TERMINAL_EVENTS and start is not None:
-            out.append(_segment(first, start, min(ev.mono, deadline), ev.event, acquisition))
-            start = None
-    if start is not None:
-        out.append(_segment(first, start, deadline, EXPIRED, acquisition))
-    return out
-
-
-HolderKey = tuple[str, int, str]
-"""(stream id, epoch, worker id): one holding."""
-
-
-def by_holder(events: Iterable[LeaseEvent]) -> dict[HolderKey, list[LeaseEvent]]:
-    """Events grouped by holding, each session renewal copied into every holding of its worker
-    that it falls into (from the holding's first ``acquired`` to its last terminal event) as a
-    ``renewed`` event of that stream."""
-    holders: dict[HolderKey, list[LeaseEvent]] = defaultdict(list)
-    sessions: dict[str, list[LeaseEvent]] = defaultdict(list)
-    for ev in events:
-        if ev.event == SESSION_RENEWED:
-            sessions[ev.worker_id].append(ev)
-        else:
-            holders[(ev.stream_id, ev.epoch, ev.worker_id)].append(ev)
-    for renewals in sessions.values():
-        renewals.sort(key=lambda e: e.mono)
-    for (stream_id, epoch, worker_id), held in holders.items():
-        renewals = sessions.get(worker_id)
-        if not renewals:
-            continue
-        start = min((e.mono for e in held if e.event == ACQUIRED), default=None)
-        if start is None:
-            continue
-        end = max((e.mono for e in held if e.event in TERMINAL_EVENTS), default=math.inf)
-        first = bisect.bisect_left(renewals, start, key=lambda e: e.mono)
-        last = bisect.bisect_right(renewals, end, key=lambda e: e.mono)
-        held.extend(
-            dataclasses.replace(r, event=RENEWED, stream_id=stream_id, epoch=epoch)
-            for r in renewals[first:last]
-        )
-    return holders
-
-
-def current_owners(
-    events: Iterable[LeaseEvent], at: float, *, worker_exits: Mapping[str, float] | None = None
-) -> dict[str, str]:
-    """Stream → worker id of every holder inside a delivery segment at monotonic ``at`` (its
-    last renewal's fencing deadline had not passed and it had not let go yet). ``at`` may lie in
-    the past: a holder that let go after it still held the stream then.
-
-    ``worker_exits``: worker id → a monotonic time by which its process had exited; a dead
-    worker holds nothing from then on, even before its deadline (the reaper frees its leases
-    early, as in :func:`check`). When two segments of one stream still cover ``at`` (a holder
-    that died or froze, and the one that took over), the newer epoch is the holder.
-    """
-    holders = by_holder(events)
-    exits = worker_exits or {}
-    newest: dict[str, tuple[int, str]] = {}
-    for (stream_id, epoch, worker_id), held in holders.items():
-        if exits.get(worker_id, math.inf) <= at:
-            continue
-        covers = any(seg.start <= at < seg.end for seg in segments_of(held))
-        if covers and epoch > newest.get(stream_id, (-1, ""))[0]:
-            newest[stream_id] = (epoch, worker_id)
-    return {stream_id: worker_id for stream_id, (_, worker_id) in newest.items()}
-
-
-def _segment(
-    first: LeaseEvent | None, start: float, end: float, reason: str, acquisition: int
-) -> Segment:
-    assert first is not None
-    return Segment(
-        first.stream_id, first.epoch, first.worker_id, start, max(start, end), reason, acquisition
-    )
+from local.invariants.ownership import HolderKey, by_holder, segments_of
+from streamlease.lease_events import LeaseEvent
 
 
 def check(
@@ -286,7 +147,7 @@ def _find_overlaps(report: StreamReport, tolerance: float) -> None:
 
 
 def _find_epoch_conflicts(
-    report: StreamReport, holders: Mapping[tuple[str, int, str], list[LeaseEvent]]
+    report: StreamReport, holders: Mapping[HolderKey, list[LeaseEvent]]
 ) -> None:
     workers_by_epoch: dict[int, set[str]] = defaultdict(set)
     for _, epoch, worker in holders:
@@ -418,29 +279,3 @@ def check_files(
     events, bad_events = load_events(event_paths)
     records, bad_records = load_records(sink_paths)
     return check(events, records, malformed_lines=bad_events + bad_records, **kwargs)
-
-
-__all__ = [
-    "ACQUIRED",
-    "EXITED",
-    "EXPIRED",
-    "RENEWED",
-    "SESSION_RENEWED",
-    "TERMINAL_EVENTS",
-    "LeaseEvent",
-    "Overlap",
-    "Report",
-    "Segment",
-    "SeqGap",
-    "SinkRecord",
-    "StreamReport",
-    "Takeover",
-    "Window",
-    "by_holder",
-    "check",
-    "check_files",
-    "current_owners",
-    "load_events",
-    "load_records",
-    "segments_of",
-]

@@ -1,16 +1,14 @@
-"""Plain-text rendering of an invariant :class:`~local.invariants.Report`.
+"""Plain-text rendering of an invariant :class:`~local.invariants.model.Report`.
 
-What a failing chaos scenario prints and what ``make demo`` shows: totals first, then every
-violation, then one line per stream (streams with a violation first) and their takeovers.
+What a failing chaos scenario or integration test prints: totals first, then every violation,
+then one line per stream (streams with a violation first) and their takeovers.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from local.invariants import Report, StreamReport
+from local.invariants.model import Report, StreamReport
 
 
 def summary_line(report: Report) -> str:

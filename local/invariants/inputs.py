@@ -1,0 +1,77 @@
+"""What the invariant checker reads: lease events and sink records, parsed from JSONL files.
+
+Lease events come from ``Settings.lease_event_log``, in the format of
+:mod:`streamlease.lease_events` (one line per acquire, renewal, fence, release, ...). Sink records
+come from the file sink (one JSONL file per stream, appended in delivery order). Parsing is
+lenient: a worker killed mid-write leaves a torn last line, which is counted, not fatal.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from local.jsonl_tail import read_jsonl
+from streamlease.lease_events import LeaseEvent
+from streamlease.schema import SinkField
+
+
+@dataclass(frozen=True)
+class SinkRecord:
+    """One delivered message, in the order it was appended to its file."""
+
+    stream_id: str
+    epoch: int
+    seq: int
+    worker_id: str = ""
+    received_at_ms: int = 0
+    payload: Any = None
+    source: str = ""
+    """The file it came from; order is only meaningful within one file."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "") -> SinkRecord:
+        """Parse one record. Raises ``KeyError``/``ValueError``/``TypeError`` when malformed."""
+        return cls(
+            stream_id=str(data[SinkField.STREAM_ID]),
+            epoch=int(data[SinkField.EPOCH]),
+            seq=int(data[SinkField.SEQ]),
+            worker_id=str(data.get(SinkField.WORKER_ID, "")),
+            received_at_ms=int(data.get(SinkField.RECEIVED_AT_MS, 0)),
+            payload=data.get(SinkField.PAYLOAD),
+            source=source,
+        )
+
+
+def _expand(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    out: list[Path] = []
+    for item in items:
+        path = Path(item)
+        out.extend(sorted(path.rglob("*.jsonl")) if path.is_dir() else [path])
+    return out
+
+
+def load_events(paths: str | Path | Iterable[str | Path]) -> tuple[list[LeaseEvent], int]:
+    """Lease events from JSONL files (a directory means every ``*.jsonl`` under it).
+
+    Returns the events and the number of lines that did not parse. Missing files are empty.
+    """
+    return read_jsonl(_expand(paths), LeaseEvent.from_dict)
+
+
+def load_records(paths: str | Path | Iterable[str | Path]) -> tuple[list[SinkRecord], int]:
+    """Sink records from JSONL files (a directory: every ``*.jsonl`` under it), in file order.
+
+    Returns the records and the number of lines that did not parse.
+    """
+    records: list[SinkRecord] = []
+    malformed = 0
+    for path in _expand(paths):
+        rows, bad = read_jsonl([path], functools.partial(SinkRecord.from_dict, source=str(path)))
+        records += rows
+        malformed += bad
+    return records, malformed
