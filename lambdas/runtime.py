@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
     AmazonCloudWatchEMFProvider,
@@ -24,6 +24,10 @@ from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
 
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_sqs import SQSClient
+
 
 class Runtime:
     """Everything a handler needs, built lazily from one :class:`Settings`."""
@@ -32,12 +36,12 @@ class Runtime:
         self.settings = settings
 
     @cached_property
-    def dynamodb(self) -> Any:
+    def dynamodb(self) -> DynamoDBClient:
         """The process's DynamoDB client (thread-safe, shared)."""
         return aws.client("dynamodb", self.settings)
 
     @cached_property
-    def sqs(self) -> Any:
+    def sqs(self) -> SQSClient:
         """The process's SQS client."""
         return aws.client("sqs", self.settings)
 
