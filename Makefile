@@ -47,10 +47,11 @@ demo: $(STAMP) ## 20 streams, a worker killed and one rolled, then a gap/duplica
 test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, API contract (schemathesis), infra (synth + cdk-nag), chaos
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff and mypy
+lint: $(STAMP) ## ruff, mypy and the import contracts (lint-imports; make test checks those too)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 fmt: $(STAMP) ## apply ruff's formatting and fixes
 	$(VENV)/bin/ruff format .
@@ -100,5 +101,6 @@ lock: ## re-resolve requirements.lock from pyproject.toml
 	rm -rf .lockvenv
 
 clean: ## remove the virtualenv, node_modules, build output and local state
-	rm -rf $(VENV) node_modules cdk.out build .local .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules cdk.out build .local .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+		.import_linter_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
@@ -39,6 +39,10 @@ from streamlease.schema import (
     StreamAttr,
 )
 from streamlease.telemetry import AUDITOR_SERVICE, AuditorMetric
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.type_defs import QueryInputTypeDef
 
 logger = Logger(service=AUDITOR_SERVICE, level=runtime.current().settings.log_level)
 metrics = MetricEmitter(AUDITOR_SERVICE)
@@ -131,15 +135,24 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
     )
 
 
-def _started_leases(client: Any, table: str) -> Iterator[dict[str, Any]]:
+def _started_leases(client: DynamoDBClient, table: str) -> Iterator[dict[str, Any]]:
     """Owner, expiry and connection state of every STARTED stream (projected index items)."""
-    request = _started_query(table, "#e >= :zero", {":zero": 0})
-    names = request["ExpressionAttributeNames"]
-    names.update({"#o": StreamAttr.LEASE_OWNER, "#c": StreamAttr.CONNECTION_STATE})
-    return dynamo.items(client, "query", ProjectionExpression="#o, #e, #c", **request)
+    request = _started_query(
+        table,
+        "#e >= :zero",
+        {":zero": 0},
+        {"#o": StreamAttr.LEASE_OWNER, "#c": StreamAttr.CONNECTION_STATE},
+    )
+    request["ProjectionExpression"] = "#o, #e, #c"
+    return dynamo.items(client.query, request)
 
 
-def _started_query(table: str, expiry_condition: str, values: dict[str, Any]) -> dict[str, Any]:
+def _started_query(
+    table: str,
+    expiry_condition: str,
+    values: dict[str, Any],
+    names: Mapping[str, str] | None = None,
+) -> QueryInputTypeDef:
     return {
         "TableName": table,
         "IndexName": BY_STATE_EXPIRY.name,
@@ -147,6 +160,7 @@ def _started_query(table: str, expiry_condition: str, values: dict[str, Any]) ->
         "ExpressionAttributeNames": {
             "#s": StreamAttr.DESIRED_STATE,
             "#e": StreamAttr.LEASE_EXPIRES_AT_MS,
+            **(names or {}),
         },
         "ExpressionAttributeValues": dynamo.serialize(
             {":started": DesiredState.STARTED.value, **values}
@@ -154,23 +168,21 @@ def _started_query(table: str, expiry_condition: str, values: dict[str, Any]) ->
     }
 
 
-def _oldest_orphan_age_ms(client: Any, table: str, now_ms: int) -> int:
+def _oldest_orphan_age_ms(client: DynamoDBClient, table: str, now_ms: int) -> int:
     """Age of the oldest orphan: the earliest lapsed lease, or the oldest lease-less stream."""
     oldest = 0
-    lapsed = dynamo.call(
-        client,
-        "query",
-        **_started_query(table, "#e BETWEEN :one AND :before", {":one": 1, ":before": now_ms - 1}),
-        Limit=1,
-    ).get("Items", [])
+    request = _started_query(
+        table, "#e BETWEEN :one AND :before", {":one": 1, ":before": now_ms - 1}
+    )
+    request["Limit"] = 1
+    lapsed = dynamo.call(client.query, **request).get("Items", [])
     if lapsed:
         expires = int(dynamo.plain(lapsed[0])[StreamAttr.LEASE_EXPIRES_AT_MS])
         oldest = now_ms - expires
-    request = _started_query(table, "#e = :zero", {":zero": 0})
-    request["ExpressionAttributeNames"]["#pk"] = PK
-    never = dynamo.call(
-        client, "query", **request, ProjectionExpression="#pk", Limit=ZERO_EXPIRY_SAMPLE
-    ).get("Items", [])
+    request = _started_query(table, "#e = :zero", {":zero": 0}, {"#pk": PK})
+    request["ProjectionExpression"] = "#pk"
+    request["Limit"] = ZERO_EXPIRY_SAMPLE
+    never = dynamo.call(client.query, **request).get("Items", [])
     keys = [{PK: dynamo.plain(item)[PK]} for item in never]
     for item in dynamo.batch_get(client, table, keys, [PK, StreamAttr.UPDATED_AT]):
         since = _epoch_ms(item.get(StreamAttr.UPDATED_AT))

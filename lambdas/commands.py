@@ -8,7 +8,7 @@ logged and counted (``CommandSendFailures``) and the stream starts a reconcile i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
@@ -16,9 +16,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from streamlease.schema import Command, CommandType
 from streamlease.telemetry import ApiMetric
 
+if TYPE_CHECKING:
+    from types_boto3_sqs import SQSClient
+
 
 def send_command(
-    sqs: Any,
+    sqs: SQSClient,
     queue_url: str,
     command: Command,
     *,

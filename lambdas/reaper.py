@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
@@ -42,6 +42,9 @@ from streamlease.schema import (
     task_id_of,
 )
 from streamlease.telemetry import REAPER_SERVICE, ApiMetric, ReaperMetric
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
 
 logger = Logger(service=REAPER_SERVICE, level=runtime.current().settings.log_level)
 metrics = MetricEmitter(REAPER_SERVICE)
@@ -193,10 +196,12 @@ def _reap_lease(
     return _Outcome.HANDED_OFF if sent else _Outcome.SEND_FAILED
 
 
-def _leases_of(client: Any, table: str, worker_ids: set[str], task_id: str) -> list[LeaseView]:
+def _leases_of(
+    client: DynamoDBClient, table: str, worker_ids: set[str], task_id: str
+) -> list[LeaseView]:
     """Leases in the ``by-owner`` index whose owner is one of the task's workers."""
     found = []
-    for item in dynamo.items(client, "scan", TableName=table, IndexName=BY_OWNER.name):
+    for item in dynamo.items(client.scan, {"TableName": table, "IndexName": BY_OWNER.name}):
         owner = item.get(StreamAttr.LEASE_OWNER)
         if isinstance(owner, str) and (owner in worker_ids or belongs_to_task(owner, task_id)):
             found.append(LeaseView.from_item(item))

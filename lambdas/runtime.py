@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lambdas.stream_repo import StreamRepo
 from streamlease import aws
@@ -17,6 +17,10 @@ from streamlease.lease_store import LeaseStore
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_sqs import SQSClient
 
 
 class Runtime:
@@ -26,12 +30,12 @@ class Runtime:
         self.settings = settings
 
     @cached_property
-    def dynamodb(self) -> Any:
+    def dynamodb(self) -> DynamoDBClient:
         """The process's DynamoDB client (thread-safe, shared)."""
         return aws.client("dynamodb", self.settings)
 
     @cached_property
-    def sqs(self) -> Any:
+    def sqs(self) -> SQSClient:
         """The process's SQS client."""
         return aws.client("sqs", self.settings)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo, rules
 from streamlease.errors import StateConflict, StreamNotFound
@@ -32,6 +32,9 @@ from streamlease.schema import (
     stream_attributes,
     stream_key,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
 
 _A = StreamAttr
 
@@ -74,7 +77,7 @@ class StreamRepo:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         *,
         clock_skew_ms: int = 1000,
@@ -124,8 +127,9 @@ class StreamRepo:
         if profile:
             values[":profile"] = profile
         try:
-            attributes = self._request(
-                "update_item",
+            attributes = dynamo.call(
+                self._client.update_item,
+                TableName=self._table,
                 Key=self._key(stream_id),
                 UpdateExpression=(
                     "SET #id = :id, #state = :started, #url = :url, #exp = :zero, #seq = :zero,"
@@ -190,8 +194,9 @@ class StreamRepo:
         """
         other = DesiredState.STOPPED if target is DesiredState.STARTED else DesiredState.STARTED
         try:
-            attributes = self._request(
-                "update_item",
+            attributes = dynamo.call(
+                self._client.update_item,
+                TableName=self._table,
                 Key=self._key(stream_id),
                 UpdateExpression=(
                     "SET #state = :target, #gen = #gen + :one, #uat = :now, #uby = :actor"
@@ -233,8 +238,9 @@ class StreamRepo:
         now = self._clock_ms()
         removed = {f"#r{i}": name for i, name in enumerate(_TOMBSTONE_REMOVES)}
         try:
-            self._request(
-                "update_item",
+            dynamo.call(
+                self._client.update_item,
+                TableName=self._table,
                 Key=self._key(stream_id),
                 UpdateExpression=f"SET #deleted = :deleted_at REMOVE {', '.join(removed)}",
                 ConditionExpression=(
@@ -280,7 +286,12 @@ class StreamRepo:
     def get(self, stream_id: str) -> Stream:
         """The stream, read consistently. Raises :class:`StreamNotFound` (no item, or a
         tombstone), :class:`StoreError`."""
-        response = self._request("get_item", Key=self._key(stream_id), ConsistentRead=True)
+        response = dynamo.call(
+            self._client.get_item,
+            TableName=self._table,
+            Key=self._key(stream_id),
+            ConsistentRead=True,
+        )
         item = response.get("Item")
         plain = None if item is None else dynamo.plain(item)
         if plain is None or is_tombstone(plain):
@@ -333,8 +344,9 @@ class StreamRepo:
             condition += " AND #id > :after"
             names["#id"] = _A.STREAM_ID
             values[":after"] = after
-        response = self._request(
-            "query",
+        response = dynamo.call(
+            self._client.query,
+            TableName=self._table,
             IndexName=BY_STATE.name,
             KeyConditionExpression=condition,
             ExpressionAttributeNames=names,
@@ -369,7 +381,3 @@ class StreamRepo:
 
     def _key(self, stream_id: str) -> dict[str, Any]:
         return {PK: {"S": stream_key(stream_id)}}
-
-    def _request(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        """One DynamoDB call on the table (errors as :func:`streamlease.dynamo.call` says)."""
-        return dynamo.call(self._client, operation, TableName=self._table, **kwargs)

@@ -269,7 +269,8 @@ class SerialisedApp:
     def _faults_endpoint(
         self, environ: dict[str, Any], start_response: StartResponse
     ) -> list[bytes]:
-        status, payload = "200 OK", {}
+        status = "200 OK"
+        payload: dict[str, object] = {}
         if environ.get("REQUEST_METHOD") == "POST":
             try:
                 length = int(environ.get("CONTENT_LENGTH") or 0)

@@ -10,7 +10,8 @@ import dataclasses
 import functools
 import json
 import math
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import ClientError
 
@@ -18,6 +19,12 @@ from local.polling import wait_until
 from streamlease import aws
 from streamlease.schema import COMMAND_MAX_RECEIVES, create_table_kwargs
 from streamlease.settings import Settings
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_kinesis import KinesisClient
+    from types_boto3_sqs import SQSClient
+    from types_boto3_sqs.literals import QueueAttributeNameType
 
 """A command received this often without being deleted moves to the DLQ (as in the CDK app)."""
 DEAD_LETTER_RETENTION_SECONDS: Final = 14 * 24 * 3600
@@ -57,9 +64,10 @@ def create_resources(settings: Settings, *, prefix: str) -> Settings:
     Raises ``botocore`` errors when the endpoint refuses.
     """
     names = ResourceNames.for_prefix(prefix)
-    _create_table(_client("dynamodb", settings), names.table)
-    queue_url = _create_queues(_client("sqs", settings), names, settings)
-    _create_stream(_client("kinesis", settings), names.kinesis_stream)
+    clients = _clients(settings)
+    _create_table(clients.dynamodb, names.table)
+    queue_url = _create_queues(clients.sqs, names, settings)
+    _create_stream(clients.kinesis, names.kinesis_stream)
     return dataclasses.replace(
         settings,
         table_name=names.table,
@@ -68,13 +76,24 @@ def create_resources(settings: Settings, *, prefix: str) -> Settings:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Clients:
+    dynamodb: DynamoDBClient
+    sqs: SQSClient
+    kinesis: KinesisClient
+
+
 @functools.lru_cache(maxsize=32)
-def _client(service: str, settings: Settings) -> Any:
+def _clients(settings: Settings) -> _Clients:
     # Building a client costs ~0.1 s; tests create resources hundreds of times per run.
-    return aws.client(service, settings)
+    return _Clients(
+        dynamodb=aws.client("dynamodb", settings),
+        sqs=aws.client("sqs", settings),
+        kinesis=aws.client("kinesis", settings),
+    )
 
 
-def _create_table(dynamodb: Any, table_name: str) -> None:
+def _create_table(dynamodb: DynamoDBClient, table_name: str) -> None:
     try:
         dynamodb.create_table(**create_table_kwargs(table_name))
     except ClientError as exc:
@@ -87,7 +106,7 @@ def _create_table(dynamodb: Any, table_name: str) -> None:
     )
 
 
-def _create_queues(sqs: Any, names: ResourceNames, settings: Settings) -> str:
+def _create_queues(sqs: SQSClient, names: ResourceNames, settings: Settings) -> str:
     dlq_url = _ensure_queue(
         sqs, names.dead_letter_queue, {"MessageRetentionPeriod": str(DEAD_LETTER_RETENTION_SECONDS)}
     )
@@ -109,7 +128,9 @@ def _create_queues(sqs: Any, names: ResourceNames, settings: Settings) -> str:
     )
 
 
-def _ensure_queue(sqs: Any, name: str, attributes: dict[str, str]) -> str:
+def _ensure_queue(
+    sqs: SQSClient, name: str, attributes: Mapping[QueueAttributeNameType, str]
+) -> str:
     """The URL of queue ``name`` with ``attributes`` set, creating the queue if needed."""
     try:
         url = str(sqs.get_queue_url(QueueName=name)["QueueUrl"])
@@ -121,7 +142,7 @@ def _ensure_queue(sqs: Any, name: str, attributes: dict[str, str]) -> str:
     return url
 
 
-def _create_stream(kinesis: Any, stream_name: str) -> None:
+def _create_stream(kinesis: KinesisClient, stream_name: str) -> None:
     try:
         kinesis.create_stream(StreamName=stream_name, ShardCount=SINK_SHARDS)
     except ClientError as exc:

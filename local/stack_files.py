@@ -108,7 +108,9 @@ class StateDirBusy(Exception):
     (``pid``, ``ports``; empty if it had not written yet). The message says what to do."""
 
     def __init__(self, state_dir: Path, holder: dict[str, Any]) -> None:
-        ports = holder.get("ports") if isinstance(holder.get("ports"), dict) else {}
+        ports = holder.get("ports")
+        if not isinstance(ports, dict):
+            ports = {}
         listening = ", ".join(f"{name} on {port}" for name, port in ports.items())
         who = f"pid {holder.get('pid', 'unknown')}" + (f"; {listening}" if listening else "")
         super().__init__(

@@ -5,22 +5,65 @@ Low-level clients are thread-safe, so one client per process is shared by every 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Literal, overload
 
 import boto3
 from botocore.config import Config
 
 from streamlease.settings import Settings
 
+# Client types come from stubs in the dev extras (types-boto3-lite); the worker image and the
+# Lambda asset do not have them, so they are imported for type checking only.
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_kinesis import KinesisClient
+    from types_boto3_secretsmanager import SecretsManagerClient
+    from types_boto3_sqs import SQSClient
 
+
+@overload
+def client(
+    service: Literal["dynamodb"],
+    settings: Settings,
+    *,
+    read_timeout_seconds: float | None = None,
+    max_attempts: int = 3,
+) -> DynamoDBClient: ...
+@overload
+def client(
+    service: Literal["sqs"],
+    settings: Settings,
+    *,
+    read_timeout_seconds: float | None = None,
+    max_attempts: int = 3,
+) -> SQSClient: ...
+@overload
+def client(
+    service: Literal["kinesis"],
+    settings: Settings,
+    *,
+    read_timeout_seconds: float | None = None,
+    max_attempts: int = 3,
+) -> KinesisClient: ...
+@overload
+def client(
+    service: Literal["secretsmanager"],
+    settings: Settings,
+    *,
+    read_timeout_seconds: float | None = None,
+    max_attempts: int = 3,
+) -> SecretsManagerClient: ...
 def client(
     service: str,
     settings: Settings,
     *,
     read_timeout_seconds: float | None = None,
     max_attempts: int = 3,
-) -> Any:
-    """A boto3 client for ``service`` (``dynamodb``, ``sqs``, ``kinesis``, ...).
+) -> BaseClient:
+    """A boto3 client for ``service``: ``dynamodb``, ``sqs``, ``kinesis`` or ``secretsmanager``,
+    typed for mypy as that service's client (the overloads above), so every call's arguments are
+    checked against the service's API.
 
     ``read_timeout_seconds`` defaults to ``settings.dynamodb_timeout_seconds``; an SQS long poll
     needs more than its wait time. Retries use botocore's ``standard`` mode, ``max_attempts``
@@ -37,9 +80,10 @@ def client(
         retries={"mode": "standard", "total_max_attempts": max_attempts},
         max_pool_connections=64,
     )
-    return boto3.session.Session().client(
+    made: BaseClient = boto3.session.Session().client(
         service,
         region_name=settings.aws_region,
         endpoint_url=settings.aws_endpoint_url or None,
         config=config,
     )
+    return made

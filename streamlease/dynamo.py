@@ -3,19 +3,38 @@ auditor: values converted, errors translated into :mod:`streamlease.errors`, pag
 
 A failed condition is not an error here but :class:`ConditionFailed`, carrying the item as it
 was (the callers ask for ``ReturnValuesOnConditionCheckFailure=ALL_OLD``) so each can say why.
+
+Every helper takes the client *method* to call (``client.update_item``, ``client.query``), not
+an operation name, so mypy checks each request against DynamoDB's API (the client types come
+from the dev extras' stubs and are imported for type checking only).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease.errors import StoreError
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.type_defs import (
+        QueryInputTypeDef,
+        QueryOutputTypeDef,
+        ScanInputTypeDef,
+        ScanOutputTypeDef,
+    )
+
+    _Request = QueryInputTypeDef | ScanInputTypeDef
+    _Page = QueryOutputTypeDef | ScanOutputTypeDef
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 _CONDITION_FAILED: Final = "ConditionalCheckFailedException"
 _SER: Final = TypeSerializer()
@@ -55,58 +74,61 @@ class ConditionFailed(Exception):
         self.old = old
 
 
-def call(client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
-    """One DynamoDB call. Raises :class:`ConditionFailed` when a condition did not hold and
+def call(operation: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """One DynamoDB call: ``operation`` (a client method, ``client.update_item``) with these
+    arguments. Raises :class:`ConditionFailed` when a condition did not hold and
     :class:`StoreError` for anything else DynamoDB or the network did (``ClientError``,
     ``BotoCoreError``)."""
+    name = getattr(operation, "__name__", "call")
     try:
-        result: dict[str, Any] = getattr(client, operation)(**kwargs)
+        return operation(*args, **kwargs)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "Unknown")
         if code == _CONDITION_FAILED:
+            # Not in botocore's error shape: added for ReturnValuesOnConditionCheckFailure.
             old = exc.response.get("Item")
-            raise ConditionFailed(None if old is None else plain(old)) from None
-        raise StoreError(f"DynamoDB {operation} failed: {code}") from exc
+            raise ConditionFailed(plain(old) if isinstance(old, Mapping) else None) from None
+        raise StoreError(f"DynamoDB {name} failed: {code}") from exc
     except BotoCoreError as exc:
-        raise StoreError(f"DynamoDB {operation} failed: {type(exc).__name__}") from exc
-    return result
+        raise StoreError(f"DynamoDB {name} failed: {type(exc).__name__}") from exc
 
 
-def count(client: Any, operation: str, **request: Any) -> int:
-    """Items matched by a Query or Scan with ``Select=COUNT``, summed over every page."""
-    request = {**request, "Select": "COUNT"}
+def count(read: Callable[..., _Page], request: _Request) -> int:
+    """Items matched by a Query or Scan (``read``: ``client.query`` or ``client.scan``) with
+    ``Select=COUNT``, summed over every page."""
+    pending: dict[str, Any] = {**request, "Select": "COUNT"}
     total = 0
     while True:
-        page = call(client, operation, **request)
+        page = call(read, **pending)
         total += int(page.get("Count", 0))
         start = page.get("LastEvaluatedKey")
         if not start:
             return total
-        request["ExclusiveStartKey"] = start
+        pending["ExclusiveStartKey"] = start
 
 
 def items(
-    client: Any, operation: str, *, limit: int | None = None, **request: Any
+    read: Callable[..., _Page], request: _Request, *, limit: int | None = None
 ) -> Iterator[dict[str, Any]]:
-    """The items of a Query or Scan as plain values, following the pages; at most ``limit``
-    (None: all)."""
-    request = dict(request)
+    """The items of a Query or Scan (``read``: ``client.query`` or ``client.scan``) as plain
+    values, following the pages; at most ``limit`` (None: all)."""
+    pending: dict[str, Any] = dict(request)
     seen = 0
     while limit is None or seen < limit:
         if limit is not None:
-            request["Limit"] = limit - seen
-        page = call(client, operation, **request)
+            pending["Limit"] = limit - seen
+        page = call(read, **pending)
         for item in page.get("Items", []):
             yield plain(item)
             seen += 1
         start = page.get("LastEvaluatedKey")
         if not start:
             return
-        request["ExclusiveStartKey"] = start
+        pending["ExclusiveStartKey"] = start
 
 
 def batch_get(
-    client: Any, table: str, keys: list[dict[str, Any]], projection: list[str]
+    client: DynamoDBClient, table: str, keys: list[dict[str, Any]], projection: list[str]
 ) -> list[dict[str, Any]]:
     """Items for ``keys`` (plain key dicts), only the ``projection`` attributes; missing skipped.
 
@@ -125,7 +147,7 @@ def batch_get(
         for attempt in range(_BATCH_GET_ROUNDS):
             if attempt:
                 time.sleep(0.05 * 2**attempt)  # unprocessed keys mean throttling: back off
-            response = call(client, "batch_get_item", RequestItems=pending)
+            response = call(client.batch_get_item, RequestItems=pending)
             found += [plain(i) for i in response.get("Responses", {}).get(table, [])]
             pending = response.get("UnprocessedKeys") or {}
             if not pending:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo, rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
@@ -38,6 +38,11 @@ from streamlease.schema import (
     StreamAttr,
     stream_key,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.literals import ReturnValueType
+    from types_boto3_dynamodb.type_defs import QueryInputTypeDef
 
 _A = StreamAttr
 _NAMES: Final = {
@@ -85,7 +90,7 @@ class LeaseStore:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         *,
         clock_skew_ms: int = 1000,
@@ -500,7 +505,8 @@ class LeaseStore:
         """
         if limit <= 0:
             return []
-        query = {
+        query: QueryInputTypeDef = {
+            "TableName": self._table,
             "IndexName": BY_STATE_EXPIRY.name,
             "KeyConditionExpression": "#state = :started AND #exp < :bound",
             "ExpressionAttributeNames": _names("#state", "#exp"),
@@ -513,7 +519,8 @@ class LeaseStore:
     def owned_by(self, worker_id: str) -> list[LeaseView]:
         """Leases whose stored owner is ``worker_id``, with their epoch, slot, desired state and
         generation (GSI, eventually consistent: a change may show a moment late)."""
-        query = {
+        query: QueryInputTypeDef = {
+            "TableName": self._table,
             "IndexName": BY_OWNER.name,
             "KeyConditionExpression": "#owner = :w",
             "ExpressionAttributeNames": _names("#owner"),
@@ -527,12 +534,17 @@ class LeaseStore:
         return {PK: {"S": pk}}
 
     def _get(self, pk: str, *, consistent: bool) -> dict[str, Any] | None:
-        response = self._call("get_item", Key=self._key(pk), ConsistentRead=consistent)
+        response = dynamo.call(
+            self._client.get_item,
+            TableName=self._table,
+            Key=self._key(pk),
+            ConsistentRead=consistent,
+        )
         item = response.get("Item")
         return None if item is None else dynamo.plain(item)
 
-    def _query(self, query: dict[str, Any], limit: int | None) -> Iterator[dict[str, Any]]:
-        return dynamo.items(self._client, "query", limit=limit, TableName=self._table, **query)
+    def _query(self, query: QueryInputTypeDef, limit: int | None) -> Iterator[dict[str, Any]]:
+        return dynamo.items(self._client.query, query, limit=limit)
 
     def _update(
         self,
@@ -540,12 +552,13 @@ class LeaseStore:
         update: str,
         condition: str,
         values: Mapping[str, Any],
-        returns: str = "NONE",
+        returns: ReturnValueType = "NONE",
     ) -> dict[str, Any]:
         """One conditional UpdateItem. Raises :class:`dynamo.ConditionFailed` carrying the old
         item, :class:`StoreError` when unanswered."""
-        response = self._call(
-            "update_item",
+        response = dynamo.call(
+            self._client.update_item,
+            TableName=self._table,
             Key=self._key(pk),
             UpdateExpression=update,
             ConditionExpression=condition,
@@ -555,9 +568,6 @@ class LeaseStore:
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
         return dynamo.plain(response.get("Attributes", {}))
-
-    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        return dynamo.call(self._client, operation, TableName=self._table, **kwargs)
 
 
 def _names(*expressions: str) -> dict[str, str]:

@@ -9,7 +9,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final, Literal
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import (
+        CreateTableInputTypeDef,
+        GlobalSecondaryIndexTypeDef,
+        KeySchemaElementTypeDef,
+        ProjectionTypeDef,
+    )
 
 # --- keys ------------------------------------------------------------------------------------
 
@@ -288,7 +296,7 @@ writer of a stream item sets ``stream_id``; an item without it would never be li
 
 INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, FLEET, BY_STATE)
 
-KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
+KEY_ATTRIBUTE_TYPES: Final[dict[str, Literal["S", "N"]]] = {
     PK: "S",
     StreamAttr.DESIRED_STATE: "S",
     StreamAttr.LEASE_EXPIRES_AT_MS: "N",
@@ -300,18 +308,20 @@ KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
 """DynamoDB types of every attribute used as a table or index key."""
 
 
-def create_table_kwargs(table_name: str) -> dict[str, Any]:
+def create_table_kwargs(table_name: str) -> CreateTableInputTypeDef:
     """``CreateTable`` parameters for the local stack and tests (on-demand billing).
 
     The CDK app builds the same table from :data:`PK`, :data:`INDEXES` and
     :data:`KEY_ATTRIBUTE_TYPES`.
     """
-    gsis = []
+    gsis: list[GlobalSecondaryIndexTypeDef] = []
     for index in INDEXES:
-        key_schema = [{"AttributeName": index.partition_key, "KeyType": "HASH"}]
+        key_schema: list[KeySchemaElementTypeDef] = [
+            {"AttributeName": index.partition_key, "KeyType": "HASH"}
+        ]
         if index.sort_key:
             key_schema.append({"AttributeName": index.sort_key, "KeyType": "RANGE"})
-        projection: dict[str, Any] = {"ProjectionType": "KEYS_ONLY"}
+        projection: ProjectionTypeDef = {"ProjectionType": "KEYS_ONLY"}
         if index.projected:
             projection = {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(index.projected)}
         gsis.append({"IndexName": index.name, "KeySchema": key_schema, "Projection": projection})

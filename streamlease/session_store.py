@@ -21,13 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo
 from streamlease.errors import SessionExpired, StoreError
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
 from streamlease.schema import FLEET, PK, WORKER_KIND, WorkerAttr, WorkerState, worker_key
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.literals import ReturnValueType
 
 _W = WorkerAttr
 _NAMES: Final = {
@@ -68,7 +72,7 @@ class SessionStore:
     """Conditional writes and reads of worker items (sessions)."""
 
     def __init__(
-        self, client: Any, table_name: str, *, clock_ms: Callable[[], int] = wall_ms
+        self, client: DynamoDBClient, table_name: str, *, clock_ms: Callable[[], int] = wall_ms
     ) -> None:
         """``client``: a boto3 DynamoDB client; ``clock_ms``: for calls given no ``now_ms``."""
         self._client = client
@@ -80,8 +84,9 @@ class SessionStore:
         still live) succeeds; raises :class:`SessionExpired` if the id is taken otherwise (a
         reused id, or the session already expired), :class:`StoreError` when unanswered."""
         try:
-            self._call(
-                "put_item",
+            dynamo.call(
+                self._client.put_item,
+                TableName=self._table,
                 Item=dynamo.serialize(info.to_item()),
                 ConditionExpression=_NEW,
                 ExpressionAttributeNames=_names(_NEW),
@@ -176,8 +181,9 @@ class SessionStore:
         """Delete a tombstone (call once no stream is attached to it). Returns False when it
         was not one (still live: left alone) or is gone already."""
         try:
-            self._call(
-                "delete_item",
+            dynamo.call(
+                self._client.delete_item,
+                TableName=self._table,
                 Key=_key(worker_id),
                 ConditionExpression="#state = :expired",
                 ExpressionAttributeNames=_names("#state"),
@@ -189,7 +195,12 @@ class SessionStore:
 
     def read(self, worker_id: str, *, consistent: bool = True) -> WorkerInfo | None:
         """The whole worker item (checkpoint vector included), or None."""
-        response = self._call("get_item", Key=_key(worker_id), ConsistentRead=consistent)
+        response = dynamo.call(
+            self._client.get_item,
+            TableName=self._table,
+            Key=_key(worker_id),
+            ConsistentRead=consistent,
+        )
         item = response.get("Item")
         return None if item is None else WorkerInfo.from_item(dynamo.plain(item))
 
@@ -206,13 +217,14 @@ class SessionStore:
         return [
             WorkerInfo.from_item(item)
             for item in dynamo.items(
-                self._client,
-                "query",
-                TableName=self._table,
-                IndexName=FLEET.name,
-                KeyConditionExpression="#kind = :kind",
-                ExpressionAttributeNames=_names("#kind"),
-                ExpressionAttributeValues=dynamo.serialize({":kind": WORKER_KIND}),
+                self._client.query,
+                {
+                    "TableName": self._table,
+                    "IndexName": FLEET.name,
+                    "KeyConditionExpression": "#kind = :kind",
+                    "ExpressionAttributeNames": _names("#kind"),
+                    "ExpressionAttributeValues": dynamo.serialize({":kind": WORKER_KIND}),
+                },
             )
         ]
 
@@ -225,10 +237,11 @@ class SessionStore:
         condition: str,
         values: Mapping[str, Any],
         *,
-        returns: str = "NONE",
+        returns: ReturnValueType = "NONE",
     ) -> dict[str, Any]:
-        response = self._call(
-            "update_item",
+        response = dynamo.call(
+            self._client.update_item,
+            TableName=self._table,
             Key=_key(worker_id),
             UpdateExpression=update,
             ConditionExpression=condition,
@@ -238,9 +251,6 @@ class SessionStore:
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
         return dynamo.plain(response.get("Attributes", {}))
-
-    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
-        return dynamo.call(self._client, operation, TableName=self._table, **kwargs)
 
 
 def _key(worker_id: str) -> dict[str, Any]:

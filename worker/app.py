@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from streamlease import aws
 from streamlease.errors import SessionExpired, StoreError
@@ -66,6 +66,10 @@ from worker.signals import install_signal_handlers
 from worker.sinks import Sink, load_sink
 from worker.takeover import Takeover
 
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_sqs import SQSClient
+
 EXIT_OK: Final = 0
 EXIT_BUDGET_EXCEEDED: Final = 1
 EXIT_RESERVE_SECONDS: Final = 5.0
@@ -85,11 +89,11 @@ class Worker:
         self,
         settings: Settings,
         identity: Identity,
-        dynamodb: Any,
-        sqs: Any,
+        dynamodb: DynamoDBClient,
+        sqs: SQSClient,
         sink: Sink,
         *,
-        renewal_dynamodb: Any = None,
+        renewal_dynamodb: DynamoDBClient | None = None,
         shutdown_requested: asyncio.Event | None = None,
         hurry: asyncio.Event | None = None,
     ) -> None:
@@ -139,7 +143,7 @@ class Worker:
         """Build the boto3 clients and the sink (in a thread: building clients reads files);
         ``events``: ``shutdown_requested`` and ``hurry`` (see :meth:`__init__`)."""
 
-        def build() -> tuple[Any, Any, Any, Sink]:
+        def build() -> tuple[DynamoDBClient, DynamoDBClient, SQSClient, Sink]:
             dynamodb = aws.client("dynamodb", settings)
             # The session renewal: no botocore retries behind its back (it retries on its own
             # schedule, with a fresh expiry) and the short DynamoDB timeout.

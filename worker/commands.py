@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -30,6 +30,10 @@ from worker.context import WorkerContext
 from worker.fleet_view import FleetView
 from worker.holdings import Holdings
 from worker.logs import describe, logger
+
+if TYPE_CHECKING:
+    from types_boto3_sqs import SQSClient
+    from types_boto3_sqs.type_defs import MessageTypeDef
 
 MAX_MESSAGES_PER_RECEIVE: Final = 10
 """SQS returns at most 10 messages per receive."""
@@ -56,13 +60,13 @@ def wait_seconds(poll_wait_seconds: float) -> int:
 class CommandQueue:
     """SQS adapter: receive, delete, return, and send handoffs. Calls never block the loop."""
 
-    def __init__(self, sqs: Any, queue_url: str, poll_wait_seconds: float) -> None:
+    def __init__(self, sqs: SQSClient, queue_url: str, poll_wait_seconds: float) -> None:
         """``sqs``: a boto3 SQS client whose read timeout exceeds the poll wait."""
         self._sqs = sqs
         self._url = queue_url
         self._wait = wait_seconds(poll_wait_seconds)
 
-    async def receive(self, count: int) -> list[dict[str, Any]]:
+    async def receive(self, count: int) -> list[MessageTypeDef]:
         """Long-poll for up to ``count`` messages. Raises botocore errors."""
         abandoned = threading.Event()
         try:
@@ -71,14 +75,14 @@ class CommandQueue:
             abandoned.set()
             raise
 
-    def _receive_blocking(self, count: int, abandoned: threading.Event) -> list[dict[str, Any]]:
+    def _receive_blocking(self, count: int, abandoned: threading.Event) -> list[MessageTypeDef]:
         response = self._sqs.receive_message(
             QueueUrl=self._url,
             MaxNumberOfMessages=count,
             WaitTimeSeconds=self._wait,
             MessageSystemAttributeNames=["ApproximateReceiveCount"],
         )
-        messages: list[dict[str, Any]] = response.get("Messages", [])
+        messages = response.get("Messages", [])
         if abandoned.is_set() and messages:
             # Nobody will act on them: let another worker have them now, not after the timeout.
             self._sqs.change_message_visibility_batch(
@@ -168,7 +172,7 @@ class CommandPoller:
                             name=f"handle command {message.get('MessageId', '')}",
                         )
 
-    async def _handle(self, message: dict[str, Any]) -> None:
+    async def _handle(self, message: MessageTypeDef) -> None:
         receipt = str(message.get("ReceiptHandle", ""))
         try:
             command = Command.from_json(str(message.get("Body", "")))
@@ -214,7 +218,7 @@ class CommandPoller:
         return self._holdings.count < self._fleet.share
 
 
-def _receives(message: dict[str, Any]) -> int:
+def _receives(message: MessageTypeDef) -> int:
     """How many times SQS has delivered ``message`` (1 the first time)."""
     try:
         return int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))

@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -26,6 +26,9 @@ from streamlease.errors import UpstreamRejected
 from streamlease.profile import Profile, SecretRef
 from streamlease.settings import Settings
 from worker.upstream.reader import HeadersUnavailable
+
+if TYPE_CHECKING:
+    from types_boto3_secretsmanager import SecretsManagerClient
 
 CACHE_SECONDS: Final = 30.0
 """How long a secret's value is reused before it is read again."""
@@ -40,7 +43,7 @@ class SecretUnavailable(HeadersUnavailable):
 class Secrets:
     """Resolves a profile's headers, with a short cache per secret reference."""
 
-    def __init__(self, settings: Settings, client: Any = None) -> None:
+    def __init__(self, settings: Settings, client: SecretsManagerClient | None = None) -> None:
         """``client``: a boto3 Secrets Manager client (default: built on first use)."""
         self._settings = settings
         self._client = client

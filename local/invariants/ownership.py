@@ -67,8 +67,8 @@ def by_holder(events: Iterable[LeaseEvent]) -> dict[HolderKey, list[LeaseEvent]]
             sessions[ev.worker_id].append(ev)
         else:
             holders[(ev.stream_id, ev.epoch, ev.worker_id)].append(ev)
-    for renewals in sessions.values():
-        renewals.sort(key=lambda e: e.mono)
+    for session_renewals in sessions.values():
+        session_renewals.sort(key=lambda e: e.mono)
     for (stream_id, epoch, worker_id), held in holders.items():
         renewals = sessions.get(worker_id)
         if not renewals:

@@ -57,7 +57,7 @@ class ExpiryWatch:
     def _run(self) -> None:
         while not self._stop.wait(0.05):
             try:
-                items = list(dynamo.items(self._client, "scan", TableName=self._table))
+                items = list(dynamo.items(self._client.scan, {"TableName": self._table}))
             except Exception:  # a read that timed out: try again
                 continue
             for item in items:

@@ -31,6 +31,7 @@ from local.moto_process import (
     set_dynamodb_slow,
 )
 from local.moto_server import EXIT_PORT_IN_USE, FAULTS_PATH
+from local.worker_process import REPO_ROOT
 from streamlease import aws
 from streamlease.errors import StoreError
 from streamlease.schema import PK
@@ -322,6 +323,7 @@ def test_a_port_in_use_is_a_one_line_error_and_exit_status_2(moto_server):
     """Starting on a taken port fails fast and says why."""
     result = subprocess.run(
         [sys.executable, "-m", "local.moto_server", "--port", str(moto_server.port)],
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=60,

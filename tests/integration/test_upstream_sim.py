@@ -25,6 +25,7 @@ from local.upstream_sim import (
     run_in_thread,
     text_message,
 )
+from local.worker_process import REPO_ROOT
 
 QUIET_SECONDS = 0.2
 """How long a test listens to conclude that nothing is sent."""
@@ -112,6 +113,7 @@ def test_runs_in_the_foreground_until_sigterm() -> None:
     """python -m local.upstream_sim prints one ready line, serves, and exits on SIGTERM."""
     process = subprocess.Popen(
         [sys.executable, "-m", "local.upstream_sim", "--port", "0"],
+        cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

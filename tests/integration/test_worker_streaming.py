@@ -22,6 +22,7 @@ from worker_helpers import (
 )
 
 from local.upstream_sim import UpstreamSimulator
+from local.worker_process import REPO_ROOT
 from streamlease import aws
 from streamlease.model import WorkerInfo
 from streamlease.schema import SinkField, WorkerState
@@ -120,7 +121,11 @@ def test_health_check_follows_the_event_loop(fleet: Fleet, settings: Settings) -
 
     def check() -> int:
         return subprocess.run(
-            [sys.executable, "-m", "worker.health"], env=env, capture_output=True, check=False
+            [sys.executable, "-m", "worker.health"],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            check=False,
         ).returncode
 
     assert check() == 0

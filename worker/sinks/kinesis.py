@@ -19,7 +19,7 @@ import hashlib
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -28,6 +28,10 @@ from streamlease.errors import ConfigError, SinkDeadlinePassed, SinkError
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
 from worker.sinks.base import Deadline, SinkRecord, encode_record
+
+if TYPE_CHECKING:
+    from types_boto3_kinesis import KinesisClient
+    from types_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
 
 MAX_BATCH_RECORDS: Final = 500
 MAX_BATCH_BYTES: Final = 5 * 1024 * 1024
@@ -104,7 +108,7 @@ class KinesisSink:
         self,
         settings: Settings,
         *,
-        client: Any = None,
+        client: KinesisClient | None = None,
         backoff_base_seconds: float = 0.1,
         backoff_max_seconds: float = 2.0,
         rand: Callable[[], float] = random.random,
@@ -204,7 +208,9 @@ class KinesisSink:
         if not batch:
             return
         self._in_flight = batch
-        request = [{"Data": entry.data, "PartitionKey": entry.key} for entry in batch]
+        request: list[PutRecordsRequestEntryTypeDef] = [
+            {"Data": entry.data, "PartitionKey": entry.key} for entry in batch
+        ]
         self.calls += 1
         try:
             response = await asyncio.to_thread(
