@@ -23,6 +23,7 @@ from streamlease.errors import StoreError
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.literals import ReturnValueType
     from types_boto3_dynamodb.type_defs import (
         QueryInputTypeDef,
         QueryOutputTypeDef,
@@ -93,18 +94,33 @@ def call(operation: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) ->
         raise StoreError(f"DynamoDB {name} failed: {type(exc).__name__}") from exc
 
 
-def count(read: Callable[..., _Page], request: _Request) -> int:
-    """Items matched by a Query or Scan (``read``: ``client.query`` or ``client.scan``) with
-    ``Select=COUNT``, summed over every page."""
-    pending: dict[str, Any] = {**request, "Select": "COUNT"}
-    total = 0
-    while True:
-        page = call(read, **pending)
-        total += int(page.get("Count", 0))
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return total
-        pending["ExclusiveStartKey"] = start
+def update(
+    client: DynamoDBClient,
+    table: str,
+    key: Mapping[str, Any],
+    update_expression: str,
+    condition: str,
+    names: Mapping[str, str],
+    values: Mapping[str, Any],
+    *,
+    returns: ReturnValueType = "NONE",
+) -> dict[str, Any]:
+    """One conditional ``UpdateItem`` of the item at ``key`` (plain values), its attribute
+    names given as ``#placeholders`` looked up in ``names``. Returns the attributes
+    ``returns`` asks for, as plain values; raises :class:`ConditionFailed` carrying the item as
+    it was, :class:`StoreError` when unanswered."""
+    response = call(
+        client.update_item,
+        TableName=table,
+        Key=serialize(key),
+        UpdateExpression=update_expression,
+        ConditionExpression=condition,
+        ExpressionAttributeNames=placeholders(names, update_expression, condition),
+        ExpressionAttributeValues=serialize(values),
+        ReturnValues=returns,
+        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+    )
+    return plain(response.get("Attributes", {}))
 
 
 def items(

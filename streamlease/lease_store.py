@@ -554,20 +554,17 @@ class LeaseStore:
         values: Mapping[str, Any],
         returns: ReturnValueType = "NONE",
     ) -> dict[str, Any]:
-        """One conditional UpdateItem. Raises :class:`dynamo.ConditionFailed` carrying the old
-        item, :class:`StoreError` when unanswered."""
-        response = dynamo.call(
-            self._client.update_item,
-            TableName=self._table,
-            Key=self._key(pk),
-            UpdateExpression=update,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=_names(update, condition),
-            ExpressionAttributeValues=dynamo.serialize(values),
-            ReturnValues=returns,
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        """One conditional UpdateItem (see :func:`dynamo.update`)."""
+        return dynamo.update(
+            self._client,
+            self._table,
+            {PK: pk},
+            update,
+            condition,
+            _NAMES,
+            values,
+            returns=returns,
         )
-        return dynamo.plain(response.get("Attributes", {}))
 
 
 def _names(*expressions: str) -> dict[str, str]:

@@ -239,18 +239,16 @@ class SessionStore:
         *,
         returns: ReturnValueType = "NONE",
     ) -> dict[str, Any]:
-        response = dynamo.call(
-            self._client.update_item,
-            TableName=self._table,
-            Key=_key(worker_id),
-            UpdateExpression=update,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=_names(update, condition),
-            ExpressionAttributeValues=dynamo.serialize(values),
-            ReturnValues=returns,
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        return dynamo.update(
+            self._client,
+            self._table,
+            {PK: worker_key(worker_id)},
+            update,
+            condition,
+            _NAMES,
+            values,
+            returns=returns,
         )
-        return dynamo.plain(response.get("Attributes", {}))
 
 
 def _key(worker_id: str) -> dict[str, Any]:
