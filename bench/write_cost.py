@@ -353,9 +353,10 @@ def _fleet_read_notes(sessions: list[CostWindow]) -> list[str]:
         f" production timers) answered {per_item:,.0f} bytes, half a read unit. Every worker"
         " reads every worker item, so the answer grows with the fleet: up to"
         f" ~{int(4096 // per_item)} workers a re-read stays half a unit; at"
-        f" {LARGE_FLEET_WORKERS} workers of {w.held} streams it would be ~{per_stream:,.0f} read"
-        f" units per stream-hour (${dollars:,.2f} per month per 1,000 streams) on top of the"
-        " figures above (an estimate from the answer size, not measured)."
+        f" {LARGE_FLEET_WORKERS} workers of {w.held} streams it would be up to"
+        f" ~{per_stream:,.0f} read units per stream-hour (${dollars:,.2f} per month per 1,000"
+        " streams) on top of the figures above: an estimate from the answer's JSON size, which"
+        " is larger than DynamoDB's item sizes, so it errs high; not measured."
     ]
 
 
