@@ -116,9 +116,9 @@ class RequestCounter:
                 self.index_units_by_request[request] += cost.total - cost.base
             elif operation in READ_OPERATIONS and ok:
                 size = len(http_response.content or b"")
-                units = read_units(operation, params, size)
-                self.read_units += units
-                self.read_units_by_request[request] += units
+                read = read_units(operation, params, size)
+                self.read_units += read
+                self.read_units_by_request[request] += read
                 self.read_bytes_by_request[request] += size
 
     # --- results ---------------------------------------------------------------------------
