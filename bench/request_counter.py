@@ -16,7 +16,7 @@ import runpy
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ class RequestCounter:
         """Write units (table + indexes) by ``"<Operation> <target>"``, as :attr:`by_target`."""
         self.index_units_by_request: Counter[str] = Counter()
         """The index part of :attr:`write_units_by_request`."""
-        self.read_units_by_request: Counter[str] = Counter()
+        self.read_units_by_request: defaultdict[str, float] = defaultdict(float)
         """Read units by ``"<Operation> <target>"``."""
         self.read_bytes_by_request: Counter[str] = Counter()
         """Bytes of the answers to reads by ``"<Operation> <target>"`` (what units follow)."""
