@@ -1,15 +1,16 @@
 """Sessions: once a heartbeat, read what the store says this session holds (DESIGN §4a "Stop").
 
 A session's streams have no per-stream renewal that could fail with "STOPPED", so the worker
-asks the ``by-owner`` index for its own streams every heartbeat, with ``desired_state`` and
-``generation`` projected. One query per worker and heartbeat, a read (a fifth of a write's
-price) whatever the number of streams; a stop reaches its holder within one heartbeat plus the
-index's replication lag, and the holder then closes with 1000, writes the final checkpoint and
-releases.
+asks the ``by-owner`` index for its own streams every heartbeat: one query per worker and
+heartbeat, a read (a fifth of a write's price) whatever the number of streams, whose filter
+returns only the streams asked to stop (and counts the rest), so thousands of held streams cost
+the worker no parsing. A stop reaches its holder within one heartbeat plus the index's
+replication lag, and the holder then closes with 1000, writes the final checkpoint and releases.
 
-The same read catches a stream the store says this session owns but no holder holds — an
-acquire whose answer was lost and whose write landed late. Seen so twice in a row (the index
-lags), it is released (condition owner + epoch) and handed off.
+The same read counts the streams the store says this session owns. More than it holds means a
+stream owned but held by nobody — an acquire whose answer was lost and whose write landed late
+— or a release the index does not show yet: then the whole list is read, and a stream seen so
+twice in a row (the index lags) is released (condition owner + epoch) and handed off.
 """
 
 from __future__ import annotations
@@ -50,22 +51,31 @@ class OwnLeases:
         if session is None or not session.live:
             return []
         owner = session.worker_id
-        views = await asyncio.to_thread(ctx.store.owned_by, owner)
+        owned = await asyncio.to_thread(ctx.store.stopped_of, owner)
         stopping: list[str] = []
-        strays: set[tuple[str, int]] = set()
-        for view in views:
+        for view in owned.stopped:
             holder = self._holdings.holder(view.stream_id)
-            if holder is not None and holder.owner == owner and holder.epoch == view.epoch:
-                if view.desired_state is DesiredState.STOPPED and holder.is_active:
-                    logger.info("stream stopped", stream_id=view.stream_id, epoch=view.epoch)
-                    holder.request_end(EndReason.STOPPED)
-                    stopping.append(view.stream_id)
-            elif view.stream_id not in self._holdings:
-                strays.add((view.stream_id, view.epoch))
+            if (
+                holder is not None
+                and holder.owner == owner
+                and holder.epoch == view.epoch
+                and holder.is_active
+            ):
+                logger.info("stream stopped", stream_id=view.stream_id, epoch=view.epoch)
+                holder.request_end(EndReason.STOPPED)
+                stopping.append(view.stream_id)
+        held = sum(1 for holder in self._holdings if holder.owner == owner)
+        self._strays = await self._find_strays(owner) if owned.count > held else set()
+        return stopping
+
+    async def _find_strays(self, owner: str) -> set[tuple[str, int]]:
+        """Streams the index lists as ``owner``'s that no holder holds; those seen so on the
+        previous poll too are released."""
+        views = await asyncio.to_thread(self._ctx.store.owned_by, owner)
+        strays = {(v.stream_id, v.epoch) for v in views if v.stream_id not in self._holdings}
         for stream_id, epoch in strays & self._strays:
             await self._release_stray(owner, stream_id, epoch)
-        self._strays = strays
-        return stopping
+        return strays
 
     async def _release_stray(self, owner: str, stream_id: str, epoch: int) -> None:
         ctx = self._ctx

@@ -1,0 +1,145 @@
+"""A session's poll of its own streams against the moto server: stops reach their holders,
+a stream owned but held by nobody is released after two polls, and a worker holding many
+streams gets only the stopped ones back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from stream_items import put_stream
+
+from streamlease.lease_store import LeaseStore
+from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
+from worker.holder import EndReason
+from worker.own_leases import OwnLeases
+
+OWNER = "task1/1-ab"
+LEASE_MS = 20_000
+
+
+@dataclass
+class FakeHolder:
+    stream_id: str
+    epoch: int
+    owner: str = OWNER
+    ended: list[EndReason] = field(default_factory=list)
+
+    @property
+    def is_active(self) -> bool:
+        return not self.ended
+
+    def request_end(self, reason: EndReason) -> None:
+        self.ended.append(reason)
+
+
+class FakeHoldings:
+    def __init__(self) -> None:
+        self.by_id: dict[str, FakeHolder] = {}
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self.by_id
+
+    def __iter__(self) -> Iterator[FakeHolder]:
+        return iter(list(self.by_id.values()))
+
+    def holder(self, stream_id: str) -> FakeHolder | None:
+        return self.by_id.get(stream_id)
+
+
+class Handoffs:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send_handoff(self, stream_id: str, generation: int, **_: Any) -> bool:
+        self.sent.append(stream_id)
+        return True
+
+
+@pytest.fixture
+def seed(dynamodb: Any, aws_settings: Any) -> Any:
+    def write(stream_id: str, **fields: Any) -> None:
+        put_stream(dynamodb, aws_settings.table_name, stream_id, **fields)
+
+    return write
+
+
+def stop(dynamodb: Any, table: str, stream_id: str) -> None:
+    dynamodb.update_item(
+        TableName=table,
+        Key={PK: {"S": stream_key(stream_id)}},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": StreamAttr.DESIRED_STATE},
+        ExpressionAttributeValues={":s": {"S": DesiredState.STOPPED.value}},
+    )
+
+
+def poller(store: LeaseStore, holdings: FakeHoldings, handoffs: Handoffs) -> OwnLeases:
+    ctx = SimpleNamespace(
+        session=SimpleNamespace(worker_id=OWNER, live=True),
+        store=store,
+        settings=SimpleNamespace(handoff_on_release=True),
+        handoffs=handoffs,
+    )
+    return OwnLeases(cast(Any, ctx), cast(Any, holdings))
+
+
+def test_stopped_of_returns_only_the_stopped_and_counts_all(
+    store: LeaseStore, seed: Any, dynamodb: Any, aws_settings: Any
+) -> None:
+    for n in range(30):
+        seed(f"s{n}")
+        store.acquire(f"s{n}", OWNER, LEASE_MS, slot=n)
+    seed("other")
+    store.acquire("other", "task2/1-cd", LEASE_MS, slot=0)
+    for n in (3, 17):
+        stop(dynamodb, aws_settings.table_name, f"s{n}")
+
+    owned = store.stopped_of(OWNER)
+
+    assert owned.count == 30
+    assert sorted(v.stream_id for v in owned.stopped) == ["s17", "s3"]
+    assert {v.desired_state for v in owned.stopped} == {DesiredState.STOPPED}
+
+
+async def test_a_stop_reaches_the_holder_of_that_epoch_only(
+    store: LeaseStore, seed: Any, dynamodb: Any, aws_settings: Any
+) -> None:
+    holdings, handoffs = FakeHoldings(), Handoffs()
+    for stream_id in ("a", "b"):
+        seed(stream_id)
+        lease = store.acquire(stream_id, OWNER, LEASE_MS, slot=len(holdings.by_id))
+        holdings.by_id[stream_id] = FakeHolder(stream_id, lease.epoch)
+    holdings.by_id["b"].epoch += 1  # a holder of another epoch is not this lease's
+    for stream_id in ("a", "b"):
+        stop(dynamodb, aws_settings.table_name, stream_id)
+
+    assert await poller(store, holdings, handoffs).poll_once() == ["a"]
+    assert holdings.by_id["a"].ended == [EndReason.STOPPED]
+    assert holdings.by_id["b"].ended == []
+
+
+async def test_a_stream_owned_but_not_held_is_released_after_two_polls(
+    store: LeaseStore, seed: Any
+) -> None:
+    """The store says this session owns "lost" (an acquire whose answer never came back), no
+    holder holds it: the first poll notes it (the index may lag), the second releases it and
+    hands it off. Held streams are left alone."""
+    holdings, handoffs = FakeHoldings(), Handoffs()
+    seed("held")
+    lease = store.acquire("held", OWNER, LEASE_MS, slot=0)
+    holdings.by_id["held"] = FakeHolder("held", lease.epoch)
+    seed("lost")
+    store.acquire("lost", OWNER, LEASE_MS, slot=1)
+    own = poller(store, holdings, handoffs)
+
+    await own.poll_once()
+    assert store.read("lost").owner == OWNER
+    await own.poll_once()
+
+    assert store.read("lost").owner is None
+    assert handoffs.sent == ["lost"]
+    assert store.read("held").owner == OWNER
