@@ -121,17 +121,6 @@ def timers_label(scale: float) -> str:
     return "production timers" if scale == 1 else f"timers × {scale:g}"
 
 
-def percentile(values: Sequence[float], p: float) -> float:
-    """The ``p``-th percentile (0–100) by linear interpolation; NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * p / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 def wait_until(
     condition: Callable[[], bool],
     timeout_seconds: float,

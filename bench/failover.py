@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from bench.common import Table, percentile, timers_label
+from bench.common import Table, timers_label
 from bench.context import PRESET_LABELS, PRESETS, SESSIONS, BenchContext
 from bench.failover_rounds import (
     EVENTS,
@@ -34,6 +34,7 @@ from bench.failover_rounds import (
 from local.worker_process import MIN_FLEET_RECOUNT_SECONDS, PRODUCTION_LEASE_SECONDS
 from streamlease.schema import Liveness
 from streamlease.settings import Settings
+from streamlease.stats import percentile
 
 KILL_GOAL_LEASES: Final = 1.1
 """Sessions: kill -9 → all streams owned again, p99, at most this many leases plus the fleet

@@ -30,12 +30,11 @@ from functools import partial
 from typing import Final
 
 from bench.context import BenchContext
-from local.invariant_inputs import LeaseEvent
-from local.invariant_model import ACQUIRED, Report
-from local.invariants import load_records
+from local.invariants import Report, load_records
 from local.testbed import ACCOUNT, Testbed
 from local.worker_process import WorkerProcess
 from streamlease import aws
+from streamlease.lease_events import LeaseEvent, LeaseEventKind
 from streamlease.schema import PK, belongs_to_task, stream_key
 from streamlease.settings import Settings
 
@@ -124,7 +123,7 @@ def first_acquisitions(
     out: dict[str, LeaseEvent] = {}
     for e in events:
         if (
-            e.event == ACQUIRED
+            e.event == LeaseEventKind.ACQUIRED
             and e.stream_id in wanted
             and e.worker_id != victim
             and e.mono >= after

@@ -25,9 +25,9 @@ from bench import worker_scale
 from bench.upstream_throughput import simulator_process
 from local.moto_process import MotoProcess
 from local.resources import create_resources
-from local.upstream_sim import raise_open_file_limit
 from local.worker_process import WorkerProcess, use_dummy_aws_credentials
 from streamlease.settings import Settings
+from worker.os_limits import raise_open_file_limit
 
 LEASE_SECONDS = 60.0
 

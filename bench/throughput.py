@@ -22,8 +22,8 @@ from typing import Any, Final
 from bench import upstream_throughput, worker_scale
 from bench.common import Table
 from bench.context import BenchContext
-from local.upstream_sim import raise_open_file_limit
 from local.worker_process import WorkerProcess
+from worker.os_limits import raise_open_file_limit
 
 THROUGHPUT_LEASE_SECONDS: Final = 60.0
 FLAT_OUT_STREAMS: Final = 10

@@ -26,8 +26,8 @@ from typing import Any, Final
 from websockets.asyncio.client import connect
 
 from bench.common import Table
-from local.upstream_sim import raise_open_file_limit
 from streamlease.settings import Settings
+from worker.os_limits import raise_open_file_limit
 from worker.upstream import UpstreamReader
 
 try:

@@ -38,11 +38,12 @@ from typing import Any
 
 from local.moto_process import MotoProcess
 from local.resources import create_resources
-from local.upstream_sim import UpstreamSimulator, raise_open_file_limit, run_in_thread
+from local.upstream_sim import UpstreamSimulator, run_in_thread
 from local.worker_process import WorkerProcess, use_dummy_aws_credentials
 from streamlease import aws
 from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
 from streamlease.settings import Settings
+from worker.os_limits import raise_open_file_limit
 
 FLUSH_SECONDS = 5.0
 IDLE_RATE = 0.001

@@ -66,7 +66,6 @@ from local.upstream_sim.payloads import (
 )
 from local.upstream_sim.server import LISTEN_BACKLOG, UpstreamSimulator
 from local.upstream_sim.thread import run_in_thread
-from worker.os_limits import raise_open_file_limit
 
 __all__ = [
     "ALL_STREAMS",
@@ -78,7 +77,6 @@ __all__ = [
     "binary_payload_for",
     "payload_for",
     "payload_path",
-    "raise_open_file_limit",
     "run_in_thread",
     "subscription_start",
     "text_message",

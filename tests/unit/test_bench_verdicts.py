@@ -104,3 +104,22 @@ def test_a_step_never_held_for_lack_of_file_descriptors_says_so() -> None:
 def test_cpu_per_stream_second_divides_by_the_streams_held_and_the_window() -> None:
     """1 s of CPU over 20 s at 1,000 streams: 50 µs per stream-second."""
     assert scale.us_per_stream_second(window()) == pytest.approx(50.0)
+
+
+def test_idle_cost_tells_the_workers_own_cpu_from_each_streams() -> None:
+    """1,000 streams take 2 % of a core and 5,000 take 6 %: 1 % is the worker's whatever it
+    holds, each stream adds 10 µs per second, and 10,000 take 11 %."""
+    small = window(held_min=1000, cpu_seconds=0.8, seconds=40.0)
+    large = window(held_min=5000, cpu_seconds=2.4, seconds=40.0)
+    cost = scale.idle_cost([small, large])
+    assert cost is not None and cost.fitted
+    assert cost.fixed == pytest.approx(0.01)
+    assert cost.per_stream * 1e6 == pytest.approx(10.0)
+    assert cost.share_of_core(10_000) == pytest.approx(0.11)
+
+
+def test_idle_cost_of_one_window_is_its_average() -> None:
+    cost = scale.idle_cost([window(held_min=500, cpu_seconds=1.0, seconds=20.0)])
+    assert cost is not None and not cost.fitted
+    assert cost.per_stream * 1e6 == pytest.approx(100.0)
+    assert scale.idle_cost([]) is None
