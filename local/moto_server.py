@@ -172,16 +172,28 @@ class SerialisedApp:
         return self._app(environ, start_response)
 
     def _dynamodb(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        self._delay(environ)
-        with self._dynamodb_lock:
-            # Checked under the lock: once a fault is switched on, no queued request applies.
-            fault = self._fault
-            if fault in ("up", "slow"):
-                return self._complete(environ, start_response)
-        return self._refuse(fault, environ, start_response)
+        held = self._delay(environ)
+        applied = False
+        try:
+            with self._dynamodb_lock:
+                # Checked under the lock: once a fault is switched on, no queued request applies.
+                fault = self._fault
+                if fault in ("up", "slow"):
+                    response = self._complete(environ, start_response)
+                    applied = True
+                    return response
+            return self._refuse(fault, environ, start_response)
+        finally:
+            if held:
+                # Counted once moto has applied it: whoever sees the count sees the write.
+                with self._hold_lock:
+                    self._hold.waiting -= 1
+                    self._hold.applied += applied
 
-    def _delay(self, environ: dict[str, Any]) -> None:
-        """Brownout and held requests wait here, outside the lock, each in its own thread."""
+    def _delay(self, environ: dict[str, Any]) -> bool:
+        """Brownout and held requests wait here, outside the lock, each in its own thread.
+
+        Returns whether this request is a held one (counted as waiting until it is answered)."""
         delay = self._delay_seconds if self._fault == "slow" else 0.0
         if self._hold.remaining > 0:
             length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -194,12 +206,10 @@ class SerialisedApp:
                     self._hold.waiting += 1
             if held:
                 time.sleep(held)
-                with self._hold_lock:
-                    self._hold.waiting -= 1
-                    self._hold.applied += 1
-                return
+                return True
         if delay:
             time.sleep(delay)
+        return False
 
     def _complete(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         """Run moto's handler to the last byte of its body (inside the caller's lock)."""
