@@ -207,6 +207,26 @@ async def test_concurrent_writers_share_putrecords_calls_of_at_most_500(
     assert found == {f"s{n}": list(range(1, 21)) for n in range(60)}
 
 
+async def test_writes_that_trickle_in_wait_for_each_other_briefly(
+    aws_settings: Settings, client: Any
+) -> None:
+    """Streams writing one record each, a few milliseconds apart, as 1,000 streams at 10 msg/s
+    do: the batch lingers for more instead of one PutRecords call per record. Without it each
+    call would carry one or two records (a call costs the worker a millisecond of CPU)."""
+    recording = RecordingClient(client)
+    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0.2)
+
+    async def one(n: int) -> None:
+        await asyncio.sleep(0.005 * n)
+        await sink.write([record(f"s{n}", 1)], ALWAYS)
+
+    async with asyncio.TaskGroup() as group:
+        for n in range(20):
+            group.create_task(one(n))
+    await sink.close()
+    assert [len(call) for call in recording.calls] == [20]
+
+
 async def test_close_flushes_what_was_accepted_then_refuses(
     aws_settings: Settings, client: Any
 ) -> None:
