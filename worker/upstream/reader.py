@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, WebSocketException
+from websockets.frames import Frame
 
 from streamlease.errors import UpstreamRejected, UrlRejected
 from streamlease.profile import DEFAULT_PROFILE, Profile
@@ -103,11 +104,11 @@ class HeadersUnavailable(Exception):
     Its text is safe to store and log."""
 
 
-def _buffered(ws: ClientConnection) -> bool:
-    """Whether ``ws`` has a whole message received and not yet read (so ``recv`` returns at
-    once): its next buffered frame is a complete one."""
-    frames = ws.recv_messages.frames
-    return len(frames) > 0 and frames.queue[0].fin
+def _received_frames(ws: ClientConnection) -> Sequence[Frame]:
+    """The frames ``ws`` received and nobody read yet, oldest first (websockets 17's assembler
+    keeps them in a deque; any other layout reads as none, so a batch is one message)."""
+    frames = getattr(ws.recv_messages, "frames", None)
+    return getattr(frames, "queue", ())
 
 
 async def _send_opening(ws: ClientConnection, text: str) -> None:
@@ -209,41 +210,45 @@ class UpstreamReader:
         return self
 
     async def __anext__(self) -> UpstreamMessage:
-        while True:
-            message = self._parse(await self._recv())
-            if message is not None:
-                return message
+        batch = await self.next_batch(1)
+        if not batch:
+            raise StopAsyncIteration
+        return batch[0]
 
     async def next_batch(self, limit: int) -> list[UpstreamMessage]:
         """The next message (waiting for it, across reconnects), followed by those already
         received behind it, up to ``limit``: never waits for a second one. Empty once the
         iteration stopped (see the class docstring)."""
+        parse, decode = self._parse, self._decode
         try:
-            batch = [await self.__anext__()]
+            while True:
+                ws = self._ws
+                if ws is None:
+                    ws = await self._reconnect()
+                try:
+                    first = parse(await ws.recv(decode=decode))
+                except ConnectionClosed as exc:
+                    await self._after_close(exc)
+                    continue
+                if first is not None:
+                    break
         except StopAsyncIteration:
             return []
-        ws = self._ws
-        decode = self._decode
-        while len(batch) < limit and ws is not None and _buffered(ws):
+        batch = [first]
+        if limit == 1:
+            return batch
+        buffered = _received_frames(ws)
+        # A complete message is next when the first buffered frame is a final one: then recv
+        # returns at once.
+        while len(batch) < limit and buffered and buffered[0].fin:
             try:
                 frame = await ws.recv(decode=decode)
             except ConnectionClosed:
                 break  # the next call sees it again and reconnects
-            message = self._parse(frame)
+            message = parse(frame)
             if message is not None:
                 batch.append(message)
         return batch
-
-    async def _recv(self) -> bytes | str:
-        """The next frame, reconnecting as needed."""
-        while True:
-            ws = self._ws
-            if ws is None:
-                ws = await self._reconnect()
-            try:
-                return await ws.recv(decode=self._decode)
-            except ConnectionClosed as exc:
-                await self._after_close(exc)
 
     def _parse(self, frame: bytes | str) -> UpstreamMessage | None:
         """The message a frame carries, or None for a frame that is skipped (reported)."""
