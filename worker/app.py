@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from typing import TYPE_CHECKING, Final
 
@@ -166,6 +167,10 @@ class Worker:
             return EXIT_OK  # asked to stop before DynamoDB ever answered
         with contextlib.suppress(Exception):
             await self.fleet.refresh()
+        # Everything built so far (boto3's service models, clients, settings) lives as long as
+        # the process: out of the garbage collector's sight, a full collection does not walk
+        # hundreds of thousands of objects that can never be garbage.
+        gc.freeze()
         logger.info(
             "worker started",
             liveness=settings.liveness.value,
