@@ -6,6 +6,8 @@ only, in this process), and one ``python -m worker`` holding the same number of 
 real lease, renewals + checkpoints and the ``null`` sink (measured the way
 :mod:`bench.worker_scale` does: CPU from ``/proc``, messages from the worker's metric flushes).
 Memory per held stream is the worker's resident-set growth from no streams to N, divided by N.
+At N × 10 msg/s a third run has the worker write to the ``kinesis`` sink on the local moto
+server (batched PutRecords shared by every stream): what a real sink adds per message.
 
 The worker here renews every 15 s (lease 60 s): 1,000 streams at the production 5 s would need
 200 renewals/s, more than the local moto server answers; renewal cost is the scale section's.
@@ -114,10 +116,11 @@ def _measure(worker: WorkerProcess, streams: int, seconds: float, ramp_seconds: 
 
 
 def worker_run(
-    ctx: BenchContext, port: int, streams: int, rate: float, seconds: float
+    ctx: BenchContext, port: int, streams: int, rate: float, seconds: float, sink: str = "null"
 ) -> tuple[Run, Window]:
-    """One worker holding ``streams`` streams at ``rate`` msg/s (0: flat out), null sink."""
-    name = f"tp{streams}"
+    """One worker holding ``streams`` streams at ``rate`` msg/s (0: flat out), writing to
+    ``sink`` (``null``, or ``kinesis``: the local moto server's stream)."""
+    name = f"tp{streams}-{sink}"
     lease = THROUGHPUT_LEASE_SECONDS
     settings = ctx.resources(
         name,
@@ -126,7 +129,7 @@ def worker_run(
         heartbeat_seconds=lease / 4,
         fence_margin_seconds=lease / 10,
         capacity=streams + 10,
-        sink="null",
+        sink=sink,
         allow_insecure_ws=True,
         allow_loopback_upstreams=True,
         metrics_flush_seconds=worker_scale.FLUSH_SECONDS,
@@ -138,13 +141,13 @@ def worker_run(
         rss_empty = _rss_kib(worker.pid)
         ids = [f"{name}-{i:05d}" for i in range(streams)]
         worker_scale.seed(settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={rate:g}")
-        ctx.progress.update(f"worker: {streams} streams at {rate:g} msg/s", force=True)
+        ctx.progress.update(f"worker: {streams} streams at {rate:g} msg/s, {sink} sink", force=True)
         window = _measure(worker, streams, seconds, ramp_seconds=30 + streams * 0.06)
         rss_full = _rss_kib(worker.pid)
     finally:
         worker.stop(settings.shutdown_budget_seconds + 10)
     run = Run(
-        "worker (lease + checkpoint + null sink)",
+        f"worker (lease + checkpoint + {sink} sink)",
         streams,
         rate,
         window.messages,
@@ -152,7 +155,7 @@ def worker_run(
         window.cpu_seconds,
         renewals=window.renewals,
         held=window.held_min,
-        # Flat out, every receive queue is full: that is buffer, not the cost of a stream.
+        # Flat out, every socket's buffers are full: that is buffer, not the cost of a stream.
         rss_per_stream_kib=(rss_full - rss_empty) / max(1, window.held_min) if rate else None,
     )
     return run, window
@@ -172,17 +175,16 @@ def run(ctx: BenchContext) -> list[Table]:
     seconds = 3.0 if ctx.quick else 15.0
     loads = [(streams, 10.0)] if ctx.quick else [(streams, 10.0), (FLAT_OUT_STREAMS, 0.0)]
     raise_open_file_limit()
-    runs: list[tuple[Run, Run]] = []
-    lags: list[float] = []
+    runs: list[tuple[Run, list[tuple[Run, Window]]]] = []
     with upstream_throughput.simulator_process() as (port, sim_pid):
         for n, rate in loads:
             ctx.progress.update(f"bare client: {n} streams at {rate:g} msg/s", force=True)
             bare = bare_run(port, sim_pid, n, rate, seconds)
-            worker, window = worker_run(ctx, port, n, rate, seconds)
-            runs.append((bare, worker))
-            lags.append(window.lag_max)
+            workers = [worker_run(ctx, port, n, rate, seconds)]
             if rate:
-                ctx.shared["throughput_window"] = window
+                ctx.shared["throughput_window"] = workers[0][1]
+                workers.append(worker_run(ctx, port, n, rate, seconds, sink="kinesis"))
+            runs.append((bare, workers))
     table = Table(
         "Throughput: one worker vs a bare websockets client (same simulator, same run; timers:"
         f" lease {THROUGHPUT_LEASE_SECONDS:g} s, heartbeat {THROUGHPUT_LEASE_SECONDS / 4:g} s,"
@@ -198,11 +200,10 @@ def run(ctx: BenchContext) -> list[Table]:
             "renewal lag max",
         ],
     )
-    for (bare, worker), lag in zip(runs, lags, strict=True):
+    for bare, workers in runs:
         load = (
             f"{bare.streams:,} × {bare.rate:g} msg/s" if bare.rate else f"{bare.streams} × flat out"
         )
-        ratio = worker.cpu_us_per_message / bare.cpu_us_per_message
         table.add(
             load,
             bare.client,
@@ -213,20 +214,33 @@ def run(ctx: BenchContext) -> list[Table]:
             None,
             None,
         )
-        rss = None if worker.rss_per_stream_kib is None else f"{worker.rss_per_stream_kib:.0f} KiB"
-        client = worker.client
-        if worker.held is not None and worker.held < worker.streams:
-            client += f" — held only {worker.held:,} of {worker.streams:,} at times"
-        table.add(
-            load,
-            client,
-            worker.per_second,
-            worker.cpu_us_per_message,
-            100 * worker.cpu_seconds / worker.seconds,
-            f"{ratio:.2f}×",
-            rss,
-            f"{lag:,.0f} ms",
-        )
+        for worker, window in workers:
+            rss = (
+                None
+                if worker.rss_per_stream_kib is None
+                else f"{worker.rss_per_stream_kib:.0f} KiB"
+            )
+            client = worker.client
+            if worker.held is not None and worker.held < worker.streams:
+                client += f" — held only {worker.held:,} of {worker.streams:,} at times"
+            table.add(
+                load,
+                client,
+                worker.per_second,
+                worker.cpu_us_per_message,
+                100 * worker.cpu_seconds / worker.seconds,
+                f"{worker.cpu_us_per_message / bare.cpu_us_per_message:.2f}×",
+                rss,
+                f"{window.lag_max:,.0f} ms",
+            )
+        if len(workers) == 2:
+            null, kinesis = workers[0][0], workers[1][0]
+            table.notes.append(
+                f"{load}: the Kinesis sink costs"
+                f" {kinesis.cpu_us_per_message / null.cpu_us_per_message:.2f}× the null sink's"
+                f" CPU per message ({kinesis.per_second:,.0f} records/s stored, the local moto"
+                " server answering the PutRecords calls)."
+            )
     table.notes += [
         "CPU is user + system time of the client process over the window (100 % = one core);"
         " the worker's includes its renewals, keepalives and loops.",
