@@ -35,6 +35,7 @@ SECTIONS: Final = {
     "throughput": "bench.throughput",
     "write_cost": "bench.write_cost",
     "scale": "bench.scale",
+    "rebalance": "bench.rebalance",
 }
 """Section name → module with ``run(ctx) -> list[Table]``, in the order they run."""
 

@@ -9,9 +9,10 @@ import dataclasses
 
 import pytest
 
-from bench import scale
+from bench import rebalance, scale
 from bench.context import PER_STREAM, REFERENCE, SESSIONS, preset_settings
 from bench.worker_scale import Window
+from streamlease.lease_events import LeaseEvent, LeaseEventKind
 from streamlease.schema import Liveness
 from streamlease.settings import Settings
 
@@ -123,3 +124,65 @@ def test_idle_cost_of_one_window_is_its_average() -> None:
     assert cost is not None and not cost.fitted
     assert cost.per_stream * 1e6 == pytest.approx(100.0)
     assert scale.idle_cost([]) is None
+
+
+# --- rebalance: moves per scale-out event ---------------------------------------------------
+
+
+def lease_event(kind: LeaseEventKind, stream_id: str, worker_id: str, mono: float) -> LeaseEvent:
+    return LeaseEvent(kind, stream_id, 1, worker_id, mono)
+
+
+def test_a_move_is_a_release_followed_by_the_streams_next_acquisition():
+    """Releases after the join count, each paired with the next acquisition of its stream;
+    a release nobody followed up yet is not a move, and a release before the join is not one
+    of this event's."""
+    events = [
+        lease_event(LeaseEventKind.RELEASED, "old", "a", 1.0),
+        lease_event(LeaseEventKind.ACQUIRED, "old", "b", 1.5),
+        lease_event(LeaseEventKind.ACQUIRED, "s1", "a", 0.5),
+        lease_event(LeaseEventKind.RELEASED, "s1", "a", 11.0),
+        lease_event(LeaseEventKind.ACQUIRED, "s2", "c", 12.5),  # listed before its release
+        lease_event(LeaseEventKind.RELEASED, "s2", "b", 12.0),
+        lease_event(LeaseEventKind.ACQUIRED, "s1", "new", 11.2),
+        lease_event(LeaseEventKind.ACQUIRED, "s1", "b", 20.0),  # a later move's, not this one's
+        lease_event(LeaseEventKind.RELEASED, "s3", "a", 13.0),  # not yet acquired again
+    ]
+    assert rebalance.moves_after(events, 10.0) == [
+        rebalance.Move("s1", "a", "new", 11.0, 11.2),
+        rebalance.Move("s2", "b", "c", 12.0, 12.5),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("held", "workers", "excess"),
+    [
+        ([20, 20], 3, 12),  # share 14
+        ([10, 10, 10], 4, 6),  # share 8
+        ([14, 13, 13], 4, 10),  # share 10
+        ([12, 9, 9], 4, 6),  # share 8: an uneven start
+        ([3, 3], 3, 2),  # share 2
+        ([], 3, 0),
+    ],
+)
+def test_excess_over_fair_share_is_what_the_old_workers_hold_above_the_new_share(
+    held, workers, excess
+):
+    """The least a scale-out must move: sum of max(0, held − ceil(total / workers))."""
+    assert rebalance.excess_over_share(held, workers) == excess
+
+
+def test_a_scale_out_counts_moves_to_the_new_worker_apart_from_wasted_ones():
+    """Moves to the worker that joined are the useful ones; settled after = join → last move."""
+    event = rebalance.ScaleOut(
+        workers_before=2,
+        held_before={"a": 7, "b": 5},
+        new_worker="new",
+        joined_mono=100.0,
+        moves=[
+            rebalance.Move("s1", "a", "new", 101.0, 101.1),
+            rebalance.Move("s2", "a", "b", 102.0, 103.5),
+        ],
+    )
+    assert (event.streams, event.excess, event.to_new) == (12, 4, 1)  # share 4
+    assert event.settled_seconds == pytest.approx(3.5)
