@@ -26,6 +26,7 @@ from bench.failover_rounds import round_timeout
 from local.testbed import Testbed
 from streamlease.lease_events import LeaseEvent, LeaseEventKind
 from streamlease.rules import fair_share
+from streamlease.schema import belongs_to_task
 from streamlease.settings import Settings
 
 QUIET_ROUNDS: Final = 3
@@ -67,7 +68,8 @@ class ScaleOut:
 
     @property
     def to_new(self) -> int:
-        return sum(1 for m in self.moves if m.to_worker == self.new_worker)
+        """Moves to the worker that joined (any of its sessions)."""
+        return sum(1 for m in self.moves if belongs_to_task(m.to_worker, self.new_worker))
 
     @property
     def settled_seconds(self) -> float:
@@ -82,65 +84,87 @@ def excess_over_share(held: Iterable[int], workers: int) -> int:
     return sum(max(0, n - share) for n in counts)
 
 
+def _pairs(
+    events: Iterable[LeaseEvent], after_mono: float
+) -> list[tuple[LeaseEvent, LeaseEvent | None]]:
+    """Every release at or after ``after_mono``, in the order released, with the acquisition
+    that followed it: the same stream's lowest epoch above the released one (the epoch, not
+    the clock: a peer may log its acquisition before the releaser logs the answer to its
+    release). None: nobody acquired it (yet)."""
+    acquisitions: dict[str, list[LeaseEvent]] = {}
+    releases = []
+    for e in events:
+        if e.event == LeaseEventKind.ACQUIRED:
+            acquisitions.setdefault(e.stream_id, []).append(e)
+        elif e.event == LeaseEventKind.RELEASED and e.mono >= after_mono:
+            releases.append(e)
+    out = []
+    for released in sorted(releases, key=lambda e: e.mono):
+        later = [a for a in acquisitions.get(released.stream_id, []) if a.epoch > released.epoch]
+        out.append((released, min(later, key=lambda a: a.epoch) if later else None))
+    return out
+
+
 def moves_after(events: Iterable[LeaseEvent], after_mono: float) -> list[Move]:
-    """Every release at or after ``after_mono`` followed by another worker's acquisition of the
-    same stream, in the order released. A release not (yet) followed by one is not a move."""
-    ordered = sorted(events, key=lambda e: e.mono)
-    moves = []
-    for i, released in enumerate(ordered):
-        if released.event != LeaseEventKind.RELEASED or released.mono < after_mono:
-            continue
-        acquired = next(
-            (
-                e
-                for e in ordered[i + 1 :]
-                if e.stream_id == released.stream_id and e.event == LeaseEventKind.ACQUIRED
-            ),
-            None,
+    """Every release at or after ``after_mono`` whose stream another worker acquired next, in
+    the order released. A release nobody followed up (yet), or one its own worker took back,
+    is not a move."""
+    return [
+        Move(
+            released.stream_id,
+            released.worker_id,
+            acquired.worker_id,
+            released.mono,
+            acquired.mono,
         )
-        if acquired is not None:
-            moves.append(
-                Move(
-                    released.stream_id,
-                    released.worker_id,
-                    acquired.worker_id,
-                    released.mono,
-                    acquired.mono,
-                )
-            )
-    return moves
-
-
-def _held_counts(bed: Testbed) -> dict[str, int]:
-    return {worker: len(streams) for worker, streams in bed.holdings().items()}
+        for released, acquired in _pairs(events, after_mono)
+        if acquired is not None and acquired.worker_id != released.worker_id
+    ]
 
 
 def _settle(bed: Testbed, settings: Settings, since_mono: float, timeout: float) -> None:
-    """Wait until no stream has moved for :data:`QUIET_ROUNDS` rebalance intervals (counting
-    from ``since_mono``), or ``timeout`` seconds."""
+    """Wait until no stream has moved for :data:`QUIET_ROUNDS` rebalance intervals since
+    ``since_mono`` (a release still without its acquisition is not quiet). Raises
+    ``TimeoutError`` after ``timeout`` seconds."""
     quiet = QUIET_ROUNDS * settings.rebalance_seconds * 1.2  # the interval is jittered ± 20 %
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def quiet_now() -> bool:
         bed.tail.refresh()
-        last = max(
-            (m.acquired_mono for m in moves_after(bed.tail.events, since_mono)),
-            default=since_mono,
-        )
-        if time.monotonic() - last >= quiet:
-            return
-        time.sleep(settings.rebalance_seconds / 4)
+        pairs = _pairs(bed.tail.events, since_mono)
+        if any(acquired is None for _, acquired in pairs):
+            return False
+        last = max((a.mono for _, a in pairs if a is not None), default=since_mono)
+        return time.monotonic() - max(last, since_mono) >= quiet
+
+    bed.wait_for(quiet_now, timeout, "the fleet settled", every=settings.rebalance_seconds / 4)
+
+
+def _wait_tenure(bed: Testbed, settings: Settings) -> None:
+    """Sleep until every stream has been held for the minimum tenure (any may then be shed)."""
+    bed.tail.refresh()
+    newest = max((e.mono for e in bed.tail.events if e.event == LeaseEventKind.ACQUIRED), default=0)
+    time.sleep(max(0.0, newest + settings.min_tenure_seconds - time.monotonic()))
 
 
 def scale_out(bed: Testbed, settings: Settings, timeout: float) -> ScaleOut:
-    """One worker joins the fleet of ``bed``; returns what moved until the fleet settled."""
-    held_before = _held_counts(bed)
+    """One worker joins the fleet of ``bed`` once every stream may be shed; returns what moved
+    until the fleet settled."""
+    _wait_tenure(bed, settings)
+    live = {w.worker_id for w in bed.live_workers()}
+    held_before = {
+        worker: len(streams)
+        for worker, streams in bed.holdings().items()
+        if streams or worker in live
+    }
     joined = time.monotonic()
     new = bed.add_worker()
     bed.wait_worker_running(new, timeout)
-    _settle(bed, settings, joined, timeout)
+    if not new.alive:
+        raise RuntimeError(f"the joining worker exited\n{bed.diagnosis()}")
+    _settle(bed, settings, time.monotonic(), timeout)
     bed.tail.refresh()
     moves = moves_after(bed.tail.events, joined)
-    return ScaleOut(len(held_before), held_before, new.worker_id, joined, moves)
+    return ScaleOut(len(live), held_before, new.worker_id, joined, moves)
 
 
 def measure(ctx: BenchContext, workers: int, joins: int, streams: int) -> list[ScaleOut]:
@@ -153,7 +177,7 @@ def measure(ctx: BenchContext, workers: int, joins: int, streams: int) -> list[S
         ids = bed.create_streams(streams)
         bed.wait_all_owned(ids, timeout)
         ctx.progress.update("waiting out the minimum tenure", force=True)
-        time.sleep(settings.min_tenure_seconds)
+        _wait_tenure(bed, settings)
         _settle(bed, settings, time.monotonic(), timeout)  # an uneven start evens out first
         out = []
         for n in range(joins):

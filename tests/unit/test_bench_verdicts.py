@@ -129,28 +129,33 @@ def test_idle_cost_of_one_window_is_its_average() -> None:
 # --- rebalance: moves per scale-out event ---------------------------------------------------
 
 
-def lease_event(kind: LeaseEventKind, stream_id: str, worker_id: str, mono: float) -> LeaseEvent:
-    return LeaseEvent(kind, stream_id, 1, worker_id, mono)
+def lease_event(
+    kind: LeaseEventKind, stream_id: str, epoch: int, worker_id: str, mono: float
+) -> LeaseEvent:
+    return LeaseEvent(kind, stream_id, epoch, worker_id, mono)
 
 
-def test_a_move_is_a_release_followed_by_the_streams_next_acquisition():
-    """Releases after the join count, each paired with the next acquisition of its stream;
-    a release nobody followed up yet is not a move, and a release before the join is not one
-    of this event's."""
+def test_a_move_is_a_release_paired_with_the_next_epochs_acquisition_by_another_worker():
+    """Releases after the join count, each paired with its stream's next epoch, even when the
+    acquirer logged first (its clock read came before the releaser's answer); a release before
+    the join, one nobody acquired yet and one its own worker took back are not moves."""
+    released, acquired = LeaseEventKind.RELEASED, LeaseEventKind.ACQUIRED
     events = [
-        lease_event(LeaseEventKind.RELEASED, "old", "a", 1.0),
-        lease_event(LeaseEventKind.ACQUIRED, "old", "b", 1.5),
-        lease_event(LeaseEventKind.ACQUIRED, "s1", "a", 0.5),
-        lease_event(LeaseEventKind.RELEASED, "s1", "a", 11.0),
-        lease_event(LeaseEventKind.ACQUIRED, "s2", "c", 12.5),  # listed before its release
-        lease_event(LeaseEventKind.RELEASED, "s2", "b", 12.0),
-        lease_event(LeaseEventKind.ACQUIRED, "s1", "new", 11.2),
-        lease_event(LeaseEventKind.ACQUIRED, "s1", "b", 20.0),  # a later move's, not this one's
-        lease_event(LeaseEventKind.RELEASED, "s3", "a", 13.0),  # not yet acquired again
+        lease_event(released, "old", 1, "a", 1.0),
+        lease_event(acquired, "old", 2, "b", 1.5),
+        lease_event(acquired, "s1", 1, "a", 0.5),
+        lease_event(released, "s1", 1, "a", 11.0),
+        lease_event(acquired, "s1", 3, "b", 20.0),  # a later move's, not this one's
+        lease_event(acquired, "s1", 2, "new", 11.2),
+        lease_event(acquired, "s2", 5, "c", 11.9),  # logged before the release's answer
+        lease_event(released, "s2", 4, "b", 12.0),
+        lease_event(released, "s3", 1, "a", 13.0),  # not yet acquired again
+        lease_event(released, "s4", 1, "a", 14.0),
+        lease_event(acquired, "s4", 2, "a", 14.5),  # taken back by its own worker
     ]
     assert rebalance.moves_after(events, 10.0) == [
         rebalance.Move("s1", "a", "new", 11.0, 11.2),
-        rebalance.Move("s2", "b", "c", 12.0, 12.5),
+        rebalance.Move("s2", "b", "c", 12.0, 11.9),
     ]
 
 
@@ -182,7 +187,8 @@ def test_a_scale_out_counts_moves_to_the_new_worker_apart_from_wasted_ones():
         moves=[
             rebalance.Move("s1", "a", "new", 101.0, 101.1),
             rebalance.Move("s2", "a", "b", 102.0, 103.5),
+            rebalance.Move("s3", "b", "new.2", 104.0, 104.2),  # its second session
         ],
     )
-    assert (event.streams, event.excess, event.to_new) == (12, 4, 1)  # share 4
-    assert event.settled_seconds == pytest.approx(3.5)
+    assert (event.streams, event.excess, event.to_new) == (12, 4, 2)  # share 4
+    assert event.settled_seconds == pytest.approx(4.2)
