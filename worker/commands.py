@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -44,6 +45,12 @@ ERROR_PAUSE_SECONDS: Final = 1.0
 PASS_ON_LIMIT: Final = COMMAND_MAX_RECEIVES - 2
 """A rebalance handoff is passed on by workers not below their share until this receive, well
 before the dead-letter queue takes it (at its ``COMMAND_MAX_RECEIVES``-th)."""
+PASS_ON_PAUSE_SECONDS: Final = 2.0
+"""After passing a rebalance handoff on, a worker receives nothing for this long, so the next
+delivery goes to a worker below its share. Without it the worker that passed it on polls again at
+once and, SQS delivering to whoever asks first, receives it again until the pass-on limit makes it
+take it: a wasted handover. (A long poll already waiting may take a second to see a message made
+visible again.)"""
 
 
 def receive_count(share: int, held: int, free: int) -> int:
@@ -145,11 +152,17 @@ class CommandPoller:
         self._acquirer = acquirer
         self._holdings = holdings
         self._fleet = fleet
+        self._paused_until = 0.0
+        """Monotonic time before which nothing is received (see PASS_ON_PAUSE_SECONDS)."""
 
     async def poll_commands(self) -> None:
         """Receive and handle commands until cancelled; any error pauses, then polling goes on."""
         holdings = self._holdings
         while not self._ctx.shutdown_requested.is_set():
+            paused = self._paused_until - time.monotonic()
+            if paused > 0:
+                await asyncio.sleep(paused)
+                continue
             if not (
                 self._acquirer.may_acquire()
                 and rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity)
@@ -193,6 +206,7 @@ class CommandPoller:
             # Meant for a worker below its share: taking it would only move the imbalance.
             # Passed on a bounded number of times (a receive counts towards the dead-letter
             # queue); after that, whoever has room takes it.
+            self._paused_until = time.monotonic() + PASS_ON_PAUSE_SECONDS
             await self._queue.give_back(receipt)
             return
         try:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from streamlease.schema import Command, CommandType
+from worker import commands
 from worker.acquisition import Outcome
 from worker.commands import PASS_ON_LIMIT, CommandPoller
 from worker.fleet_view import FleetView
@@ -34,12 +37,17 @@ class FakeAcquirer:
         self.tried.append(stream_id)
         return Outcome.WON
 
+    def may_acquire(self) -> bool:
+        return True
 
-def poller(held: int, share: int) -> tuple[CommandPoller, FakeQueue, FakeAcquirer]:
+
+def poller(
+    held: int, share: int, queue: FakeQueue | None = None
+) -> tuple[CommandPoller, FakeQueue, FakeAcquirer]:
     holdings = Holdings(capacity=100, given_away_seconds=15.0)
     for n in range(held):
         holdings.reserve(f"held-{n}")
-    queue, acquirer = FakeQueue(), FakeAcquirer()
+    queue, acquirer = queue or FakeQueue(), FakeAcquirer()
     ctx = SimpleNamespace(shutdown_requested=asyncio.Event())
     view = FleetView(share=share)
     return (
@@ -58,6 +66,7 @@ def message(command: Command, receives: int = 1) -> dict[str, Any]:
 
 
 REBALANCE = Command(CommandType.HANDOFF, "s1", 2, rebalance=True)
+START = Command(CommandType.START, "s2", 1)
 
 
 async def test_a_worker_below_its_share_takes_a_rebalance_handoff() -> None:
@@ -86,3 +95,35 @@ async def test_an_ordinary_handoff_is_taken_at_the_share() -> None:
     handler, _, acquirer = poller(held=9, share=9)
     await handler._handle(message(Command(CommandType.HANDOFF, "s1", 2)))
     assert acquirer.tried == ["s1"]
+
+
+class OnceQueue(FakeQueue):
+    """Delivers one message on the first receive, nothing afterwards; records when asked."""
+
+    def __init__(self, first: dict[str, Any]) -> None:
+        super().__init__()
+        self._first: list[dict[str, Any]] = [first]
+        self.receives: list[float] = []
+
+    async def receive(self, count: int) -> list[dict[str, Any]]:
+        self.receives.append(time.monotonic())
+        await asyncio.sleep(0.01)  # a short poll
+        first, self._first = self._first, []
+        return first
+
+
+@pytest.mark.parametrize(("command", "pauses"), [(REBALANCE, True), (START, False)])
+async def test_a_worker_that_passed_a_rebalance_handoff_on_stays_out_of_the_queue_a_while(
+    monkeypatch: pytest.MonkeyPatch, command: Command, pauses: bool
+) -> None:
+    """Otherwise it asks again at once and, SQS answering whoever asks first, receives the same
+    handoff again and again until the pass-on limit has it take it: a wasted move."""
+    monkeypatch.setattr(commands, "PASS_ON_PAUSE_SECONDS", 0.3)
+    queue = OnceQueue(message(command))
+    handler, _, _ = poller(held=9, share=9, queue=queue)
+    task = asyncio.create_task(handler.poll_commands())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert (len(queue.receives) == 1) is pauses
