@@ -171,6 +171,31 @@ async def test_a_write_after_the_deadline_sends_nothing(
     assert [r.seq for r in cut.value.unsent or []] == [1]
 
 
+class PassesWhileTaken:
+    """A deadline that passes after ``checks`` looks: while the sink takes a write's records."""
+
+    def __init__(self, checks: int) -> None:
+        self.checks = checks
+
+    def remaining_seconds(self) -> float:
+        self.checks -= 1
+        return 1.0 if self.checks >= 0 else -1.0
+
+
+async def test_a_write_whose_deadline_passes_while_its_records_are_taken_sends_none_of_them(
+    aws_settings: Settings, client: Any
+) -> None:
+    """The write fails naming all its records unsent, so none may be sent: the two taken into
+    the batch before the deadline passed would otherwise be stored and then sent again."""
+    recording = RecordingClient(client)
+    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
+    with pytest.raises(SinkDeadlinePassed) as cut:
+        await sink.write([record("s", n) for n in range(1, 5)], PassesWhileTaken(2))
+    await sink.close()
+    assert recording.calls == []
+    assert [r.seq for r in cut.value.unsent or []] == [1, 2, 3, 4]
+
+
 def test_the_sink_client_never_retries_behind_the_sinks_back(aws_settings: Settings) -> None:
     """botocore's own retries would send after the deadline: the sink's client makes one
     attempt per call and the sink decides about retries."""

@@ -200,11 +200,14 @@ class KinesisSink:
             if entry.write.future.done():  # failed or cancelled: send nothing more of it
                 pending.popleft()
                 continue
-            if entry.write.deadline.remaining_seconds() <= 0:
+            write = entry.write
+            if write.deadline.remaining_seconds() <= 0:
                 pending.popleft()
-                entry.write.fail(
-                    "fencing deadline passed before the records were sent", deadline=True
-                )
+                write.fail("fencing deadline passed before the records were sent", deadline=True)
+                # Its records already taken into this batch are not sent either: the write
+                # reported them unsent, and its holder sends them again once it may.
+                size -= sum(e.size for e in batch if e.write is write)
+                batch = [e for e in batch if e.write is not write]
                 continue
             if batch and size + entry.size > MAX_BATCH_BYTES:
                 break
