@@ -22,6 +22,7 @@ from streamlease.profile import Profile, parse_profile
 from streamlease.schema import PayloadEncoding
 from streamlease.settings import Settings
 from worker.upstream import UpstreamMessage, UpstreamReader
+from worker.upstream import reader as reader_module
 
 SETTINGS = Settings(
     allow_insecure_ws=True,
@@ -171,3 +172,27 @@ async def test_without_a_profile_frames_without_a_seq_are_malformed(
             async with asyncio.timeout(0.5):
                 await reader.__anext__()
     assert reader.stats.malformed > 0 and reader.stats.messages == 0
+
+
+async def test_a_connection_whose_open_message_was_interrupted_is_dropped_not_left_open(
+    sim: UpstreamSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled while it sends the open message (the holder ending), the reader has not kept
+    the new connection yet: it drops it there, instead of leaving it to its keepalive."""
+
+    async def interrupted(ws: Any, text: str) -> None:
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(reader_module, "_send_opening", interrupted)
+    url = sim.url_for("cut", rate=10, subscribe=1)
+    subscribe = profile(
+        open_message='{"type":"subscribe","from":{next_seq}}', resume="open_message"
+    )
+    reader = UpstreamReader("cut", url, SETTINGS, profile=subscribe)
+    with pytest.raises(asyncio.CancelledError):
+        await reader.next_batch(1)
+    async with asyncio.timeout(5):
+        while not sim.stats("cut").close_codes_received:  # noqa: ASYNC110 - no event to wait on
+            await asyncio.sleep(0.02)
+    assert sim.stats("cut").close_codes_received == [None]  # dropped, no close frame
+    await reader.close()

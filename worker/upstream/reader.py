@@ -319,7 +319,12 @@ class UpstreamReader:
                 )
                 opening = self._profile.open_message_for(self._last_seq)
                 if opening is not None:
-                    await _send_opening(ws, opening)
+                    try:
+                        await _send_opening(ws, opening)
+                    except BaseException:
+                        # Not kept, so dropped here: its keepalive would hold it open otherwise.
+                        ws.transport.abort()
+                        raise
             except (UrlRejected, UpstreamRejected) as exc:
                 self._reject(Failure(True, str(exc)))
             except HeadersUnavailable as exc:
