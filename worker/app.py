@@ -169,7 +169,9 @@ class Worker:
             await self.fleet.refresh()
         # Everything built so far (boto3's service models, clients, settings) lives as long as
         # the process: out of the garbage collector's sight, a full collection does not walk
-        # hundreds of thousands of objects that can never be garbage.
+        # hundreds of thousands of objects that can never be garbage. Collected first, so
+        # no garbage of the start-up (a retried call's exception cycle) is frozen with them.
+        gc.collect()
         gc.freeze()
         logger.info(
             "worker started",
