@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -104,11 +105,13 @@ class HeadersUnavailable(Exception):
     Its text is safe to store and log."""
 
 
-def _received_frames(ws: ClientConnection) -> Sequence[Frame]:
-    """The frames ``ws`` received and nobody read yet, oldest first (websockets 17's assembler
-    keeps them in a deque; any other layout reads as none, so a batch is one message)."""
-    frames = getattr(ws.recv_messages, "frames", None)
-    return getattr(frames, "queue", ())
+def _received_frames(ws: ClientConnection) -> deque[Frame] | None:
+    """The frames ``ws`` received and nobody read yet, oldest first: websockets 17's assembler
+    keeps them in a deque. None for any other layout (then each message is read with ``recv``)."""
+    frames = getattr(getattr(ws.recv_messages, "frames", None), "queue", None)
+    if isinstance(frames, deque) and callable(getattr(ws.recv_messages, "maybe_resume", None)):
+        return frames
+    return None
 
 
 async def _send_opening(ws: ClientConnection, text: str) -> None:
@@ -238,8 +241,20 @@ class UpstreamReader:
         if limit == 1:
             return batch
         buffered = _received_frames(ws)
-        # A complete message is next when the first buffered frame is a final one: then recv
-        # returns at once.
+        if buffered is None:
+            return batch
+        # A complete message is next when the first buffered frame is a final one (the first
+        # frame of a message is text or binary: control frames are never queued).
+        if decode is False:
+            # Bytes wanted, no UTF-8 check: taken from the queue directly, as recv would, without
+            # its three awaits per message; then reading resumes if the queue had paused it.
+            while len(batch) < limit and buffered and buffered[0].fin:
+                data = buffered.popleft().data
+                message = parse(data if type(data) is bytes else bytes(data))
+                if message is not None:
+                    batch.append(message)
+            ws.recv_messages.maybe_resume()
+            return batch
         while len(batch) < limit and buffered and buffered[0].fin:
             try:
                 frame = await ws.recv(decode=decode)
