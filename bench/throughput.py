@@ -233,6 +233,11 @@ def run(ctx: BenchContext) -> list[Table]:
                 rss,
                 f"{window.lag_max:,.0f} ms",
             )
+        if not bare.rate:
+            table.notes.append(
+                f"{load}: the worker read {workers[0][0].per_second / bare.per_second:.2f}× the"
+                " messages per second of the bare client, each using a whole core."
+            )
         if len(workers) == 2:
             null, kinesis = workers[0][0], workers[1][0]
             table.notes.append(
