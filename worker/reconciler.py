@@ -13,7 +13,9 @@ streams whose lease expires before a bound:
   conditional write.
 
 How many to take (:func:`room_for`): up to the room under the fair share, but at least this
-worker's proportional part of the orphans, and never beyond capacity.
+worker's proportional part of the orphans, and never beyond capacity. A worker not below its
+share leaves a stream released since its last round to the handoff command on its way to a
+worker below the share, and takes it only if it is still unowned a round later.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class Reconciler:
         self._holdings = holdings
         self._view = view
         self._takeovers: dict[str, float] = {}
+        self._released_seen: set[str] = set()
+        """Released streams (no owner, expiry 0) the last round found unowned."""
         self._wake = asyncio.Event()
         self._parallel = asyncio.Semaphore(MAX_PARALLEL_ACQUIRES)
 
@@ -101,6 +105,8 @@ class Reconciler:
         orphans = [v for v in views if v.expires_at_ms < cutoff]
         suspects = [v for v in views if v.expires_at_ms >= cutoff and v.owner != ctx.worker_id]
         self._view.orphans = len(orphans)
+        released = {v.stream_id for v in orphans if v.expires_at_ms == 0}
+        seen, self._released_seen = self._released_seen, released
         if not self._acquirer.may_acquire():
             return 0
         holdings = self._holdings
@@ -112,6 +118,12 @@ class Reconciler:
             self._view.live_workers,
         )
         wanted = self._candidates(orphans)
+        if settings.handoff_on_release and holdings.count >= self._view.share:
+            # Not below its share: a stream released since the last round has its handoff on the
+            # way to a worker below the share (a rebalance, a drain); taking it here would be a
+            # wasted move. Left for a round; one still unowned then is taken (the share may be
+            # stale, and a handoff may have been lost).
+            wanted = [s for s in wanted if s not in released or s in seen]
         random.shuffle(wanted)
         taking = wanted[:room]
         won = 0
