@@ -105,6 +105,25 @@ class ConnectionState(StrEnum):
     keeps the lease and tries again every ``backoff_max_seconds``; nothing flows meanwhile."""
     ENDED = "ended"
     """The upstream finished the stream (close 1000): released and set STOPPED."""
+    STALLED = "stalled"
+    """Connected, but no frame arrived for the stream's idle threshold: the feed went quiet."""
+    MALFORMED = "malformed"
+    """Frames arrive but none can be delivered (``last_error`` names the cause, e.g. no seq
+    where the profile says)."""
+    SINK_FAILING = "sink_failing"
+    """Frames arrive but the sink keeps refusing them: nothing is delivered."""
+
+
+TROUBLE_STATES: Final = frozenset(
+    {
+        ConnectionState.RETRYING,
+        ConnectionState.REJECTED,
+        ConnectionState.STALLED,
+        ConnectionState.MALFORMED,
+        ConnectionState.SINK_FAILING,
+    }
+)
+"""Connection states of a held stream that delivers nothing: shown first, counted, alarmed."""
 
 
 class WorkerState(StrEnum):
@@ -161,6 +180,19 @@ class StreamAttr:
     """A :class:`ConnectionState` (absent while nobody holds the stream)."""
     CONNECTION_SINCE: Final = "connection_since"
     """When the connection state last changed (ISO-8601 UTC)."""
+    FRAMES_RECEIVED: Final = "frames_received"
+    """Progress of the current holding (since ``lease_acquired_at_ms``), written by the holder
+    with its connection state and at most every few minutes besides: frames received ..."""
+    FRAMES_DELIVERED: Final = "frames_delivered"
+    """... messages the sink acknowledged ..."""
+    FRAMES_MALFORMED: Final = "frames_malformed"
+    """... frames that could not be delivered (no seq where the profile says, out of bounds) ..."""
+    SEQ_GAPS: Final = "seq_gaps"
+    """... sequence gaps seen ..."""
+    LAST_MESSAGE_AT_MS: Final = "last_message_at_ms"
+    """... and when the last delivered message was received (epoch ms; absent: none yet)."""
+    PROGRESS_AT_MS: Final = "progress_at_ms"
+    """When the progress counters above were written (epoch ms)."""
     STREAM_ID: Final = "stream_id"
     DELETED_AT: Final = "deleted_at"
     """Set only on a tombstone: when the stream was deleted (ISO-8601 UTC)."""
