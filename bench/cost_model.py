@@ -2,10 +2,11 @@
 :mod:`bench.prices`. Pure: the cost section measures, this prices.
 
 Sizing rule (the one the CDK defaults follow): a task holds at most
-``capacity = min(vCPU × CPU_BUDGET / CPU per stream-second, memory × MEMORY_BUDGET / memory per
-stream, 8,000)``, rounded down to a multiple of 50; scaling keeps ``capacity × target`` streams
-per task; the fleet runs ``max(min_tasks, ⌈streams / (capacity × target)⌉)`` tasks. A provisioned
-sink stream gets ``⌈bytes per second / (1 MB/s × SHARD_BUDGET)⌉`` shards.
+``capacity = min((vCPU × CPU_BUDGET − CPU per worker) / CPU per stream-second, memory ×
+MEMORY_BUDGET / memory per stream, 8,000)``, rounded down to a multiple of 50; scaling keeps
+``capacity × target`` streams per task; the fleet runs
+``max(min_tasks, ⌈streams / (capacity × target)⌉)`` tasks. A provisioned sink stream gets
+``⌈bytes per second / (1 MB/s × SHARD_BUDGET)⌉`` shards.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ class Measured:
     rate: float
     """Messages per second per stream."""
     cpu_per_stream: float
-    """Worker CPU seconds per stream-second (idle cost and messages together)."""
+    """Worker CPU seconds per stream-second (its idle cost and its messages together)."""
+    cpu_per_worker: float
+    """Worker CPU seconds per second with no stream (renewals, fleet and orphan reads)."""
     memory_per_stream: float
     """Worker resident-set bytes per held stream."""
     records_per_message: float
@@ -94,7 +97,7 @@ class Fleet:
 def capacity_for(measured: Measured, vcpu: float, memory_gb: float) -> int:
     """Streams one task of ``vcpu`` and ``memory_gb`` holds by the sizing rule (see the module
     docstring)."""
-    by_cpu = vcpu * CPU_BUDGET / measured.cpu_per_stream
+    by_cpu = max(0.0, vcpu * CPU_BUDGET - measured.cpu_per_worker) / measured.cpu_per_stream
     by_memory = memory_gb * p.GIB * MEMORY_BUDGET / measured.memory_per_stream
     return max(50, int(min(by_cpu, by_memory, MAX_CAPACITY) // 50 * 50))
 

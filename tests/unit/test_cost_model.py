@@ -12,6 +12,7 @@ from cdk.config import DeploymentConfig
 TEN = Measured(
     rate=10.0,
     cpu_per_stream=400e-6,
+    cpu_per_worker=0.0,
     memory_per_stream=25 * 1024,
     records_per_message=0.02,
     bytes_per_message=230.0,
