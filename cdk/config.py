@@ -85,12 +85,13 @@ class DeploymentConfig:
     liveness: Liveness = Liveness.SESSION
     """``session`` (one renewal per worker) or ``stream`` (one per held stream). Changing it on a
     running fleet needs a stop of the old fleet first: workers refuse to mix modes."""
-    capacity_per_worker: int = 300
-    """Streams one task holds at most. The default is sized from ``make bench`` for a 0.25 vCPU
-    arm64 task at 10 messages/s per stream: CPU ≈ 8 µs per idle stream-second + ~40 µs per
-    message, at most half the task's vCPU at capacity (a Graviton vCPU is slower than the bench's
-    core; reconnect storms and takeovers come on top); memory ≈ 25 KiB a stream. Scale it by
-    the rate: about 2,000 at 1 message/s (the checkpoint vector's limit is 8,000)."""
+    capacity_per_worker: int = 150
+    """Streams one task holds at most. The default is sized by ``make bench``'s cost section for a
+    0.25 vCPU arm64 task at 10 messages/s per stream: the worker measured ~0.6 ms of CPU per
+    stream-second there (~60 µs a message with the Kinesis sink), and the rule keeps the streams
+    at half the task's vCPU at capacity (a Graviton vCPU is slower than the bench's core;
+    reconnect storms and takeovers come on top); memory ~60 KiB a stream. Scale it by the rate:
+    ~600 at 1 message/s (the checkpoint vector's limit is 8,000)."""
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0
@@ -106,7 +107,7 @@ class DeploymentConfig:
     """Streams the deployment is sized for: ``max_tasks`` must hold 1.5 × this with one task
     lost (:func:`min_max_tasks`)."""
     min_tasks: int = 2
-    max_tasks: int = 6
+    max_tasks: int = 11
     target_load_fraction: float = 0.7
     """Scaling keeps wanted streams per task at this fraction of ``capacity_per_worker``."""
     worker_cpu: int = 256

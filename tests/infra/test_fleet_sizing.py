@@ -60,8 +60,8 @@ def test_headroom_alarm_fires_at_max_tasks_or_under_one_task_of_spare_capacity(
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"streamlease:maxTasks": 5}, "max_tasks must be at least 6"),
-        ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 16"),
+        ({"streamlease:maxTasks": 10}, "max_tasks must be at least 11"),
+        ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 31"),
         ({"streamlease:fargateSpot": True}, "fargate_spot needs worker_architecture x86_64"),
         ({"streamlease:natGateways": 3}, "nat_gateways must be 1 or 2"),
     ],
@@ -74,7 +74,8 @@ def test_config_refuses_a_fleet_without_headroom_and_spot_on_arm64(
 
 
 def test_min_max_tasks_is_the_headroom_rule() -> None:
-    assert min_max_tasks(1000, 300) == 6  # 5 × 300 = 1,500
+    assert min_max_tasks(1000, 150) == 11  # 10 × 150 = 1,500
+    assert min_max_tasks(1000, 300) == 6
     assert min_max_tasks(1000, 100) == 16
 
 

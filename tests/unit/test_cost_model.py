@@ -11,8 +11,8 @@ from cdk.config import DeploymentConfig
 
 TEN = Measured(
     rate=10.0,
-    cpu_per_stream=400e-6,
-    cpu_per_worker=0.0,
+    cpu_per_stream=606e-6,
+    cpu_per_worker=0.004,
     memory_per_stream=25 * 1024,
     records_per_message=0.02,
     bytes_per_message=230.0,
@@ -24,7 +24,8 @@ NO_DYNAMO = DynamoCost(0, 0, 0, 0)
 
 
 def test_the_default_capacity_is_the_sizing_rule_at_ten_messages_a_second() -> None:
-    """0.25 vCPU at 400 µs per stream-second, half the vCPU: 312, rounded down to 300."""
+    """0.25 vCPU at 606 µs per stream-second (the cost section's run at 10 msg/s), half the
+    vCPU less what the worker spends holding nothing: 199, rounded down to 150."""
     config = DeploymentConfig()
     assert cost_model.capacity_for(
         TEN, config.worker_cpu / 1024, config.worker_memory_mib / 1024
@@ -54,6 +55,6 @@ def test_a_json_record_per_message_on_demand_is_billed_a_kilobyte_each() -> None
 
 
 def test_fleet_runs_at_least_min_tasks_and_enough_for_the_target() -> None:
-    fleet = Fleet("r", 0.25, 0.5, arm64=True, capacity=300)
-    assert fleet.tasks(1000) == 5  # 210 a task at 70 %
+    fleet = Fleet("r", 0.25, 0.5, arm64=True, capacity=150)
+    assert fleet.tasks(1000) == 10  # 105 a task at 70 %
     assert fleet.tasks(100) == 2
