@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 from aws_cdk import App
-from conftest import CDK_CONTEXT
 from template_support import TemplateJson, flat, properties_of, resources_of
 
-from cdk.app import build, config_from_context
+from cdk.app import REPO_ROOT, build, config_from_context
 from cdk.config import HEADROOM_FACTOR, DeploymentConfig, min_max_tasks
 from streamlease.settings import env_name
+
+CDK_CONTEXT: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 
 
 def _environment(template: TemplateJson) -> dict[str, Any]:
