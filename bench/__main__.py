@@ -36,6 +36,7 @@ SECTIONS: Final = {
     "write_cost": "bench.write_cost",
     "scale": "bench.scale",
     "rebalance": "bench.rebalance",
+    "cost": "bench.cost",
 }
 """Section name → module with ``run(ctx) -> list[Table]``, in the order they run."""
 
