@@ -115,8 +115,9 @@ class DeploymentConfig:
     worker_memory_mib: int = 512
     worker_architecture: CpuArchitecture = CpuArchitecture.ARM64
     fargate_spot: bool = False
-    """Run the tasks beyond ``min_tasks`` on Fargate Spot (x86_64 only; a Spot task gets a
-    2-minute notice, the 120 s stop timeout drains it within that)."""
+    """Run the tasks beyond ``min_tasks`` on Fargate Spot (x86_64, or arm64 on platform 1.4.0
+    and later, which the service pins as LATEST; a Spot task gets a 2-minute notice, the 120 s
+    stop timeout drains it within that)."""
     networking: NetworkingMode = NetworkingMode.PUBLIC
     nat_gateways: int = 2
     """Private networking: NAT gateways for upstream traffic, one per AZ (2), or 1 outside
@@ -164,8 +165,6 @@ class DeploymentConfig:
                 f" lost the fleet must hold {HEADROOM_FACTOR:g} × expected_streams"
                 f" ({self.expected_streams}) at {self.capacity_per_worker} streams per task"
             )
-        if self.fargate_spot and self.worker_architecture is not CpuArchitecture.X86_64:
-            problems.append("fargate_spot needs worker_architecture x86_64 (Spot runs no arm64)")
         if self.nat_gateways not in (1, 2):
             problems.append("nat_gateways must be 1 or 2")
         if self.sink_shards < 1:

@@ -87,7 +87,7 @@ class WorkerFleet(Construct):
         spot_beyond_tasks: int | None = None,
     ) -> None:
         """``spot_beyond_tasks``: None runs every task on Fargate; N runs the first N on Fargate
-        and the rest on Fargate Spot and Fargate alike (x86_64 only)."""
+        and the rest on Fargate Spot and Fargate alike."""
         super().__init__(scope, construct_id)
         asset_platform, cpu_architecture = _PLATFORMS[architecture]
         self.cluster = ecs.Cluster(

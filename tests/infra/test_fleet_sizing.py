@@ -63,11 +63,10 @@ def test_headroom_alarm_fires_at_max_tasks_or_under_one_task_of_spare_capacity(
     [
         ({"streamlease:maxTasks": 10}, "max_tasks must be at least 11"),
         ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 31"),
-        ({"streamlease:fargateSpot": True}, "fargate_spot needs worker_architecture x86_64"),
         ({"streamlease:natGateways": 3}, "nat_gateways must be 1 or 2"),
     ],
 )
-def test_config_refuses_a_fleet_without_headroom_and_spot_on_arm64(
+def test_config_refuses_a_fleet_without_headroom_or_with_nat_gateways_out_of_range(
     changes: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
@@ -83,7 +82,6 @@ def test_min_max_tasks_is_the_headroom_rule() -> None:
 OPTIONS = {
     "streamlease:networking": "private",
     "streamlease:natGateways": 1,
-    "streamlease:workerArchitecture": "x86_64",
     "streamlease:fargateSpot": True,
     "streamlease:sinkCapacity": "provisioned",
     "streamlease:sinkShards": 3,
