@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -219,3 +220,28 @@ def test_stopped_stream_released_without_handoff(
     assert stream is not None
     assert (stream.owner, stream.desired_state) == (None, DesiredState.STOPPED)
     assert "f" not in {c.stream_id for c in commands.drain()}
+
+
+def _unplanned_stops(out: str) -> list[float]:
+    """The UnplannedTaskStops values of the EMF documents in ``out``."""
+    documents = [json.loads(line) for line in out.splitlines() if '"_aws"' in line]
+    return [v for d in documents if "UnplannedTaskStops" in d for v in d["UnplannedTaskStops"]]
+
+
+def test_a_crashed_task_counts_as_an_unplanned_stop(
+    fleet: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stored event (essential container exited) publishes UnplannedTaskStops 1."""
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
+    assert _unplanned_stops(capsys.readouterr().out) == [1.0]
+
+
+def test_a_deployment_stop_is_counted_as_planned(
+    fleet: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task the scheduler stopped for a deployment publishes 0, and is still reaped."""
+    event = copy.deepcopy(load_event("ecs_task_stopped"))
+    event["detail"]["stopCode"] = "ServiceSchedulerInitiated"
+    event["detail"]["stoppedReason"] = "Scaling activity initiated by (deployment ecs-svc/42)"
+    assert reaper.handler(event, LambdaContext())["released"] == 5
+    assert _unplanned_stops(capsys.readouterr().out) == [0.0]
