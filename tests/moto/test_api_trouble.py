@@ -161,6 +161,7 @@ def test_connection_filter_combines_with_the_desired_state(
 ) -> None:
     """Without state= both partitions are listed, STARTED first; with it, only that one."""
     held(control_plane, dynamodb, "a-started", ConnectionState.RETRYING)
+    held(control_plane, dynamodb, "a-connected", ConnectionState.CONNECTED)
     held(
         control_plane,
         dynamodb,
@@ -219,6 +220,7 @@ def test_streams_sharing_an_index_key_are_each_listed_once(
     still lists each exactly once (the position carries the stream too)."""
     for i in range(5):
         held(control_plane, dynamodb, f"s{i}", ConnectionState.MALFORMED)
+    held(control_plane, dynamodb, "s9", ConnectionState.CONNECTED)
     pages = list_all(api, {"connection_state": "malformed", "limit": "1"})
     assert sorted(i for p in pages for i in p) == [f"s{i}" for i in range(5)]
     assert all(len(p) == 1 for p in pages)
