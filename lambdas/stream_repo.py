@@ -1,4 +1,5 @@
-"""Control-plane writes and reads of stream items: create, start, stop, delete, get, list.
+"""Control-plane writes and reads of stream items: create, start, stop, delete, get (listing
+is :mod:`lambdas.stream_listing`).
 
 Every write is one conditional request with ``ReturnValuesOnConditionCheckFailure=ALL_OLD``, so a
 failed condition says why without a second read, and concurrent callers cannot lose an update:
@@ -18,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from lambdas.stream_listing import ListPosition, Page, StreamListing
 from streamlease import dynamo, rules
 from streamlease.errors import StateConflict, StreamNotFound
 from streamlease.lease_store import wall_ms
@@ -26,7 +26,6 @@ from streamlease.model import Stream, is_tombstone, iso_ms
 from streamlease.schema import (
     PK,
     TOMBSTONE_KEEPS,
-    ConnectionState,
     DesiredState,
     StreamAttr,
     stream_attributes,
@@ -68,7 +67,6 @@ class StreamRepo:
         self._table = table_name
         self._skew_ms = clock_skew_ms
         self._clock_ms = clock_ms
-        self._listing = StreamListing(client, table_name)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -278,16 +276,6 @@ class StreamRepo:
         if plain is None or is_tombstone(plain):
             raise StreamNotFound(stream_id)
         return Stream.from_item(plain)
-
-    def page(
-        self,
-        state: DesiredState | None,
-        limit: int,
-        position: ListPosition | None,
-        connection_state: ConnectionState | None = None,
-    ) -> Page:
-        """One page of a listing: see :meth:`lambdas.stream_listing.StreamListing.page`."""
-        return self._listing.page(state, limit, position, connection_state)
 
     # --- plumbing ----------------------------------------------------------------------------
 

@@ -259,7 +259,7 @@ def list_streams(
             raise ApiError(
                 HTTPStatus.BAD_REQUEST, "invalid_request", str(exc), "next_token"
             ) from None
-    page = rt.repo.page(state, limit or page_max, position, connection_state)
+    page = rt.listing.page(state, limit or page_max, position, connection_state)
     now = wall_ms()
     sessions = _sessions_of(page.streams)
     body = StreamList(

@@ -241,7 +241,7 @@ def test_a_stream_that_recovered_meanwhile_is_left_out(
         return original(self, *args)
 
     monkeypatch.setattr(stream_listing.StreamListing, "_streams", recover_b_first)
-    page = control_plane.repo.page(None, 10, None, ConnectionState.REJECTED)
+    page = control_plane.listing.page(None, 10, None, ConnectionState.REJECTED)
     assert [s.stream_id for s in page.streams] == ["a"]
 
 
