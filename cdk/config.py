@@ -126,7 +126,7 @@ class DeploymentConfig:
             raise ValueError("invalid deployment configuration: " + "; ".join(problems))
 
     @property
-    def renewal_lag_alarm_ms(self) -> float:
+    def renewal_lag_alarm_ms(self) -> int:
         """How late (ms) a renewal may be sent before the renewal-lag alarm counts it: half the
         room a holder has between its heartbeat and its fencing deadline, ``(lease − fence
         margin − heartbeat) / 2``. A renewal later than that room fences its holder."""

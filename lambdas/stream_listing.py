@@ -189,8 +189,8 @@ class StreamListing:
                 chunks += 1
                 for stream_id, expiry in matches:
                     if len(found) == limit:  # one more match: the listing goes on
-                        _, last_id, last_expiry = found[-1]
-                        cut = ListPosition(found[-1][0], last_id, connection, last_expiry)
+                        last_partition, last_id, last_expiry = found[-1]
+                        cut = ListPosition(last_partition, last_id, connection, last_expiry)
                         return _keys(found), cut
                     found.append((partition, stream_id, expiry))
                 if start is None:  # the partition is read to its end

@@ -99,7 +99,7 @@ class FleetAlarms(Construct):
         sink_stream: kinesis.IStream,
         functions: Mapping[str, lambda_.IFunction],
         min_live_workers: int,
-        renewal_lag_limit_ms: float,
+        renewal_lag_limit_ms: int,
         email: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
@@ -195,7 +195,7 @@ class FleetAlarms(Construct):
             threshold=renewal_lag_limit_ms,
             evaluation_periods=3,
             datapoints_to_alarm=2,
-            description=f"A worker sent renewals over {renewal_lag_limit_ms:.0f} ms late in 2 "
+            description=f"A worker sent renewals over {renewal_lag_limit_ms} ms late in 2 "
             "of 3 minutes: halfway to the point where it fences itself and pauses every "
             "stream. Check EventLoopLagMs and the tasks' CPU; DynamoDB latency and throttling.",
         )

@@ -145,9 +145,11 @@ def count_text(count: Any) -> str:
         return NONE
     if count < 10_000:
         return str(count)
+    if count < 100_000:  # cut, never rounded up: 99,999 is 99.9k
+        return f"{count // 100 / 10:.1f}k"
     if count < 1_000_000:
-        return f"{count / 1000:.1f}k" if count < 100_000 else f"{count // 1000}k"
-    return f"{count / 1_000_000:.1f}M"
+        return f"{count // 1000}k"
+    return f"{count // 100_000 / 10:.1f}M"
 
 
 PROGRESS_KEYS: Final = ("frames_received", "frames_delivered", "frames_malformed", "seq_gaps")

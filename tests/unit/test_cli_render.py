@@ -76,7 +76,14 @@ def test_a_row_shows_the_holders_progress_and_the_last_message() -> None:
 
 @pytest.mark.parametrize(
     ("count", "text"),
-    [(0, "0"), (9999, "9999"), (12_345, "12.3k"), (123_456, "123k"), (4_100_000, "4.1M")],
+    [
+        (0, "0"),
+        (9999, "9999"),
+        (12_345, "12.3k"),
+        (99_999, "99.9k"),
+        (123_456, "123k"),
+        (4_199_999, "4.1M"),
+    ],
 )
 def test_counts_fit_a_narrow_cell(count: int, text: str) -> None:
     """Large counts are shortened to at most five characters."""
