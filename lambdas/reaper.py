@@ -98,11 +98,14 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.warning("event ignored", reason="no task ARN")
         return {"ignored": "no task ARN"}
     stop_code = str(detail.get("stopCode") or "unknown")[:64]
+    result = reap(task_arn, task_id_of(task_arn), stop_code)
+    # Counted once the reap succeeded: a failed one raises and EventBridge delivers the event
+    # again, and one crash counted once per delivery would look like a crash loop.
     planned = is_planned_stop(stop_code, str(detail.get("stoppedReason") or ""))
     metrics.emit({ReaperMetric.UNPLANNED_TASK_STOPS: 0 if planned else 1})
     if not planned:
         logger.warning("task stopped unplanned", task_id=task_id_of(task_arn), stop_code=stop_code)
-    return reap(task_arn, task_id_of(task_arn), stop_code)
+    return result
 
 
 def is_planned_stop(stop_code: str, stopped_reason: str) -> bool:

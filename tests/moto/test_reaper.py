@@ -245,3 +245,19 @@ def test_a_deployment_stop_is_counted_as_planned(
     event["detail"]["stoppedReason"] = "Scaling activity initiated by (deployment ecs-svc/42)"
     assert reaper.handler(event, LambdaContext())["released"] == 5
     assert _unplanned_stops(capsys.readouterr().out) == [0.0]
+
+
+def test_a_reap_that_fails_counts_no_stop_so_its_retries_count_it_once(
+    fleet: dict[str, int], moto_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EventBridge redelivers an event whose reap failed: only the delivery that succeeds
+    counts the stop, or a single crash during an outage would look like a crash loop."""
+    moto_server.set_dynamodb_down(True)
+    try:
+        with pytest.raises(StoreError):
+            reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
+    finally:
+        moto_server.set_dynamodb_down(False)
+    assert _unplanned_stops(capsys.readouterr().out) == []
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
+    assert _unplanned_stops(capsys.readouterr().out) == [1.0]
