@@ -201,14 +201,19 @@ def test_local_synthetic_event_reaps_a_local_worker(
     assert [(c.stream_id, c.type) for c in commands.drain()] == [("s1", CommandType.HANDOFF)]
 
 
-def test_outage_makes_the_event_retry(fleet: dict[str, int], moto_server: Any) -> None:
-    """With DynamoDB down the handler raises, so EventBridge/Lambda delivers the event again."""
+def reap_during_an_outage(moto_server: Any) -> None:
+    """Deliver the stored event with DynamoDB down; the handler must raise."""
     moto_server.set_dynamodb_down(True)
     try:
         with pytest.raises(StoreError):
             reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     finally:
         moto_server.set_dynamodb_down(False)
+
+
+def test_outage_makes_the_event_retry(fleet: dict[str, int], moto_server: Any) -> None:
+    """With DynamoDB down the handler raises, so EventBridge/Lambda delivers the event again."""
+    reap_during_an_outage(moto_server)
 
 
 def test_stopped_stream_released_without_handoff(
@@ -252,12 +257,7 @@ def test_a_reap_that_fails_counts_no_stop_so_its_retries_count_it_once(
 ) -> None:
     """EventBridge redelivers an event whose reap failed: only the delivery that succeeds
     counts the stop, or a single crash during an outage would look like a crash loop."""
-    moto_server.set_dynamodb_down(True)
-    try:
-        with pytest.raises(StoreError):
-            reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
-    finally:
-        moto_server.set_dynamodb_down(False)
+    reap_during_an_outage(moto_server)
     assert _unplanned_stops(capsys.readouterr().out) == []
     reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     assert _unplanned_stops(capsys.readouterr().out) == [1.0]
