@@ -181,6 +181,14 @@ class DeploymentConfig:
             raise ValueError("invalid deployment configuration: " + "; ".join(problems))
 
     @property
+    def renewal_lag_alarm_ms(self) -> int:
+        """How late (ms) a renewal may be sent before the renewal-lag alarm counts it: half the
+        room a holder has between its heartbeat and its fencing deadline, ``(lease − fence
+        margin − heartbeat) / 2``. A renewal later than that room fences its holder."""
+        room = self.lease_seconds - Settings.fence_margin_seconds - self.heartbeat_seconds
+        return round(room * 1000 / 2)
+
+    @property
     def target_streams_per_task(self) -> float:
         """The scaling target: wanted streams per running task, below the per-task capacity."""
         return round(self.capacity_per_worker * self.target_load_fraction, 2)

@@ -187,7 +187,10 @@ class StatelessStack(Stack):
             api=control_api.api,
             table=table,
             dead_letter_queue=dead_letter_queue,
+            sink_stream=sink_stream,
             functions=functions,
+            min_live_workers=config.min_tasks,
+            renewal_lag_limit_ms=config.renewal_lag_alarm_ms,
             email=config.alarm_email,
         )
         FleetHeadroomAlarm(
@@ -208,7 +211,8 @@ class StatelessStack(Stack):
             queue=queue,
             dead_letter_queue=dead_letter_queue,
             table=table,
-            alarms=alarms.alarms,
+            sink_stream=sink_stream,
+            alarms=alarms.by_name,
         )
 
         CfnOutput(self, "ApiUrl", value=control_api.api.url, description="streamlease --api URL")
