@@ -20,7 +20,6 @@ from cdk.components.control_api import ControlApi
 from cdk.components.fleet_alarms import FleetAlarms
 from cdk.components.fleet_dashboard import FleetDashboard
 from cdk.components.fleet_events import FleetEvents
-from cdk.components.fleet_headroom import FleetHeadroomAlarm
 from cdk.components.fleet_metrics import FleetMetrics
 from cdk.components.fleet_scaling import FleetScaling
 from cdk.components.network import Network
@@ -190,17 +189,10 @@ class StatelessStack(Stack):
             sink_stream=sink_stream,
             functions=functions,
             min_live_workers=config.min_tasks,
-            renewal_lag_limit_ms=config.renewal_lag_alarm_ms,
-            email=config.alarm_email,
-        )
-        FleetHeadroomAlarm(
-            self,
-            "Headroom",
-            wanted_streams=metrics.auditor(AuditorMetric.STARTED_STREAMS, statistic="Average"),
-            running_tasks=metrics.running_tasks(),
             max_tasks=config.max_tasks,
             capacity_per_task=config.capacity_per_worker,
-            topic=alarms.topic,
+            renewal_lag_limit_ms=config.renewal_lag_alarm_ms,
+            email=config.alarm_email,
         )
         dashboard = FleetDashboard(
             self,
