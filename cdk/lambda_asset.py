@@ -63,6 +63,7 @@ dependency closure of ``aws-lambda-powertools[tracer]`` and ``pydantic`` less
 RUNTIME_PROVIDED: Final = ("boto3", "botocore", "s3transfer", "urllib3", "python-dateutil", "six")
 """Distributions in the Lambda Python runtime (the AWS SDK and its dependencies). jmespath is
 one too, but stays in the asset: Powertools needs it whatever SDK version the runtime has."""
+REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SOURCE_PACKAGES: Final = ("streamlease", "lambdas")
 TASK_ROOT: Final = "/var/task"
 """Where Lambda puts the asset; compiled code names its files there."""
@@ -220,7 +221,7 @@ def build(deps: Path, out: Path, *, python: str | None, sources: Path | None = N
     """Build the asset zip at ``out`` from installed dependencies ``deps`` and the source tree
     ``sources`` (default: this repository); ``python``: the 3.12 interpreter that compiles the
     bytecode, or None for an asset without it. Returns ``out``."""
-    root = sources or Path(__file__).resolve().parent.parent
+    root = sources or REPO_ROOT
     with tempfile.TemporaryDirectory(prefix="lambda-asset-") as scratch:
         tree = Path(scratch) / "task"
         stage(deps, root, tree)
@@ -255,7 +256,7 @@ def pip_install_command(
         "--only-binary=:all:",
         *platform_args,
         "-c",
-        str(Path(__file__).resolve().parent.parent / "requirements.lock"),
+        str(REPO_ROOT / "requirements.lock"),
         *requirements,
     ]
 
