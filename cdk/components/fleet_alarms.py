@@ -43,6 +43,7 @@ class FleetAlarms(Construct):
         api: apigw.RestApi,
         table: dynamodb.ITableV2,
         dead_letter_queue: sqs.IQueue,
+        reaper_dead_letter_queue: sqs.IQueue,
         functions: Mapping[str, lambda_.IFunction],
         email: str = "",
     ) -> None:
@@ -84,6 +85,15 @@ class FleetAlarms(Construct):
             description="Commands reached the dead-letter queue: they were received too often "
             "without being handled. Read them from the queue before they expire.",
         )
+        self.reaper_dead_letters = self._alarm(
+            "ReaperDeadLetters",
+            reaper_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                statistic="Maximum", period=Duration.minutes(1)
+            ),
+            description="A stopped task's event could not be handled by the reaper (delivery "
+            "or every retry failed): its streams wait for a lease expiry and reconciliation. "
+            "Read the message for the task ARN and the error; the reaper's logs say more.",
+        )
         self.leases_lost = self._alarm(
             "LeasesLost",
             metrics.worker(WorkerMetric.LEASES_LOST, period=FIVE_MINUTES),
@@ -122,6 +132,7 @@ class FleetAlarms(Construct):
             self.orphans,
             self.rejected,
             self.dead_letters,
+            self.reaper_dead_letters,
             self.leases_lost,
             self.api_errors,
             self.throttling,
