@@ -11,17 +11,17 @@ import string
 import threading
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas import http_errors, runtime
 from lambdas.routes import streams, workers
+from lambdas.tracing import tracer
 from streamlease.telemetry import API_SERVICE
 
 logger = Logger(service=API_SERVICE, level=runtime.current().settings.log_level)
-tracer = Tracer(service=API_SERVICE)  # active only inside Lambda
 
 app = APIGatewayRestResolver(enable_validation=True)
 app.include_router(streams.router)
