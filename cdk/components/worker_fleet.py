@@ -31,9 +31,11 @@ from cdk.components.table_grants import (
     grant_table,
     nag_spelling,
 )
+from cdk.components.trace_collector import add_trace_collector
 from cdk.config import CpuArchitecture
 from streamlease import telemetry
 from streamlease.settings import SettingValue, settings_environment
+from streamlease.telemetry import TraceExport
 
 STOP_TIMEOUT_SECONDS = 120
 """What ECS waits between SIGTERM and SIGKILL (the Fargate maximum)."""
@@ -106,6 +108,7 @@ class WorkerFleet(Construct):
                 "aws_region": Aws.REGION,
                 "metrics_namespace": metrics_namespace,
                 "shutdown_budget_seconds": STOP_TIMEOUT_SECONDS - SHUTDOWN_MARGIN_SECONDS,
+                "trace_export": TraceExport.OTLP.value,
                 **settings,
             }
         )
@@ -136,6 +139,7 @@ class WorkerFleet(Construct):
                 max_buffer_size=Size.mebibytes(25),
             ),
         )
+        self.trace_collector = add_trace_collector(self, self.task_definition, self.log_group)
         task_role = self.task_definition.task_role
         grant_table(table, task_role, WORKER_TABLE)
         queue.grant(task_role, *WORKER_COMMANDS)

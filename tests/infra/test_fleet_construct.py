@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aws_cdk import Stack
@@ -20,13 +21,15 @@ from template_support import (
 )
 
 from cdk.components.network import Network
+from cdk.components.trace_collector import COLLECTOR_IMAGE
 from cdk.config import DeploymentConfig, NetworkingMode
 from streamlease import telemetry
-from streamlease.settings import env_name
+from streamlease.settings import Settings, env_name
 
 
-def _container(template: TemplateJson) -> dict[str, Any]:
-    (container,) = properties_of(template, "AWS::ECS::TaskDefinition")["ContainerDefinitions"]
+def _container(template: TemplateJson, name: str = "worker") -> dict[str, Any]:
+    containers = properties_of(template, "AWS::ECS::TaskDefinition")["ContainerDefinitions"]
+    (container,) = [c for c in containers if c["Name"] == name]
     return dict(container)
 
 
@@ -195,3 +198,32 @@ def _docker_assets(synthesized: Synthesized) -> list[dict[str, Any]]:
     artifact_id = synthesized.deployment.stateless.artifact_id
     manifest = synthesized.directory / f"{artifact_id}.assets.json"
     return list(json.loads(manifest.read_text())["dockerImages"].values())
+
+
+def test_a_trace_collector_beside_the_worker_sends_its_spans_to_xray(
+    stateless_json: TemplateJson,
+) -> None:
+    """The worker exports OTLP to localhost; the ADOT collector there (a pinned release, not
+    essential) receives it on that one port and exports traces to X-Ray only."""
+    collector = _container(stateless_json, "trace-collector")
+    assert collector["Image"] == COLLECTOR_IMAGE
+    assert re.search(r":v\d+\.\d+\.\d+$", collector["Image"])
+    assert collector["Essential"] is False
+    (variable,) = collector["Environment"]
+    assert collector["Command"] == [f"--config=env:{variable['Name']}"]
+    config = variable["Value"]
+    assert "endpoint: 127.0.0.1:4318" in config
+    assert "exporters: [awsxray]" in config
+    assert "grpc" not in config
+    worker = _environment(stateless_json)
+    assert worker[env_name("trace_export")] == "otlp"
+    assert env_name("trace_otlp_endpoint") not in worker  # the default: the collector's port
+    assert Settings().trace_otlp_endpoint == "http://127.0.0.1:4318/v1/traces"
+
+
+def test_the_task_role_may_send_trace_segments_and_nothing_else_to_xray(
+    stateless_json: TemplateJson,
+) -> None:
+    """The collector's one permission: PutTraceSegments (and telemetry records)."""
+    (statement,) = statements_of(stateless_json, "WorkersTraceSegments")
+    assert actions_of(statement) == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
