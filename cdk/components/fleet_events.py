@@ -11,12 +11,13 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from cdk.components.command_queue import dead_letter_queue
+
 AUDIT_INTERVAL = Duration.minutes(1)
 REAPER_EVENT_MAX_AGE = Duration.minutes(5)
 """How long a task-stopped event is worth retrying: past it, reconciliation has taken over."""
 REAPER_RETRIES = 2
 """Retries by Lambda of a failed reaper run (and by EventBridge of a failed delivery)."""
-_DEAD_LETTER_RETENTION = Duration.days(14)
 
 
 class FleetEvents(Construct):
@@ -42,13 +43,8 @@ class FleetEvents(Construct):
         auditor: lambda_.IFunction,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.reaper_dead_letters = sqs.Queue(
-            self,
-            "ReaperDeadLetters",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=_DEAD_LETTER_RETENTION,
-            removal_policy=RemovalPolicy.DESTROY,
+        self.reaper_dead_letters = dead_letter_queue(
+            self, "ReaperDeadLetters", removal_policy=RemovalPolicy.DESTROY
         )
         Validations.of(self.reaper_dead_letters).acknowledge(
             Acknowledgment(
