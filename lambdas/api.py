@@ -52,7 +52,8 @@ def with_plain_path(event: dict[str, Any]) -> dict[str, Any]:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
-@tracer.capture_lambda_handler
+# Responses carry streams' upstream URLs: they stay out of the trace's metadata.
+@tracer.capture_lambda_handler(capture_response=False)
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = http_errors.precheck(event, runtime.current().settings.max_body_bytes)
     if refused is not None:
