@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 FILE_EXPORT_DELAY_MILLIS: Final = 500
 """How soon spans reach the trace file (the collector gets the SDK's default batching)."""
+FLUSH_MILLIS: Final = 2000
+OTLP_TIMEOUT_SECONDS: Final = 2.0
+"""Bound on one export to the collector, retries included (spans are best effort)."""
 ATTRIBUTE_PREFIX: Final = "streamlease."
 
 
@@ -165,8 +168,10 @@ class Tracing:
             yield StreamTrace(tracer, span) if span.is_recording() else UNTRACED
 
     def shutdown(self) -> None:
-        """Export what is buffered and stop (at the worker's exit)."""
+        """Export what is buffered, for at most :data:`FLUSH_MILLIS`, and stop (at the worker's
+        exit: an unreachable collector must not hold up the end of a drain)."""
         if self._provider is not None:
+            self._provider.force_flush(timeout_millis=FLUSH_MILLIS)
             self._provider.shutdown()
 
 
@@ -180,7 +185,7 @@ def _exporter(settings: Settings) -> SpanExporter:
         return ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=settings.trace_otlp_endpoint)
+    return OTLPSpanExporter(endpoint=settings.trace_otlp_endpoint, timeout=OTLP_TIMEOUT_SECONDS)
 
 
 def _attributes(values: dict[str, str | int | float | bool]) -> dict[str, str | int | float | bool]:
