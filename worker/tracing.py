@@ -3,8 +3,10 @@
 The worker joins the X-Ray trace of whoever asked for the stream: the API's ``POST /streams``
 or the reaper's handoff sends its command with the trace header as the SQS attribute
 ``AWSTraceHeader``, and the acquire becomes a child of that call. OpenTelemetry records the
-spans (the X-Ray SDKs are in maintenance and lose support in February 2027); on AWS they go as
-OTLP to the ADOT collector beside the worker, which sends them to X-Ray.
+spans, not the X-Ray SDK: that SDK and its daemon are in maintenance since February 2026 and
+lose support in February 2027 (AWS points to OpenTelemetry), and OpenTelemetry keeps its context
+in contextvars, which every asyncio task carries. On AWS the spans go as OTLP to the ADOT
+collector beside the worker, which sends them to X-Ray.
 
 Cost: spans exist only for a stream's start, never per message. Whether a start is traced
 follows the caller's sampling decision (its header's ``Sampled``); a start no caller asked for
