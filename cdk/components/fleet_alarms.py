@@ -105,6 +105,7 @@ class FleetAlarms(Construct):
         table: dynamodb.ITableV2,
         dead_letter_queue: sqs.IQueue,
         sink_stream: kinesis.IStream,
+        reaper_dead_letter_queue: sqs.IQueue,
         functions: Mapping[str, lambda_.IFunction],
         min_live_workers: int,
         max_tasks: int,
@@ -241,6 +242,15 @@ class FleetAlarms(Construct):
             ),
             description="Commands reached the dead-letter queue: they were received too often "
             "without being handled. Read them from the queue before they expire.",
+        )
+        self._alarm(
+            "ReaperDeadLetters",
+            reaper_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                statistic="Maximum", period=ONE_MINUTE
+            ),
+            description="A stopped task's event could not be handled by the reaper (delivery "
+            "or every retry failed): its streams wait for a lease expiry and reconciliation. "
+            "Read the message for the task ARN and the error; the reaper's logs say more.",
         )
         self._alarm(
             "LeasesLost",

@@ -233,6 +233,19 @@ def test_dead_letter_alarm_fires_on_any_dead_letter(stateless_json: TemplateJson
     assert (alarm["Threshold"], alarm["EvaluationPeriods"]) == (0, 1)
 
 
+def test_reaper_dead_letter_alarm_fires_on_any_lost_task_event(
+    stateless_json: TemplateJson,
+) -> None:
+    """A task-stopped event the reaper could not handle alarms within a minute."""
+    alarm = _alarm(stateless_json, "AlarmsReaperDeadLetters")
+    assert (alarm["Namespace"], alarm["MetricName"]) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+    )
+    assert "EventsReaperDeadLetters" in flat(alarm["Dimensions"])
+    assert (alarm["Threshold"], alarm["EvaluationPeriods"]) == (0, 1)
+
+
 def test_api_5xx_alarm(stateless_json: TemplateJson) -> None:
     """Any API 5xx in five minutes alarms."""
     alarm = _alarm(stateless_json, "AlarmsApiServerErrors")
