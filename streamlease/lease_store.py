@@ -525,6 +525,28 @@ class LeaseStore:
         }
         return [LeaseView.from_item(item) for item in self._query(query, limit)]
 
+    def held_through_sessions(
+        self, *, limit: int, start: Mapping[str, Any] | None = None
+    ) -> tuple[list[LeaseView], Mapping[str, Any] | None]:
+        """One page (at most ``limit``) of the STARTED streams attached to a session (GSI,
+        eventually consistent: owner and epoch), from ``start``; and where the next page
+        starts (None: that was the last one). The cursor is opaque: pass it back as it is."""
+        query: QueryInputTypeDef = {
+            "TableName": self._table,
+            "IndexName": BY_STATE_EXPIRY.name,
+            "KeyConditionExpression": "#state = :started AND #exp = :held",
+            "ExpressionAttributeNames": _names("#state", "#exp"),
+            "ExpressionAttributeValues": dynamo.serialize(
+                {":started": DesiredState.STARTED.value, ":held": SESSION_HELD_MS}
+            ),
+            "Limit": limit,
+        }
+        if start is not None:
+            query["ExclusiveStartKey"] = dict(start)
+        page = dynamo.call(self._client.query, **query)
+        views = [LeaseView.from_item(dynamo.plain(item)) for item in page.get("Items", [])]
+        return views, page.get("LastEvaluatedKey") or None
+
     def owned_by(self, worker_id: str) -> list[LeaseView]:
         """Leases whose stored owner is ``worker_id``, with their epoch, slot, desired state and
         generation (GSI, eventually consistent: a change may show a moment late)."""

@@ -178,6 +178,17 @@ def checkpoint_for(entry: tuple[int, int] | None, item_epoch: int) -> int | None
     return None
 
 
+UNREACHABLE_LEASES: Final = 4.0
+"""A worker that has had no renewal answered, in any of its sessions, for this many leases
+reports itself unhealthy and exits: it can hold nothing, and a replacement may fare better."""
+
+
+def is_unreachable(now_mono: float, last_answer_mono: float, lease_seconds: float) -> bool:
+    """True when the last renewal answered (or the first session's creation) is
+    :data:`UNREACHABLE_LEASES` leases old."""
+    return now_mono - last_answer_mono >= UNREACHABLE_LEASES * lease_seconds
+
+
 BREAKER_LEASES: Final = 2.0
 """When every other session (at least two) looks dead at once, wait this many more leases of
 it before expiring any: the observer's reads or the store are more likely sick than the fleet."""

@@ -38,6 +38,9 @@ class WorkerMetric:
     """Streams whose upstream finished them (close code 1000): released and set STOPPED."""
     SESSIONS_EXPIRED: Final = "SessionsExpired"
     """Peer sessions this worker proved dead and tombstoned (then took their streams over)."""
+    SESSIONS_REVOKED: Final = "SessionsRevoked"
+    """Own sessions this worker gave up because none of their renewals was answered for a
+    lease while the store still answered it (a gray failure): their streams went to peers."""
 
 
 class AuditorMetric:

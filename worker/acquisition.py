@@ -111,6 +111,8 @@ class Acquirer:
                 return "session renewals behind"
         elif self._renewals.is_behind():
             return "renewals behind"
+        elif self._renewals.unanswered():
+            return "renewals unanswered"
         return None
 
     async def try_acquire(

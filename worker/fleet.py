@@ -11,8 +11,10 @@ Every ``fleet_recount_seconds`` the worker reads the fleet index (one small quer
 - sweeps any EXPIRED session that still owns streams once it has been seen EXPIRED for a
   heartbeat (its winner died mid-takeover, or a drain left something behind), then deletes it.
 
-In per-stream mode the same verdicts only tidy the fleet list (a dead worker's item is
-tombstoned, later deleted); its streams lapse and are taken over by expiry.
+In per-stream mode the same verdicts tidy the fleet list (a dead worker's item is tombstoned,
+later deleted; its own leases lapse and are taken over by expiry), and free any stream still
+attached to a dead session: a fleet that switched from sessions keeps the old sessions' streams
+(held with no expiry of their own) until their sessions are swept (:mod:`worker.takeover`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Final
 from streamlease import rules
 from streamlease.errors import StoreError
 from streamlease.model import WorkerInfo
-from streamlease.schema import Liveness, WorkerState
+from streamlease.schema import WorkerState
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.fleet_view import FleetView, update_view
@@ -109,9 +111,8 @@ class FleetWatcher:
                 self._detector.unchanged_seconds(session_id, time.monotonic()), 3
             ),
         )
-        if ctx.settings.liveness is Liveness.SESSION:
-            assert expiry.session is not None
-            await self._takeover.take_over(expiry.session)
+        assert expiry.session is not None
+        await self._takeover.take_over(expiry.session)
 
     def _sweep_leftovers(
         self, workers: Sequence[WorkerInfo], now: float, tasks: asyncio.TaskGroup
@@ -136,10 +137,7 @@ class FleetWatcher:
             return
         if session is None or session.state is not WorkerState.EXPIRED:
             return
-        if self._ctx.settings.liveness is Liveness.SESSION:
-            await self._takeover.take_over(session)
-        else:  # per-stream leases lapse on their own: only the item is left to tidy
-            await self._takeover.delete_if_old(session)
+        await self._takeover.take_over(session)
 
     def _log_breaker(self) -> None:
         open_now = self._detector.breaker_open

@@ -39,6 +39,7 @@ COUNTERS: Final = (
     WorkerMetric.MALFORMED_FRAMES,
     WorkerMetric.STREAMS_ENDED,
     WorkerMetric.SESSIONS_EXPIRED,
+    WorkerMetric.SESSIONS_REVOKED,
 )
 RENEWAL_CALL_MS: Final = "RenewalCallMs"
 """Round trip of each renewal write as the worker sees it (DynamoDB plus the thread pool).

@@ -1,0 +1,81 @@
+"""Streams held by sessions that are gone: freed, so that they become orphans (DESIGN §4a).
+
+A stream attached to a session has no expiry of its own: it is freed when its session's
+tombstone is swept (:mod:`worker.takeover`) or by the reaper. If the session item itself is
+gone while streams still hang on it — deleted by a fleet that ran per-stream leases before
+those swept sessions, or by hand — nothing would ever sweep them, and they would stay owned by
+nobody alive for good. So every reconcile round each worker reads one page of the streams held
+through sessions (``by-state-expiry`` at the session-held expiry; with per-stream leases only
+what a mode switch left behind, so a page is usually empty), walking the whole set page by page
+across rounds. Their owners are read in one batch; an owner missing there is read again
+consistently (its acquire could have come from a session created a moment ago), and each
+stream of an owner that is gone is freed (condition: that owner and epoch, so a stream taken
+since is left alone) and handed off.
+
+An owner that exists is none of this module's business: a live session keeps its streams, a
+dead one is proven dead by its peers, an EXPIRED one is swept (:mod:`worker.fleet`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from streamlease.errors import StoreError
+from worker.context import WorkerContext
+from worker.logs import describe, logger
+from worker.rebalancer import jittered
+from worker.reconciler import query_limit
+from worker.takeover import free_and_hand_off
+
+
+class GoneSessions:
+    """Walks the streams held through sessions and frees those whose session is gone."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self._ctx = ctx
+        self._cursor: Mapping[str, Any] | None = None
+
+    async def free_periodically(self) -> None:
+        """One page every ``reconcile_seconds`` (±20 %), until cancelled."""
+        while True:
+            try:
+                await self.free_once()
+            except StoreError as exc:  # the next round tries again
+                logger.info("gone sessions not read", error=describe(exc))
+            await asyncio.sleep(jittered(self._ctx.settings.reconcile_seconds, random.random()))
+
+    async def free_once(self) -> int:
+        """Read the next page; returns how many streams of gone sessions it freed. Raises
+        :class:`StoreError` when the page or the owners cannot be read."""
+        ctx = self._ctx
+        page, self._cursor = await asyncio.to_thread(
+            ctx.store.held_through_sessions,
+            limit=query_limit(ctx.settings.capacity),
+            start=self._cursor,
+        )
+        owners = {v.owner for v in page if v.owner is not None and v.owner != ctx.worker_id}
+        if not owners:
+            return 0
+        found = await asyncio.to_thread(ctx.sessions.read_many, owners)
+        gone = [o for o in owners - found.keys() if await self._is_gone(o)]
+        freed = 0
+        for view in page:
+            if view.owner in gone:
+                freed += await self._free(view.stream_id, view.owner, view.epoch)
+        return freed
+
+    async def _is_gone(self, owner: str) -> bool:
+        """A consistent read: a session created a moment ago may be missing from the batch."""
+        return await asyncio.to_thread(self._ctx.sessions.read, owner) is None
+
+    async def _free(self, stream_id: str, owner: str, epoch: int) -> int:
+        outcome = await free_and_hand_off(
+            self._ctx, stream_id, owner, epoch, None, last_error=f"worker {owner}'s session is gone"
+        )
+        if outcome != "freed":
+            return 0
+        logger.warning("stream of a gone session freed", stream_id=stream_id, session=owner)
+        return 1
