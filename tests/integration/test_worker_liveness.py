@@ -41,7 +41,7 @@ MODES = pytest.mark.parametrize(
 
 def health_check(worker: WorkerProcess) -> subprocess.CompletedProcess[str]:
     """``python -m worker.health`` as the container runs it, with ``worker``'s settings."""
-    return subprocess.run(  # noqa: S603 - our own module, fixed arguments
+    return subprocess.run(
         [sys.executable, "-m", "worker.health"],
         cwd=REPO_ROOT,
         env=child_env(worker.settings),
