@@ -13,7 +13,9 @@ Definitions at wall time ``now``: a STARTED stream is *orphaned* when it has no 
 per-stream lease has lapsed (``0 < lease_expires_at_ms < now``), or when it is attached to a
 session that is not live (tombstoned, gone, or past its expiry: its holder has fenced itself);
 every other STARTED stream is *owned*. An orphan's age counts from its lease's or its session's
-expiry, or from ``updated_at`` (creation, start or release) when it had none.
+expiry, or from ``updated_at`` when there is none: a stream never leased or released (creation,
+start or release), or one whose session item is gone (the last write of its holder, which died
+after it: an upper bound).
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
     started = orphaned = free_or_lapsed = 0
     states: Counter[str] = Counter()
     oldest = 0
+    of_gone_sessions: list[dict[str, Any]] = []
     for item in _started_leases(client, table):
         started += 1
         owner = item.get(StreamAttr.LEASE_OWNER)
@@ -129,6 +132,8 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
             session = fleet.get(str(owner))
             if session is not None:  # its renewals stopped counting at its expiry
                 oldest = max(oldest, now_ms - session.expires_at_ms)
+            elif len(of_gone_sessions) < ZERO_EXPIRY_SAMPLE:
+                of_gone_sessions.append({PK: item[PK]})
         elif expires < now_ms:
             orphaned += 1
             free_or_lapsed += 1
@@ -136,6 +141,8 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
             states[str(item.get(StreamAttr.CONNECTION_STATE, ""))] += 1
     if free_or_lapsed:
         oldest = max(oldest, _oldest_orphan_age_ms(client, table, now_ms))
+    if of_gone_sessions:
+        oldest = max(oldest, _oldest_update_age_ms(client, table, of_gone_sessions, now_ms))
     return Audit(
         started_streams=started,
         owned_streams=started - orphaned,
@@ -154,14 +161,15 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
 
 
 def _started_leases(client: DynamoDBClient, table: str) -> Iterator[dict[str, Any]]:
-    """Owner, expiry and connection state of every STARTED stream (projected index items)."""
+    """Key, owner, expiry and connection state of every STARTED stream (projected index
+    items)."""
     request = _started_query(
         table,
         "#e >= :zero",
         {":zero": 0},
-        {"#o": StreamAttr.LEASE_OWNER, "#c": StreamAttr.CONNECTION_STATE},
+        {"#pk": PK, "#o": StreamAttr.LEASE_OWNER, "#c": StreamAttr.CONNECTION_STATE},
     )
-    request["ProjectionExpression"] = "#o, #e, #c"
+    request["ProjectionExpression"] = "#pk, #o, #e, #c"
     return dynamo.items(client.query, request)
 
 
@@ -202,6 +210,15 @@ def _oldest_orphan_age_ms(client: DynamoDBClient, table: str, now_ms: int) -> in
     request["Limit"] = ZERO_EXPIRY_SAMPLE
     never = dynamo.call(client.query, **request).get("Items", [])
     keys = [{PK: dynamo.plain(item)[PK]} for item in never]
+    return max(oldest, _oldest_update_age_ms(client, table, keys, now_ms))
+
+
+def _oldest_update_age_ms(
+    client: DynamoDBClient, table: str, keys: list[dict[str, Any]], now_ms: int
+) -> int:
+    """How long ago the least recently written of the streams ``keys`` was written (0: none
+    says)."""
+    oldest = 0
     for item in dynamo.batch_get(client, table, keys, [PK, StreamAttr.UPDATED_AT]):
         since = _epoch_ms(item.get(StreamAttr.UPDATED_AT))
         if since is not None:
