@@ -16,17 +16,18 @@ is lost: the worker writes nothing more under this id and starts a new session.
 
 **Gray failure.** Peers judge a session by its ``hb`` moving on the server; the worker judges it
 by the answers it receives. When renewals land but their answers do not come back in time, the
-session looks alive to everyone but its own worker, whose streams stay paused. So once the
-deadline has passed with no renewal answered (about a lease after the last success), the thread
-reads the session item: if the store answers that read, the renewals are what fails, and the
-thread stops renewing and *revokes* the session (``state = EXPIRED`` on condition it is
-live; a renewal still on its way lands on a tombstone and changes nothing, since EXPIRED never
-renews), retrying the revoke until it is answered. Peers then take the streams over as from a
-dead session. If the read is not answered either, the store is out of reach (or sick for
-everyone, when no peer could take anything): renewals go on, and the worker gives up only after
-:data:`~streamlease.rules.UNREACHABLE_LEASES` (see :mod:`worker.app`). The next session of a
-worker whose session was lost is on *probation*: it takes no streams and judges no peer until
-one of its own renewals succeeded.
+session looks alive to everyone but its own worker, whose streams stay paused. So when a renewal
+goes unanswered past the deadline (about a lease after the last success; a worker that was
+merely frozen tries a renewal first), the thread reads the session item. If the store answers
+that read, the renewals are what fails: the thread stops renewing and *revokes* the session
+(``state = EXPIRED`` on condition it is live; a renewal still on its way lands on a tombstone
+and changes nothing, since EXPIRED never renews), retrying the revoke until it is answered, and
+the worker hands the streams over (:mod:`worker.session_keeper`). If the read is not answered
+either, the store is out of reach (or sick for everyone, when no peer could take anything):
+renewals go on, and the worker gives up only after
+:data:`~streamlease.rules.UNREACHABLE_LEASES` leases. The next session of a worker whose
+session was lost is on *probation*: it takes no streams and judges no peer until one of its own
+renewals succeeded.
 
 The thread never touches worker state directly: it hands each outcome to the event loop, which
 publishes the new deadline and records the lease event in the same step, so what holders obey
@@ -258,14 +259,6 @@ class Session:
         next_send = last_success + interval
         next_check = 0.0
         while not self._stop.wait(max(0.0, next_send - time.monotonic())):
-            now_mono = time.monotonic()
-            deadline = rules.fence_deadline_mono(
-                last_success, settings.lease_seconds, settings.fence_margin_seconds
-            )
-            if now_mono >= next_check and not rules.is_safe_to_deliver(now_mono, deadline):
-                next_check = now_mono + interval  # one read per heartbeat while out of reach
-                if self._revoked_unanswered():
-                    return
             sent = time.monotonic()
             lag_ms = max(0.0, sent - next_send) * 1000.0
             now = wall_ms()
@@ -286,7 +279,15 @@ class Session:
                 return
             except Exception as exc:  # StoreError, or a bug in a dependency: retry soon
                 logger.debug("session renewal unanswered", error=describe(exc))
-                self._to_loop(self._measured, lag_ms, (time.monotonic() - sent) * 1000.0)
+                now_mono = time.monotonic()
+                self._to_loop(self._measured, lag_ms, (now_mono - sent) * 1000.0)
+                deadline = rules.fence_deadline_mono(
+                    last_success, settings.lease_seconds, settings.fence_margin_seconds
+                )
+                if now_mono >= next_check and not rules.is_safe_to_deliver(now_mono, deadline):
+                    next_check = now_mono + interval  # one read per heartbeat while out of reach
+                    if self._revoked_unanswered():
+                        return
                 next_send = time.monotonic() + rules.retry_delay_seconds(interval, random.random())
                 continue
             last_success = sent
