@@ -132,7 +132,7 @@ class Worker:
         self.takeover = Takeover(self.ctx, self.acquirer, self.holdings, self.view)
         self.fleet = FleetWatcher(self.ctx, self.holdings, self.view, self.takeover)
         self.own_leases = OwnLeases(self.ctx, self.holdings)
-        self.gone_sessions = GoneSessions(self.ctx)
+        self.gone_sessions = GoneSessions(self.ctx, self.view)
         self.keeper = SessionKeeper(
             self.ctx,
             self.holdings,

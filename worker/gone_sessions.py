@@ -4,13 +4,21 @@ A stream attached to a session has no expiry of its own: it is freed when its se
 tombstone is swept (:mod:`worker.takeover`) or by the reaper. If the session item itself is
 gone while streams still hang on it — deleted by a fleet that ran per-stream leases before
 those swept sessions, or by hand — nothing would ever sweep them, and they would stay owned by
-nobody alive for good. So every reconcile round each worker reads one page of the streams held
-through sessions (``by-state-expiry`` at the session-held expiry; with per-stream leases only
-what a mode switch left behind, so a page is usually empty), walking the whole set page by page
-across rounds. Their owners are read in one batch; an owner missing there is read again
+nobody alive for good. So the fleet walks the streams held through sessions
+(``by-state-expiry`` at the session-held expiry; with per-stream leases only what a mode switch
+left behind, so a page is usually empty), one page per reconcile round: each round a worker
+reads its next page with probability ``1 / live workers``, so the fleet as a whole reads about
+one page a round, whatever its size (with sessions every stream is such a stream, and a page
+per worker per round would cost as much as the sessions themselves). A fleet of up to
+:func:`~worker.reconciler.query_limit` streams is covered every round; a larger one in as many
+rounds as it has pages. Owners are read in one batch; an owner missing there is read again
 consistently (its acquire could have come from a session created a moment ago), and each
 stream of an owner that is gone is freed (condition: that owner and epoch, so a stream taken
 since is left alone) and handed off.
+
+Nothing in the protocol leaves streams on a deleted session (a session is deleted only once
+sweeps found it empty, long after its tombstone); this is the net under what did anyway: an
+older version's mode switch, a session deleted by hand.
 
 An owner that exists is none of this module's business: a live session keeps its streams, a
 dead one is proven dead by its peers, an EXPIRED one is swept (:mod:`worker.fleet`).
@@ -25,6 +33,7 @@ from typing import Any
 
 from streamlease.errors import StoreError
 from worker.context import WorkerContext
+from worker.fleet_view import FleetView
 from worker.logs import describe, logger
 from worker.rebalancer import jittered
 from worker.reconciler import query_limit
@@ -34,17 +43,20 @@ from worker.takeover import free_and_hand_off
 class GoneSessions:
     """Walks the streams held through sessions and frees those whose session is gone."""
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerContext, view: FleetView) -> None:
         self._ctx = ctx
+        self._view = view
         self._cursor: Mapping[str, Any] | None = None
 
     async def free_periodically(self) -> None:
-        """One page every ``reconcile_seconds`` (±20 %), until cancelled."""
+        """Every ``reconcile_seconds`` (±20 %), this worker's turn with probability
+        ``1 / live workers``: one page. Until cancelled."""
         while True:
-            try:
-                await self.free_once()
-            except StoreError as exc:  # the next round tries again
-                logger.info("gone sessions not read", error=describe(exc))
+            if random.random() * max(1, self._view.live_workers) < 1:
+                try:
+                    await self.free_once()
+                except StoreError as exc:  # the next round tries again
+                    logger.info("gone sessions not read", error=describe(exc))
             await asyncio.sleep(jittered(self._ctx.settings.reconcile_seconds, random.random()))
 
     async def free_once(self) -> int:
