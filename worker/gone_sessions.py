@@ -11,10 +11,11 @@ reads its next page with probability ``1 / live workers``, so the fleet as a who
 one page a round, whatever its size (with sessions every stream is such a stream, and a page
 per worker per round would cost as much as the sessions themselves). A fleet of up to
 :func:`~worker.reconciler.query_limit` streams is covered every round; a larger one in as many
-rounds as it has pages. Owners are read in one batch; an owner missing there is read again
-consistently (its acquire could have come from a session created a moment ago), and each
-stream of an owner that is gone is freed (condition: that owner and epoch, so a stream taken
-since is left alone) and handed off.
+rounds as it has pages. Each owner on the page is read consistently (a page holds the streams
+of a few sessions; its acquire could have come from a session created a moment ago, which an
+eventually consistent read could miss; the worker's role has no batch read, and needs none),
+and each stream of an owner that is gone is freed (condition: that owner and epoch, so a stream
+taken since is left alone) and handed off.
 
 Nothing in the protocol leaves streams on a deleted session (a session is deleted only once
 sweeps found it empty, long after its tombstone); this is the net under what did anyway: an
@@ -71,17 +72,12 @@ class GoneSessions:
         owners = {v.owner for v in page if v.owner is not None and v.owner != ctx.worker_id}
         if not owners:
             return 0
-        found = await asyncio.to_thread(ctx.sessions.read_many, owners)
-        gone = [o for o in owners - found.keys() if await self._is_gone(o)]
+        gone = [o for o in owners if await asyncio.to_thread(ctx.sessions.read, o) is None]
         freed = 0
         for view in page:
             if view.owner in gone:
                 freed += await self._free(view.stream_id, view.owner, view.epoch)
         return freed
-
-    async def _is_gone(self, owner: str) -> bool:
-        """A consistent read: a session created a moment ago may be missing from the batch."""
-        return await asyncio.to_thread(self._ctx.sessions.read, owner) is None
 
     async def _free(self, stream_id: str, owner: str, epoch: int) -> int:
         outcome = await free_and_hand_off(
