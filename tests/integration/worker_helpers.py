@@ -135,7 +135,9 @@ class Streams:
             return stream.last_seq
         session = SessionStore(self.dynamodb, self.settings.table_name).read(stream.owner)
         entry = checkpoints.entry_at(session.checkpoints if session else None, stream.slot)
-        return max(stream.last_seq, rules.checkpoint_for(entry, stream.epoch) or 0)
+        return max(
+            stream.last_seq, rules.checkpoint_for(entry, stream.stream_id, stream.epoch) or 0
+        )
 
     def queue_depth(self, *, dead_letter: bool = False) -> int:
         """Messages visible or in flight on the command queue (or its DLQ)."""

@@ -79,7 +79,12 @@ def fleet(
         expires_at_ms=wall_ms() + 40_000,
         now_ms=wall_ms(),
         active_streams=3,
-        checkpoints=checkpoints.encode([(epochs["a"], 40), (epochs["b"], 0)]),
+        checkpoints=checkpoints.encode(
+            [
+                checkpoints.Checkpoint(epochs[s], seq, checkpoints.stream_tag(s))
+                for s, seq in (("a", 40), ("b", 0))
+            ]
+        ),
     )
     commands.drain()
     return epochs
