@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from streamlease import checkpoints
 from streamlease.checkpoints import Checkpoint
+from streamlease.seqs import MAX_SEQ
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,11 @@ class SlotTable:
         return None
 
     def hold(self, slot: int, entry: Checkpoint) -> None:
-        """The stream in ``slot`` is held at ``entry`` (epoch, acknowledged seq, stream tag)."""
+        """The stream in ``slot`` is held at ``entry`` (epoch, acknowledged seq, stream tag).
+        Raises ``ValueError`` for an entry the vector cannot carry: the one holder fails here,
+        instead of every renewal of the session failing to encode it."""
+        if not (0 < entry.epoch <= MAX_SEQ and 0 <= entry.last_seq <= MAX_SEQ):
+            raise ValueError(f"checkpoint out of range: {entry!r}")
         self._set(slot, entry)
 
     def cancel(self, slot: int) -> None:

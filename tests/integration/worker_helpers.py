@@ -14,7 +14,7 @@ import json
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -173,8 +173,11 @@ class Fleet:
         self.workers: list[WorkerProcess] = []
         self.tail = EventTail()
 
-    def start(self, name: str | None = None, **overrides: Any) -> WorkerProcess:
-        """Start one worker; its id is ``<name>-<hex>/<pid>-like`` and fixed up front."""
+    def start(
+        self, name: str | None = None, *, command: Sequence[str] = (), **overrides: Any
+    ) -> WorkerProcess:
+        """Start one worker; its id is ``<name>-<hex>/<pid>-like`` and fixed up front.
+        ``command``: Python arguments that run it some other way than ``-m worker``."""
         name = name or f"w{len(self.workers) + 1}"
         worker_id = f"{name}-{uuid.uuid4().hex[:6]}/1-0000"
         slug = worker_id.replace("/", "_")
@@ -188,7 +191,11 @@ class Fleet:
         )
         (self.run_dir / "health").mkdir(parents=True, exist_ok=True)
         self.tail.add(events)
-        worker = WorkerProcess.start(settings, name, self.run_dir / "logs" / f"{slug}.log")
+        log = self.run_dir / "logs" / f"{slug}.log"
+        if command:
+            worker = WorkerProcess.start(settings, name, log, command=command)
+        else:
+            worker = WorkerProcess.start(settings, name, log)
         self.workers.append(worker)
         return worker
 

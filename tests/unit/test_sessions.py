@@ -167,6 +167,15 @@ def test_lost_slots_first_use_the_spare_half_then_cost_capacity() -> None:
     assert (slots.usable_capacity(4), slots.needs_rollover(4)) == (1, True)
 
 
+def test_a_checkpoint_the_vector_cannot_carry_fails_its_holder_not_the_session() -> None:
+    """Refused when held, so no renewal of the session ever fails to encode its vector."""
+    slots = SlotTable(2)
+    slots.reserve(0.0)
+    with pytest.raises(ValueError):
+        slots.hold(0, checkpoints.Checkpoint(1, MAX_SEQ + 1, 7))
+    assert checkpoints.decode(slots.vector()) == []
+
+
 def test_the_vector_says_what_each_slot_holds() -> None:
     slots = SlotTable(4)
     for _ in range(3):
