@@ -6,7 +6,8 @@ A seq travels far: into the stream's checkpoint (a varint in the session's check
 The bound is the smallest of what those carry:
 
 - DynamoDB numbers hold 38 significant digits (2^126 and more): not the limit;
-- the checkpoint vector's varints hold 64 bits (10 bytes);
+- the checkpoint vector's varints, and the ``uint64`` seq of a Kinesis aggregated message
+  (:mod:`streamlease.kinesis_records`), hold 64 bits;
 - sink consumers written in Java, Go, Rust or C# read a JSON number into a signed 64-bit
   integer: **2^63 − 1** is the limit, and the bound.
 
