@@ -4,8 +4,6 @@ belongs to (DESIGN §4a, "Bounded inputs")."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from worker_helpers import LEASE_SECONDS, Fleet, Streams, new_ids
 
@@ -13,14 +11,7 @@ from local.upstream_sim import UpstreamSimulator
 from streamlease import checkpoints
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import (
-    PK,
-    SESSION_HELD_MS,
-    DesiredState,
-    StreamAttr,
-    WorkerState,
-    stream_key,
-)
+from streamlease.schema import WorkerState
 from streamlease.seqs import MAX_SEQ
 from streamlease.session_store import SessionStore
 from streamlease.telemetry import WorkerMetric
@@ -81,25 +72,6 @@ def test_huge_seqs_are_malformed_and_a_takeover_resumes_every_stream_from_the_ve
     assert malformed >= 7  # every kind of garbage frame at least once, the huge seqs included
 
 
-def put_held(streams: Streams, stream_id: str, url: str, **fields: Any) -> None:
-    """A STARTED stream item held by a session (``owner``, ``epoch``, ``slot``, ``last_seq``)."""
-    streams.dynamodb.put_item(
-        TableName=streams.settings.table_name,
-        Item={
-            PK: {"S": stream_key(stream_id)},
-            StreamAttr.STREAM_ID: {"S": stream_id},
-            StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
-            StreamAttr.WS_URL: {"S": url},
-            StreamAttr.LEASE_OWNER: {"S": fields["owner"]},
-            StreamAttr.LEASE_EXPIRES_AT_MS: {"N": str(SESSION_HELD_MS)},
-            StreamAttr.LEASE_EPOCH: {"N": str(fields["epoch"])},
-            StreamAttr.LEASE_SLOT: {"N": str(fields["slot"])},
-            StreamAttr.LAST_SEQ: {"N": str(fields["last_seq"])},
-            StreamAttr.GENERATION: {"N": "1"},
-        },
-    )
-
-
 def dead_session(sessions: SessionStore, worker_id: str, vector: bytes) -> None:
     """A session that renewed once with ``vector`` and then never again."""
     now = wall_ms()
@@ -123,8 +95,7 @@ def test_a_takeover_refuses_the_entry_of_another_stream_in_a_reused_slot(
     stale, other, legacy = new_ids(3)
     x, y = f"x-{stale}/1-dead", f"y-{stale}/1-dead"
     for stream_id, owner, last_seq in ((stale, x, 10), (other, x, 0), (legacy, y, 0)):
-        url = upstream.url_for(stream_id)
-        put_held(streams, stream_id, url, owner=owner, epoch=3, slot=0, last_seq=last_seq)
+        streams.put(stream_id, upstream.url_for(stream_id), held=(owner, 3, 0, last_seq))
     tagged = checkpoints.Checkpoint(3, 500, checkpoints.stream_tag(other))
     dead_session(sessions, x, checkpoints.encode([tagged]))
     dead_session(sessions, y, bytes([checkpoints.UNTAGGED_VERSION, 3, 40]))

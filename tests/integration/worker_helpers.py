@@ -30,6 +30,7 @@ from streamlease import aws, checkpoints, rules
 from streamlease.model import Stream
 from streamlease.schema import (
     PK,
+    SESSION_HELD_MS,
     Command,
     CommandType,
     DesiredState,
@@ -80,21 +81,39 @@ class Streams:
         self.dynamodb = aws.client("dynamodb", settings)
         self.sqs = aws.client("sqs", settings)
 
-    def put(self, stream_id: str, ws_url: str, *, command: bool = True) -> None:
-        """A new STARTED stream item (never owned), then a START command unless told not to."""
-        self.dynamodb.put_item(
-            TableName=self.settings.table_name,
-            Item={
-                PK: {"S": stream_key(stream_id)},
-                StreamAttr.STREAM_ID: {"S": stream_id},
-                StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
-                StreamAttr.WS_URL: {"S": ws_url},
-                StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},
-                StreamAttr.LEASE_EPOCH: {"N": "0"},
-                StreamAttr.LAST_SEQ: {"N": "0"},
-                StreamAttr.GENERATION: {"N": "1"},
-            },
-        )
+    def put(
+        self,
+        stream_id: str,
+        ws_url: str,
+        *,
+        command: bool = True,
+        held: tuple[str, int, int, int] | None = None,
+    ) -> None:
+        """A new STARTED stream item (never owned), then a START command unless told not to.
+
+        ``held``: ``(session, epoch, slot, last_seq)``: the item as a session holding the
+        stream left it (no command is sent)."""
+        item = {
+            PK: {"S": stream_key(stream_id)},
+            StreamAttr.STREAM_ID: {"S": stream_id},
+            StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
+            StreamAttr.WS_URL: {"S": ws_url},
+            StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},
+            StreamAttr.LEASE_EPOCH: {"N": "0"},
+            StreamAttr.LAST_SEQ: {"N": "0"},
+            StreamAttr.GENERATION: {"N": "1"},
+        }
+        if held is not None:
+            owner, epoch, slot, last_seq = held
+            item |= {
+                StreamAttr.LEASE_OWNER: {"S": owner},
+                StreamAttr.LEASE_EXPIRES_AT_MS: {"N": str(SESSION_HELD_MS)},
+                StreamAttr.LEASE_EPOCH: {"N": str(epoch)},
+                StreamAttr.LEASE_SLOT: {"N": str(slot)},
+                StreamAttr.LAST_SEQ: {"N": str(last_seq)},
+            }
+            command = False
+        self.dynamodb.put_item(TableName=self.settings.table_name, Item=item)
         if command:
             self.send(Command(CommandType.START, stream_id, 1).to_json())
 
