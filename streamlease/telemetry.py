@@ -41,6 +41,11 @@ class WorkerMetric:
     SESSIONS_REVOKED: Final = "SessionsRevoked"
     """Own sessions this worker gave up because none of their renewals was answered for a
     lease while the store still answered it (a gray failure): their streams went to peers."""
+    CHECKPOINT_SLOTS_LOST: Final = "CheckpointSlotsLost"
+    """Checkpoint slots taken out of use because an acquire or release got no answer (each is
+    recovered once a read shows its stream item no longer names it)."""
+    SESSION_ROLLOVERS: Final = "SessionRollovers"
+    """Sessions this worker replaced by a fresh one because too many slots stayed lost."""
 
 
 class AuditorMetric:

@@ -131,7 +131,6 @@ class Worker:
         self.rebalancer = Rebalancer(self.ctx, self.holdings, self.view)
         self.takeover = Takeover(self.ctx, self.acquirer, self.holdings, self.view)
         self.fleet = FleetWatcher(self.ctx, self.holdings, self.view, self.takeover)
-        self.own_leases = OwnLeases(self.ctx, self.holdings)
         self.gone_sessions = GoneSessions(self.ctx, self.view)
         self.keeper = SessionKeeper(
             self.ctx,
@@ -139,6 +138,7 @@ class Worker:
             SessionStore(renewal_dynamodb or dynamodb, settings.table_name),
             self.metrics.observe,
         )
+        self.own_leases = OwnLeases(self.ctx, self.holdings, self.keeper.request_rollover)
         self.publisher = EmfPublisher(settings.metrics_namespace)
         self._shutdown_started = 0.0
 

@@ -7,6 +7,9 @@ one, and giving up when no renewal gets through (DESIGN §4a).
   renewals went unanswered (a gray failure, :mod:`worker.session`), takes every stream attached
   to it along (holders stop at once and write nothing more); then a new session under a new id,
   on *probation* (it takes no streams and judges no peer) until one of its renewals succeeds.
+  A session that asked to be *rolled over* (its lost checkpoint slots leave it too little
+  room, :mod:`worker.own_leases`) is still live: its streams are released with their
+  checkpoints and handed off as in a drain, it is revoked, and a new session opens at once.
   A revoked session's streams are handed over at once: once its holders have stopped, each is
   freed at exactly its epoch with the checkpoint its holder acknowledged (fresher than any
   vector) and handed off — the sweep a peer would run a moment later, without the wait, and
@@ -108,6 +111,7 @@ class SessionKeeper:
                 active_streams=lambda: self._holdings.active_count,
                 observe=self._observe,
                 probation=self._sessions_lost > 0,
+                count=ctx.metrics.incr,
             )
             try:
                 await session.open()
@@ -136,17 +140,20 @@ class SessionKeeper:
             await self._lost.wait()
             self._lost.clear()
             lost = ctx.session
-            if lost is None:
+            if lost is None or (lost.live and not lost.retiring):
+                continue
+            if lost.live:
+                await self._roll_over(lost)
+                if ctx.shutdown_requested.is_set():
+                    return
+                await self.open_session()
                 continue
             self._sessions_lost += 1
             if lost.state is SessionState.REVOKED:
                 ctx.metrics.incr(WorkerMetric.SESSIONS_REVOKED)
             if self._uses_sessions:
-                held = [h for h in self._holdings if h.owner == lost.worker_id]
-                for holder in held:
-                    holder.request_end(EndReason.LOST)
-                while any(h.owner == lost.worker_id for h in self._holdings):
-                    await self._holdings.wait_changed(LOST_CHECK_SECONDS)
+                held = self._end_holders_of(lost, EndReason.LOST)
+                await self._until_no_holder_of(lost)
                 if lost.state is SessionState.REVOKED and not ctx.shutdown_requested.is_set():
                     await self._hand_over(lost.worker_id, held)
             if lost.state is SessionState.REVOKED and await self._stopping_within(
@@ -156,6 +163,14 @@ class SessionKeeper:
             if ctx.shutdown_requested.is_set():
                 return
             await self.open_session()
+
+    def request_rollover(self) -> None:
+        """Replace the current session by a fresh one (see the module docstring)."""
+        session = self._ctx.session
+        if session is None or not session.live or session.retiring:
+            return
+        session.retiring = True  # it takes no more streams from now on
+        self._lost.set()
 
     def on_tick(self, now_mono: float | None = None) -> None:
         """Every second: copy the stream count for the next renewal, log a fencing, and give
@@ -176,6 +191,25 @@ class SessionKeeper:
             and rules.is_unreachable(now, self._renewal_answered_mono, ctx.settings.lease_seconds)
         ):
             self._give_up(now - self._renewal_answered_mono)
+
+    async def _roll_over(self, session: Session) -> None:
+        self._ctx.metrics.incr(WorkerMetric.SESSION_ROLLOVERS)
+        logger.warning("session rolling over", lost_slots=session.slots.lost)
+        # Released with their checkpoints and handed off, as in a drain: the fleet (this
+        # worker's next session among it) takes them up again within about a second.
+        self._end_holders_of(session, EndReason.SHUTDOWN)
+        await self._until_no_holder_of(session)
+        await self._revoke(session)
+
+    def _end_holders_of(self, session: Session, reason: EndReason) -> list[StreamHolder]:
+        held = [h for h in self._holdings if h.owner == session.worker_id]
+        for holder in held:
+            holder.request_end(reason)
+        return held
+
+    async def _until_no_holder_of(self, session: Session) -> None:
+        while any(h.owner == session.worker_id for h in self._holdings):
+            await self._holdings.wait_changed(LOST_CHECK_SECONDS)
 
     async def _hand_over(self, session_id: str, held: list[StreamHolder]) -> None:
         """Free the streams of revoked session ``session_id`` whose holders ``held`` have
@@ -202,12 +236,15 @@ class SessionKeeper:
         """Tombstone the current session (live, or given up) on the way out. Whatever is still
         attached to it (a drain cut short) is swept by the fleet at once instead of after a
         lease; the fleet deletes the tombstone later."""
-        ctx = self._ctx
-        session = ctx.session
-        if session is None or session.state not in (SessionState.LIVE, SessionState.REVOKED):
+        session = self._ctx.session
+        if session is not None:
+            await self._revoke(session)
+
+    async def _revoke(self, session: Session) -> None:
+        if session.state not in (SessionState.LIVE, SessionState.REVOKED):
             return
         try:
-            async with asyncio.timeout(max(0.1, 2 * ctx.settings.dynamodb_timeout_seconds)):
+            async with asyncio.timeout(max(0.1, 2 * self._ctx.settings.dynamodb_timeout_seconds)):
                 await session.revoke()
         except (TimeoutError, StoreError) as exc:
             logger.warning("session not revoked", error=describe(exc))
