@@ -32,6 +32,10 @@ class WorkerMetric:
     RECONNECTS: Final = "Reconnects"
     RENEWAL_LAG_MS: Final = "RenewalLagMs"
     EVENT_LOOP_LAG_MS: Final = "EventLoopLagMs"
+    RENEWAL_ANSWER_AGE_MS: Final = "RenewalAnswerAgeMs"
+    """Sampled every second: how long ago the last session renewal that was answered was sent
+    (any session of the worker). Up to a heartbeat when healthy; it climbs through a gray
+    failure, when renewals go out on time (``RenewalLagMs`` stays low) but no answer returns."""
     SEQ_GAPS: Final = "SeqGaps"
     MALFORMED_FRAMES: Final = "MalformedFrames"
     STREAMS_ENDED: Final = "StreamsEnded"

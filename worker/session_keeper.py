@@ -65,7 +65,8 @@ class SessionKeeper:
         observe: Callable[[str, float], None],
     ) -> None:
         """``renewal_sessions``: the store on the renewal threads' own client; ``observe``:
-        where sessions record their renewals' lag and round trip."""
+        where sessions record their renewals' lag and round trip, and the keeper how long ago
+        the last answered renewal was sent."""
         self._ctx = ctx
         self._holdings = holdings
         self._renewal_sessions = renewal_sessions
@@ -173,8 +174,8 @@ class SessionKeeper:
         self._lost.set()
 
     def on_tick(self, now_mono: float | None = None) -> None:
-        """Every second: copy the stream count for the next renewal, log a fencing, and give
-        up when no renewal has been answered for too long."""
+        """Every second: copy the stream count for the next renewal, log a fencing, record
+        how long ago the last answered renewal was sent, and give up when that is too long."""
         ctx = self._ctx
         now = time.monotonic() if now_mono is None else now_mono
         session = ctx.session
@@ -185,6 +186,9 @@ class SessionKeeper:
             self._renewal_answered_mono = max(
                 self._renewal_answered_mono, session.last_renewed_mono
             )
+        if self._renewal_answered_mono:
+            silent_ms = (now - self._renewal_answered_mono) * 1000.0
+            self._observe(WorkerMetric.RENEWAL_ANSWER_AGE_MS, silent_ms)
         if (
             not self.gave_up
             and self._renewal_answered_mono

@@ -62,7 +62,8 @@ def test_a_worker_whose_renewals_go_unanswered_reports_unhealthy_and_exits(
 ) -> None:
     """Every renewal of the worker's session lands, but only after its client gave up: after
     four leases without an answered renewal the container health check fails, saying why,
-    and the worker exits with its own status (sessions are replaced meanwhile, to no avail)."""
+    and the worker exits with its own status (sessions are replaced meanwhile, to no avail).
+    Its metrics show the silence growing past a lease on the way."""
     worker = fleet.start(liveness=liveness)
     stream_id = new_ids(1)[0]
     streams.put(stream_id, upstream.url_for(stream_id))
@@ -85,6 +86,12 @@ def test_a_worker_whose_renewals_go_unanswered_reports_unhealthy_and_exits(
     check = health_check(worker)
     assert check.returncode == 1
     assert "no session renewal answered" in check.stderr
+    answer_ages = [
+        r["renewal_answer_age_ms_max"]
+        for r in fleet.log_records(worker)
+        if r.get("message") == "metrics flushed"
+    ]
+    assert max(answer_ages) > 2 * LEASE_SECONDS * 1000, answer_ages
 
 
 @MODES

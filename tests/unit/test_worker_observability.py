@@ -33,6 +33,7 @@ def test_every_metric_is_emitted_even_when_nothing_happened(
         WorkerMetric.ACTIVE_CONNECTIONS,
         WorkerMetric.RENEWAL_LAG_MS,
         WorkerMetric.EVENT_LOOP_LAG_MS,
+        WorkerMetric.RENEWAL_ANSWER_AGE_MS,
     }
     assert declared == expected
     assert all(doc[name] == [0.0] for name in COUNTERS)
