@@ -41,15 +41,18 @@ def counted(fleet: Fleet, worker: WorkerProcess, metric: str) -> int:
 def test_a_worker_losing_slots_says_so_advertises_less_and_rolls_its_session_over(
     fleet: Fleet, streams: Streams, upstream: UpstreamSimulator, settings: Settings
 ) -> None:
-    """Worker A holds six streams (and never sheds them). Worker B gets start commands for
-    them while the moto server holds back every acquire B sends (applied seconds later, when
-    B's client and its consistent re-read have given up): each attempt ends as a conflict
-    whose own write may still land, and costs B a slot. With four of six lost B's worker item
-    (what ``GET /workers`` shows) says capacity 2; at five B hands off what it holds, revokes
-    its session and opens a fresh one, which takes a new stream as soon as acquires are
-    answered again. B logs and counts each lost slot and the rollover; no invariant breaks."""
-    holder = fleet.start("a", min_tenure_seconds=600.0)
+    """Worker A holds six streams, its capacity (and never sheds them). Worker B gets start
+    commands for them while the moto server holds back every acquire B sends (applied seconds
+    later, when B's client and its consistent re-read have given up): each attempt ends as a
+    conflict whose own write may still land, and costs B a slot. With four of six lost B's
+    worker item (what ``GET /workers`` shows) says capacity 2; at five B hands off what it
+    holds, revokes its session and opens a fresh one, which takes a new stream as soon as
+    acquires are answered again. B logs and counts each lost slot and the rollover; no
+    invariant breaks."""
     owned = new_ids(6)
+    # At its capacity A polls no command: each one sent below reaches B, however soon after
+    # B registered (A's count of the fleet may not include B yet).
+    holder = fleet.start("a", capacity=len(owned), min_tenure_seconds=600.0)
     for stream_id in owned:
         streams.put(stream_id, upstream.url_for(stream_id))
     fleet.wait_owned(owned)
