@@ -45,6 +45,17 @@ class BillingMode(StrEnum):
     """Provisioned capacity with target-tracking autoscaling between the configured bounds."""
 
 
+class TableIndexes(StrEnum):
+    """Which global secondary indexes the lease table has (a deployed table migrates in two
+    CloudFormation updates: DynamoDB creates or deletes one index per update)."""
+
+    CURRENT = "current"
+    """The schema's indexes: a new table, or one whose migration is done."""
+    MIGRATING = "migrating"
+    """The schema's indexes and ``by-state-expiry``, the index ``by-shard-expiry`` replaces:
+    the intermediate stage of the README's migration."""
+
+
 class CpuArchitecture(StrEnum):
     """CPU architecture of the worker image and tasks."""
 
@@ -128,6 +139,7 @@ class DeploymentConfig:
 
     # --- state ---
     billing: BillingMode = BillingMode.ON_DEMAND
+    table_indexes: TableIndexes = TableIndexes.CURRENT
     provisioned_read: CapacityRange = CapacityRange(5, 100)
     provisioned_write: CapacityRange = CapacityRange(5, 500)
     command_visibility_timeout_seconds: int = 30

@@ -7,6 +7,7 @@ name, key prefix or index name is spelled anywhere else.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Literal
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 PK: Final = "Pk"
 STREAM_PREFIX: Final = "CONN#"
 WORKER_PREFIX: Final = "WORKER#"
+FLEET_DIGEST_KEY: Final = "FLEET#digest"
+"""Partition key of the fleet digest item (:class:`DigestAttr`)."""
 
 
 def stream_key(stream_id: str) -> str:
@@ -196,6 +199,10 @@ class StreamAttr:
     STREAM_ID: Final = "stream_id"
     DELETED_AT: Final = "deleted_at"
     """Set only on a tombstone: when the stream was deleted (ISO-8601 UTC)."""
+    EXPIRY_SHARD: Final = "expiry_shard"
+    """Present exactly while the stream is STARTED and not attached to a session (free, or
+    held by a per-stream lease): :func:`expiry_shard`, the partition key of
+    :data:`BY_SHARD_EXPIRY`. Only an index key, never a condition of the lease protocol."""
 
 
 def stream_attributes() -> tuple[str, ...]:
@@ -235,8 +242,27 @@ class WorkerAttr:
     """The :class:`Liveness` mode this worker runs (a fleet never mixes them)."""
     CHECKPOINTS: Final = "checkpoints"
     """Sessions: the checkpoint vector (binary, :mod:`streamlease.checkpoints`)."""
+    CONNECTION_COUNTS: Final = "connection_counts"
+    """Held streams per :class:`ConnectionState` as of the last renewal (a map; the auditor
+    sums these over the live sessions instead of reading every stream)."""
     EXPIRED_AT_MS: Final = "expired_at_ms"
     EXPIRED_BY: Final = "expired_by"
+
+
+class DigestAttr:
+    """Attribute names of the fleet digest item (``FLEET#digest``): the fair share as the
+    fleet's elected watcher last counted it, and the lease that makes it the one writer."""
+
+    WRITER: Final = "writer"
+    """The session id of the worker that writes the digest."""
+    WRITER_EXPIRES_AT_MS: Final = "writer_expires_at_ms"
+    """Until when the writer's claim stands (wall ms); anyone may take the digest over after."""
+    WRITTEN_AT_MS: Final = "written_at_ms"
+    SESSIONS: Final = "sessions"
+    """Session items in the fleet index (live ones and tombstones not yet deleted)."""
+    LIVE_WORKERS: Final = "live_workers"
+    TOTAL_STREAMS: Final = "total_streams"
+    DEFICIT: Final = "deficit"
 
 
 # Worker items carry KIND = WORKER_KIND so the fleet can be listed through its own sparse index
@@ -266,15 +292,50 @@ class IndexSpec:
     """Non-key attributes projected (INCLUDE); ``None`` means KEYS_ONLY."""
 
 
+INDEX_SHARDS: Final = 32
+"""Partition key values :data:`BY_SHARD_EXPIRY` spreads a session fleet's free streams over: a
+fleet can free and take about this many thousand streams per second before one of its
+partitions throttles (1,000 write units per second each)."""
+
+
+def expiry_shards(liveness: Liveness) -> int:
+    """Shards of :data:`BY_SHARD_EXPIRY` for a fleet of ``liveness``: :data:`INDEX_SHARDS` for
+    sessions (read by scanning, a few segments per fleet); 1 for per-stream leases, whose
+    reconcile asks one partition for the leases expiring first (a per-stream fleet renews every
+    stream every heartbeat, so it stays far below what one partition writes anyway)."""
+    return 1 if liveness is Liveness.STREAM else INDEX_SHARDS
+
+
+def expiry_shard(stream_id: str, liveness: Liveness) -> str:
+    """The :attr:`StreamAttr.EXPIRY_SHARD` of ``stream_id``: ``STARTED#<n>``, ``n`` a stable
+    hash of the id (CRC-32) modulo :func:`expiry_shards`."""
+    shard = zlib.crc32(stream_id.encode()) % expiry_shards(liveness)
+    return f"{DesiredState.STARTED.value}#{shard:02d}"
+
+
+BY_SHARD_EXPIRY: Final = IndexSpec(
+    name="by-shard-expiry",
+    partition_key=StreamAttr.EXPIRY_SHARD,
+    sort_key=StreamAttr.LEASE_EXPIRES_AT_MS,
+    projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH),
+)
+"""Orphans (and per-stream leases about to lapse): the STARTED streams no session holds, write-
+sharded. A stream enters when it becomes free (created, started, released) and leaves when a
+session takes it, so a takeover of a dead session's streams — owner to owner — writes nothing
+here, and a renewal of a session never does. Sessions scan it in segments
+(:func:`streamlease.rules.scan_segments`); per-stream leases query its one shard for
+``lease_expires_at_ms < :t``."""
+
 BY_STATE_EXPIRY: Final = IndexSpec(
     name="by-state-expiry",
     partition_key=StreamAttr.DESIRED_STATE,
     sort_key=StreamAttr.LEASE_EXPIRES_AT_MS,
     projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH, StreamAttr.CONNECTION_STATE),
 )
-"""Orphans and suspects: ``desired_state = STARTED AND lease_expires_at_ms < :t``; the auditor
-reads the owners and connection states of the STARTED streams here (a connection state changes
-rarely, so projecting it costs little)."""
+"""The index :data:`BY_SHARD_EXPIRY` replaces, kept only while a deployed table migrates
+(:data:`MIGRATION_INDEXES`): partitioned on ``desired_state``, every ownership change of the
+fleet wrote its one STARTED partition. Nothing reads it any more; the stores still write the
+attributes it keys on, so the previous release keeps working beside this one during a deploy."""
 
 BY_OWNER: Final = IndexSpec(
     name="by-owner",
@@ -326,10 +387,15 @@ Its keys change only when ``desired_state`` does, so lease renewals never write 
 writer of a stream item sets ``stream_id``; an item without it would never be listed.
 """
 
-INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, FLEET, BY_STATE)
+INDEXES: Final = (BY_SHARD_EXPIRY, BY_OWNER, FLEET, BY_STATE)
+MIGRATION_INDEXES: Final = (BY_STATE_EXPIRY, *INDEXES)
+"""The indexes of a table moving from :data:`BY_STATE_EXPIRY` to :data:`BY_SHARD_EXPIRY` (the
+intermediate stage of the README's migration: the new index added, the old one not yet
+dropped)."""
 
 KEY_ATTRIBUTE_TYPES: Final[dict[str, Literal["S", "N"]]] = {
     PK: "S",
+    StreamAttr.EXPIRY_SHARD: "S",
     StreamAttr.DESIRED_STATE: "S",
     StreamAttr.LEASE_EXPIRES_AT_MS: "N",
     StreamAttr.STREAM_ID: "S",
@@ -340,14 +406,17 @@ KEY_ATTRIBUTE_TYPES: Final[dict[str, Literal["S", "N"]]] = {
 """DynamoDB types of every attribute used as a table or index key."""
 
 
-def create_table_kwargs(table_name: str) -> CreateTableInputTypeDef:
+def create_table_kwargs(
+    table_name: str, indexes: tuple[IndexSpec, ...] = INDEXES
+) -> CreateTableInputTypeDef:
     """``CreateTable`` parameters for the local stack and tests (on-demand billing).
 
     The CDK app builds the same table from :data:`PK`, :data:`INDEXES` and
-    :data:`KEY_ATTRIBUTE_TYPES`.
+    :data:`KEY_ATTRIBUTE_TYPES`. ``indexes``: another set (a table mid-migration).
     """
     gsis: list[GlobalSecondaryIndexTypeDef] = []
-    for index in INDEXES:
+    used = {PK} | {k for index in indexes for k in (index.partition_key, index.sort_key) if k}
+    for index in indexes:
         key_schema: list[KeySchemaElementTypeDef] = [
             {"AttributeName": index.partition_key, "KeyType": "HASH"}
         ]
@@ -364,6 +433,7 @@ def create_table_kwargs(table_name: str) -> CreateTableInputTypeDef:
         "AttributeDefinitions": [
             {"AttributeName": name, "AttributeType": kind}
             for name, kind in KEY_ATTRIBUTE_TYPES.items()
+            if name in used
         ],
         "GlobalSecondaryIndexes": gsis,
     }

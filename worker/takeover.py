@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from streamlease import checkpoints, rules
@@ -57,6 +58,10 @@ class Takeover:
         self._view = view
         self._busy: set[str] = set()
         self._parallel = asyncio.Semaphore(PARALLEL_STEPS)
+        self.settle: Callable[[], Awaitable[None]] | None = None
+        """Set by the fleet watcher: waits, once per sweep, for a fresher fair share before
+        streams this worker has no room for are freed (in a large fleet the share comes from
+        the digest, a few seconds behind a zone's loss)."""
 
     def busy_with(self, session_id: str) -> bool:
         """True while a sweep of ``session_id`` runs here."""
@@ -90,6 +95,7 @@ class Takeover:
         ctx = self._ctx
         entries = _decode(vector)
         empty = taken = freed = 0
+        settled = self.settle is None
         for _ in range(MAX_ROUNDS):
             try:
                 views = await asyncio.to_thread(ctx.store.owned_by, session_id)
@@ -103,6 +109,10 @@ class Takeover:
                 await asyncio.sleep(REREAD_SECONDS)
                 continue
             empty = 0
+            if not settled and self._room() < len(views):
+                settled = True
+                assert self.settle is not None
+                await self.settle()
             random.shuffle(views)
             async with asyncio.TaskGroup() as tasks:
                 steps = [
@@ -141,8 +151,12 @@ class Takeover:
             return await self._free(session_id, view, resume)
 
     def _has_room(self) -> bool:
+        return self._room() > 0
+
+    def _room(self) -> int:
+        """Streams this worker may still take: up to its fair share and its capacity."""
         holdings = self._holdings
-        return holdings.free > 0 and holdings.count < max(1, self._view.share)
+        return max(0, min(holdings.free, max(1, self._view.share) - holdings.count))
 
     async def _free(self, session_id: str, view: LeaseView, resume: int | None) -> str:
         ctx = self._ctx

@@ -10,18 +10,24 @@ from hypothesis import strategies as st
 
 from streamlease.schema import (
     BY_OWNER,
+    BY_SHARD_EXPIRY,
     BY_STATE,
     BY_STATE_EXPIRY,
     FLEET,
+    INDEX_SHARDS,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
+    MIGRATION_INDEXES,
     PK,
     TOMBSTONE_KEEPS,
     Command,
     CommandType,
+    Liveness,
     StreamAttr,
     WorkerAttr,
     create_table_kwargs,
+    expiry_shard,
+    expiry_shards,
     stream_attributes,
     stream_id_of,
     stream_key,
@@ -174,23 +180,19 @@ def test_attribute_definitions_are_exactly_the_key_attributes():
 
 
 def test_indexes_are_those_the_lease_protocol_queries():
-    """by-state-expiry (orphans, suspects), by-owner (what X holds, its stops), fleet,
+    """by-shard-expiry (orphans, suspects), by-owner (what X holds, its stops), fleet,
     by-state (listing)."""
     gsis = {g["IndexName"]: g for g in create_table_kwargs("t")["GlobalSecondaryIndexes"]}
     assert set(gsis) == {index.name for index in INDEXES}
 
-    state = gsis[BY_STATE_EXPIRY.name]
-    assert state["KeySchema"] == [
-        {"AttributeName": StreamAttr.DESIRED_STATE, "KeyType": "HASH"},
+    orphans = gsis[BY_SHARD_EXPIRY.name]
+    assert orphans["KeySchema"] == [
+        {"AttributeName": StreamAttr.EXPIRY_SHARD, "KeyType": "HASH"},
         {"AttributeName": StreamAttr.LEASE_EXPIRES_AT_MS, "KeyType": "RANGE"},
     ]
-    assert state["Projection"] == {
+    assert orphans["Projection"] == {
         "ProjectionType": "INCLUDE",
-        "NonKeyAttributes": [
-            StreamAttr.LEASE_OWNER,
-            StreamAttr.LEASE_EPOCH,
-            StreamAttr.CONNECTION_STATE,
-        ],
+        "NonKeyAttributes": [StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH],
     }
 
     owner = gsis[BY_OWNER.name]
@@ -220,6 +222,32 @@ def test_indexes_are_those_the_lease_protocol_queries():
         {"AttributeName": StreamAttr.STREAM_ID, "KeyType": "RANGE"},
     ]
     assert listing["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+
+
+def test_a_migrating_table_has_the_old_orphan_index_beside_the_new_one():
+    """The intermediate stage: by-state-expiry as before, every current index besides."""
+    kwargs = create_table_kwargs("t", MIGRATION_INDEXES)
+    gsis = {g["IndexName"]: g for g in kwargs["GlobalSecondaryIndexes"]}
+    assert set(gsis) == {index.name for index in INDEXES} | {BY_STATE_EXPIRY.name}
+    assert gsis[BY_STATE_EXPIRY.name]["KeySchema"] == [
+        {"AttributeName": StreamAttr.DESIRED_STATE, "KeyType": "HASH"},
+        {"AttributeName": StreamAttr.LEASE_EXPIRES_AT_MS, "KeyType": "RANGE"},
+    ]
+
+
+@pytest.mark.parametrize("liveness", list(Liveness))
+def test_expiry_shards_are_stable_and_within_the_mode_s_count(liveness):
+    """A stream's shard depends on its id alone (every writer agrees), one of the mode's."""
+    shards = {expiry_shard(f"s-{i}", liveness) for i in range(2000)}
+    assert len(shards) == expiry_shards(liveness)
+    assert all(s.startswith("STARTED#") for s in shards)
+    assert expiry_shard("btc-usd", liveness) == expiry_shard("btc-usd", liveness)
+
+
+def test_session_fleets_spread_free_streams_over_every_shard_and_per_stream_uses_one():
+    """Writes spread over INDEX_SHARDS partition key values; per-stream queries one."""
+    assert expiry_shards(Liveness.SESSION) == INDEX_SHARDS > 1
+    assert expiry_shards(Liveness.STREAM) == 1
 
 
 def test_listing_index_keys_are_not_lease_attributes():
