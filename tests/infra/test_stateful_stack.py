@@ -7,11 +7,14 @@ from aws_cdk.assertions import Match, Template
 from template_support import TemplateJson, properties_of, resources_of
 
 from cdk.components.lease_table import LeaseTable
-from cdk.config import BillingMode, CapacityRange
+from cdk.config import BillingMode, CapacityRange, TableIndexes
 from streamlease.schema import (
+    BY_SHARD_EXPIRY,
     BY_STATE,
+    BY_STATE_EXPIRY,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
+    MIGRATION_INDEXES,
     PK,
     StreamAttr,
     create_table_kwargs,
@@ -192,3 +195,35 @@ def test_outputs_name_what_a_worker_outside_the_fleet_needs(stateful_json: Templ
     assert outputs["TableName"]["Value"] == {"Ref": "LeaseTable"}
     assert outputs["CommandQueueUrl"]["Value"] == {"Ref": "CommandQueue"}
     assert outputs["SinkStreamName"]["Value"] == {"Ref": "SinkStream"}
+
+
+def test_a_migrating_table_keeps_the_old_orphan_index_beside_the_new_one(
+    small_stack: Stack,
+) -> None:
+    """streamlease:tableIndexes=migrating, the intermediate stage of a deployed table's move:
+    by-state-expiry as it was, every current index besides (one index more than the current
+    layout, one less than the old one: one index change per CloudFormation update)."""
+    LeaseTable(
+        small_stack,
+        "Leases",
+        billing=BillingMode.ON_DEMAND,
+        provisioned_read=CapacityRange(1, 1),
+        provisioned_write=CapacityRange(1, 1),
+        indexes=TableIndexes.MIGRATING,
+    )
+    table = Template.from_stack(small_stack).to_json()["Resources"]
+    (props,) = [
+        r["Properties"] for r in table.values() if r["Type"] == "AWS::DynamoDB::GlobalTable"
+    ]
+    names = {gsi["IndexName"] for gsi in props["GlobalSecondaryIndexes"]}
+    assert names == {index.name for index in MIGRATION_INDEXES}
+    assert names - {index.name for index in INDEXES} == {BY_STATE_EXPIRY.name}
+    defined = {d["AttributeName"] for d in props["AttributeDefinitions"]}
+    assert {StreamAttr.DESIRED_STATE, StreamAttr.EXPIRY_SHARD} <= defined
+
+
+def test_the_current_layout_has_no_old_orphan_index(stateful_json: TemplateJson) -> None:
+    """What cdk.json deploys: by-shard-expiry, and by-state-expiry gone."""
+    table = properties_of(stateful_json, "AWS::DynamoDB::GlobalTable")
+    names = {gsi["IndexName"] for gsi in table["GlobalSecondaryIndexes"]}
+    assert BY_SHARD_EXPIRY.name in names and BY_STATE_EXPIRY.name not in names
