@@ -38,6 +38,7 @@ from streamlease.schema import (
     Liveness,
     StreamAttr,
     expiry_shard,
+    shard_key,
     stream_key,
 )
 
@@ -547,7 +548,7 @@ class LeaseStore:
             "KeyConditionExpression": "#shard = :shard AND #exp < :bound",
             "ExpressionAttributeNames": _names("#shard", "#exp"),
             "ExpressionAttributeValues": dynamo.serialize(
-                {":shard": expiry_shard("", Liveness.STREAM), ":bound": bound_ms}
+                {":shard": shard_key(0), ":bound": bound_ms}  # per-stream: one shard
             ),
         }
         return [LeaseView.from_item(item) for item in self._query(query, limit)]

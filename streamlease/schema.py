@@ -306,11 +306,16 @@ def expiry_shards(liveness: Liveness) -> int:
     return 1 if liveness is Liveness.STREAM else INDEX_SHARDS
 
 
-def expiry_shard(stream_id: str, liveness: Liveness) -> str:
-    """The :attr:`StreamAttr.EXPIRY_SHARD` of ``stream_id``: ``STARTED#<n>``, ``n`` a stable
-    hash of the id (CRC-32) modulo :func:`expiry_shards`."""
-    shard = zlib.crc32(stream_id.encode()) % expiry_shards(liveness)
+def shard_key(shard: int) -> str:
+    """The :attr:`StreamAttr.EXPIRY_SHARD` value of shard number ``shard``: ``STARTED#<nn>``
+    (a per-stream fleet's one shard is ``shard_key(0)``)."""
     return f"{DesiredState.STARTED.value}#{shard:02d}"
+
+
+def expiry_shard(stream_id: str, liveness: Liveness) -> str:
+    """The :attr:`StreamAttr.EXPIRY_SHARD` of ``stream_id`` in a fleet of ``liveness``: a
+    stable hash of the id (CRC-32) modulo :func:`expiry_shards`, so every writer agrees."""
+    return shard_key(zlib.crc32(stream_id.encode()) % expiry_shards(liveness))
 
 
 BY_SHARD_EXPIRY: Final = IndexSpec(

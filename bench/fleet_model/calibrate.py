@@ -25,6 +25,7 @@ from streamlease.model import WorkerInfo
 from streamlease.schema import (
     BY_OWNER,
     BY_STATE,
+    BY_STATE_EXPIRY,
     FLEET,
     FLEET_DIGEST_KEY,
     INDEXES,
@@ -41,25 +42,9 @@ from streamlease.schema import (
 )
 from streamlease.session_store import SessionStore
 
-TODAY_ORPHANS: Final = IndexSpec(
-    name="by-state-expiry",
-    partition_key=StreamAttr.DESIRED_STATE,
-    sort_key=StreamAttr.LEASE_EXPIRES_AT_MS,
-    projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH, StreamAttr.CONNECTION_STATE),
-)
-TODAY_OWNER: Final = IndexSpec(
-    name=BY_OWNER.name,
-    partition_key=StreamAttr.LEASE_OWNER,
-    sort_key=None,
-    projected=(
-        StreamAttr.LEASE_EPOCH,
-        StreamAttr.LEASE_SLOT,
-        StreamAttr.DESIRED_STATE,
-        StreamAttr.GENERATION,
-    ),
-)
-TODAY_INDEXES: Final = (TODAY_ORPHANS, TODAY_OWNER, FLEET, BY_STATE)
-"""The indexes of today's design, as they were before the flat design."""
+TODAY_ORPHANS: Final = BY_STATE_EXPIRY
+TODAY_INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, FLEET, BY_STATE)
+"""The indexes of today's design (``by-state-expiry`` where ``by-shard-expiry`` is now)."""
 VECTOR_STREAMS: Final = 1000
 VECTOR_SEQ: Final = 10_000_000
 """A checkpoint a stream reaches after about 12 days at 10 messages per second."""
@@ -134,7 +119,7 @@ def calibrate(ctx: BenchContext, orphan_indexes: Mapping[str, IndexSpec]) -> dic
             release_for=freed[key],
             connection=connected[key],
             fleet_entry_bytes=_projected(worker_item, FLEET),
-            owner_entry_bytes=_projected(item, TODAY_OWNER if key == "today" else BY_OWNER),
+            owner_entry_bytes=_projected(item, BY_OWNER),
             orphan_entry_bytes=_projected(free_item, orphans),
             digest_bytes=digest_bytes,
             digest_write=digest_write[key],
