@@ -172,9 +172,7 @@ def run(design: Design, size: Size, scenario: str, *, cap_leases: float, seed: i
     elif scenario == "deploy":
         out.recovery_leases, out.projected_leases = _deploy(world, size, cap_leases)
     else:
-        out.recovery_leases = _scale_out(
-            world, size, start + cap_leases * world.settings.lease_seconds
-        )
+        out.recovery_leases, out.projected_leases = _scale_out(world, size, cap_leases)
     end = world.sim.now + 1.0
     world.sim.run(end)
     out.event_seconds = end - start
@@ -239,8 +237,9 @@ def _deploy(world: World, size: Size, cap_leases: float) -> tuple[float | None, 
     return slowest, None
 
 
-def _scale_out(world: World, size: Size, limit: float) -> float | None:
-    """A quarter more workers; leases until no worker holds more than share + slack."""
+def _scale_out(world: World, size: Size, cap_leases: float) -> tuple[float | None, float | None]:
+    """A quarter more workers: leases until no worker holds more than share + slack; past
+    ``cap_leases``, ``(None, leases projected at the pace the excess shrank)``."""
     lease = world.settings.lease_seconds
     capacity = math.ceil(CAPACITY_HEADROOM * size.per_worker)
     start = world.sim.now
@@ -248,12 +247,16 @@ def _scale_out(world: World, size: Size, limit: float) -> float | None:
         _add_agent(world, capacity, observer=_observes(world)).boot(fresh=True)
     slack = world.settings.rebalance_slack
 
-    def balanced() -> bool:
-        share = rules.fair_share(len(world.owner), len(world.live_agents()))
-        return all(a.held <= share + slack for a in world.live_agents())
+    def excess() -> int:
+        live = world.live_agents()
+        share = rules.fair_share(len(world.owner), len(live))
+        return sum(max(0, a.held - share - slack) for a in live)
 
-    while world.sim.now < limit:
+    first = excess()
+    while world.sim.now < start + cap_leases * lease:
         world.sim.run(world.sim.now + 5.0)
-        if balanced():
-            return (world.sim.now - start) / lease
-    return None
+        if excess() == 0:
+            return (world.sim.now - start) / lease, None
+    moved = first - excess()
+    elapsed = (world.sim.now - start) / lease
+    return None, (math.inf if moved <= 0 else elapsed * first / moved)
