@@ -7,7 +7,10 @@ empty twice — and for each stream, at exactly the dead owner and epoch:
 - takes it (epoch + 1, resuming at the larger of the item's ``last_seq`` and the vector's entry
   for the same epoch) while it has room under its fair share;
 - frees the rest with the same merged checkpoint and sends each a handoff command, so the other
-  workers pick them up within a second instead of at the next reconcile.
+  workers pick them up within a second instead of at the next reconcile. In a large fleet, whose
+  fair share comes from the fleet digest a few seconds late, a sweep short of room first waits
+  once for a fresher share (:attr:`Takeover.settle`): after a zone's loss the digest then counts
+  the sessions that died together, and the streams are taken at once instead of freed.
 
 Any worker runs the same sweep for an EXPIRED session seen for a heartbeat (a winner that died
 mid-takeover, a drain that left something behind, the reaper's tombstones): every step is a

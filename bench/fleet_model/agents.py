@@ -17,8 +17,9 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from bench.fleet_model.events import Answer, Batcher, Request
 from bench.fleet_model.units import read_units
-from bench.fleet_model.world import Answer, Batcher, Request, World
+from bench.fleet_model.world import World
 from streamlease import rules
 from streamlease.schema import WorkerState
 from worker.commands import MAX_MESSAGES_PER_RECEIVE, PASS_ON_PAUSE_SECONDS, receive_count

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from bench.fleet_model.events import Answer
 from bench.fleet_model.store import Touch
 from bench.fleet_model.units import PAGE_BYTES, pages, read_units
-from bench.fleet_model.world import Answer, World
+from bench.fleet_model.world import World
 
 AUDIT_SECONDS: Final = 60.0
 PAGE_SECONDS: Final = 0.03

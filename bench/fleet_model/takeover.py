@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bench.fleet_model.events import Answer, Request
 from bench.fleet_model.units import read_units
-from bench.fleet_model.world import Answer, Request
 from streamlease import rules
 from streamlease.schema import WorkerState
 from worker.takeover import (
@@ -184,12 +184,6 @@ class _Sweep:
                     Request(touches, [world.stream_touch(s, 1)], self._theirs, self._move, s)
                 )
                 took.append(True)
-            elif world.design.settle_seconds and not self.settled and self._large():
-                self.settled = self.paused = True
-                world.sim.after(
-                    world.design.settle_seconds, agent.watch.refresh_share, self._resume
-                )
-                break
             else:
                 self.todo.pop()
                 requests.append(self._free_request(s))

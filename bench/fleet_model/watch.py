@@ -22,8 +22,9 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from bench.fleet_model.events import Answer
 from bench.fleet_model.units import read_units
-from bench.fleet_model.world import Answer, World
+from bench.fleet_model.world import World
 from streamlease import rules
 from streamlease.schema import FLEET_DIGEST_KEY, WorkerState
 from worker.fleet import DIGEST_READ_ROUNDS, MAX_WINDOW_PAGES, WINDOW_PAGE
@@ -227,7 +228,6 @@ class Watch:
     def _claim_digest(self) -> None:
         world, agent = self.world, self.agent
         digest = world.digest
-        now = world.sim.now
         skew = world.settings.clock_skew_seconds
 
         def stale() -> bool:
@@ -239,7 +239,6 @@ class Watch:
 
         touches = [world.key_touch(FLEET_DIGEST_KEY, 1.0, write=True)]
         world.write(touches, touches, stale, take, None)
-        del now
 
     def _write_digest(self) -> None:
         world, agent = self.world, self.agent
