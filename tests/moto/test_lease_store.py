@@ -540,8 +540,8 @@ def test_an_acquire_that_did_not_land_is_tried_again_not_reported_owned(dynamodb
 
 
 def test_a_session_acquire_stores_the_slot_and_a_fixed_expiry(store, seed):
-    """Attached to a session: no expiry of its own to renew (the by-state-expiry key moves only
-    now and at release), and the slot of its checkpoint in the session's vector."""
+    """Attached to a session: no expiry of its own to renew, out of the orphan index until its
+    release, and the slot of its checkpoint in the session's vector."""
     seed("s1", epoch=4, last_seq=9)
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW, slot=3)
     assert (lease.epoch, lease.slot, lease.last_seq) == (5, 3, 9)
