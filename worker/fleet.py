@@ -115,12 +115,13 @@ class FleetWatcher:
             ((w.worker_id, w.hb, w.is_live) for w in workers if w.worker_id != me), now
         )
         dead = frozenset(w.worker_id for w in workers if self._detector.is_stale(w.worker_id, now))
+        was_large = self._large
         if whole:
             update_view(self._view, workers, me, self._holdings.active_count, dead)
             self._large = len(workers) > rules.FULL_READ_MAX_SESSIONS
         if tasks is None or ctx.shutdown_requested.is_set():
             return workers
-        if self._large:
+        if self._large or was_large:  # a fleet grown small learns it from the digest too
             await self._keep_digest(workers if whole else None)
         session = ctx.session
         healthy = session is not None and session.healthy(now)
@@ -187,8 +188,12 @@ class FleetWatcher:
             return None
         now = wall_ms()
         if digest is not None and digest.fresh(now):
+            if not digest.written_at_ms:
+                return digest  # claimed, not counted yet
             if digest.writer != ctx.worker_id:
                 view_from_digest(self._view, digest)
+            if digest.sessions <= rules.FULL_READ_MAX_SESSIONS:
+                self._large = False  # small again: read the whole fleet from the next round
             return digest
         sessions = self._view.live_workers if digest is None else digest.sessions
         if (digest is None or digest.claimable(now, ctx.settings.clock_skew_ms)) and (

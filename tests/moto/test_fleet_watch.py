@@ -193,3 +193,30 @@ async def test_a_draining_writer_hands_the_digest_over(
             await other.refresh(tasks)
     digest = DigestStore(dynamodb, aws_settings.table_name).read()
     assert digest is not None and digest.writer == "w01"
+
+
+async def test_a_fleet_grown_small_again_is_read_whole_again(
+    aws_settings: Settings,
+    dynamodb: Any,
+    sessions: SessionStore,
+    fleet: list[WorkerInfo],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The digest says how many sessions there are: a worker reading a window goes back to
+    whole reads once they are few enough."""
+    monkeypatch.setattr(fleet_module.random, "random", lambda: 0.0)
+    writer, _, _ = watcher(aws_settings, dynamodb, sessions, fleet[0])
+    reader, _, _ = watcher(aws_settings, dynamodb, sessions, fleet[1])
+    async with asyncio.TaskGroup() as tasks:
+        for _ in range(fleet_module.DIGEST_READ_ROUNDS):
+            await writer.refresh(tasks)
+            await reader.refresh(tasks)
+        assert len(await reader.refresh(tasks)) < SESSIONS, "a window"
+        for w in fleet[rules.FULL_READ_MAX_SESSIONS - 2 :]:  # most of the fleet is gone
+            sessions.expire(w.worker_id, by="test", seen_hb=None)
+            sessions.delete(w.worker_id)
+        await writer.refresh(tasks)
+        for _ in range(fleet_module.DIGEST_READ_ROUNDS):
+            await reader.refresh(tasks)
+        whole = await reader.refresh(tasks)
+    assert len(whole) == rules.FULL_READ_MAX_SESSIONS - 2
