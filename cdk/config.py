@@ -46,14 +46,30 @@ class BillingMode(StrEnum):
 
 
 class TableIndexes(StrEnum):
-    """Which global secondary indexes the lease table has (a deployed table migrates in two
-    CloudFormation updates: DynamoDB creates or deletes one index per update)."""
+    """Which global secondary indexes the lease table has. A deployed table of the previous
+    release moves to the current ones through three intermediate stages, one index created or
+    dropped per CloudFormation update (``streamlease.schema.MIGRATION_STAGES``; the README's
+    migration says when to deploy which)."""
 
     CURRENT = "current"
     """The schema's indexes: a new table, or one whose migration is done."""
-    MIGRATING = "migrating"
-    """The schema's indexes and ``by-state-expiry``, the index ``by-shard-expiry`` replaces:
-    the intermediate stage of the README's migration."""
+    ORPHANS_ADDED = "orphans-added"
+    """The previous release's indexes and ``by-shard-expiry``."""
+    HOLDER_ADDED = "holder-added"
+    """... and ``by-holder``: this release runs from here on (the previous one's workers, still
+    running during the rollout, keep their grants)."""
+    STATE_EXPIRY_DROPPED = "state-expiry-dropped"
+    """... without ``by-state-expiry``; the next stage (current) drops ``by-owner``."""
+
+    @property
+    def stage(self) -> int | None:
+        """Its index in ``MIGRATION_STAGES`` (None: the current indexes)."""
+        order = (
+            TableIndexes.ORPHANS_ADDED,
+            TableIndexes.HOLDER_ADDED,
+            TableIndexes.STATE_EXPIRY_DROPPED,
+        )
+        return order.index(self) if self in order else None
 
 
 class CpuArchitecture(StrEnum):

@@ -6,11 +6,9 @@ Publishes ``StartedStreams``, ``OwnedStreams``, ``OrphanedStreams``, ``OldestOrp
 ``MalformedStreams``, ``SinkFailingStreams``) and in any trouble state (``TroubleStreams``) as
 EMF metrics, zeros included, so alarms and scaling see the truth even when every worker is
 dead. It reads small projections spread over many partitions, never one hot partition and never
-stream payloads: the fleet index; ``by-owner`` (owner, slot, desired state of every stream a
-session holds); the orphan index ``by-shard-expiry`` (the STARTED streams no session holds:
-free ones and per-stream leases); and, for the connection states, the live sessions' own counts
-(each renewal carries its worker's streams per connection state), so those cost a read per
-worker, not per stream.
+stream payloads: the fleet index; ``by-holder`` (owner, slot, desired state and connection
+state of every held stream; its partitions are the owners); and the orphan index
+``by-shard-expiry`` (the STARTED streams no session holds: free ones and per-stream leases).
 
 Definitions at wall time ``now``: a STARTED stream is *orphaned* when it has no owner, when its
 per-stream lease has lapsed (``0 < lease_expires_at_ms < now``), or when it is attached to a
@@ -122,22 +120,15 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
     live = {sid for sid, w in fleet.items() if w.is_live and w.expires_at_ms >= now_ms}
     started = orphaned = 0
     oldest = 0
-    for item in _scan(client, table, BY_OWNER.name):
-        if item.get(A.DESIRED_STATE) != DesiredState.STARTED or item.get(A.LEASE_SLOT) is None:
-            continue  # stopped, or a per-stream lease: in the orphan index, counted there
-        started += 1
-        owner = str(item.get(A.LEASE_OWNER))
-        if owner not in live:
-            orphaned += 1
-            session = fleet.get(owner)
-            if session is not None:  # its renewals stopped counting at its expiry
-                oldest = max(oldest, now_ms - session.expires_at_ms)
+    # Free streams and per-stream leases first: a per-stream lease is owned while it runs.
     free: list[str] = []
+    running: set[str] = set()
     for item in _scan(client, table, BY_SHARD_EXPIRY.name):
         started += 1
         expires = int(item.get(A.LEASE_EXPIRES_AT_MS, 0))
         if expires >= now_ms:
-            continue  # a per-stream lease still running
+            running.add(str(item[PK]))  # counted by its connection state below
+            continue
         orphaned += 1
         if expires > 0:
             oldest = max(oldest, now_ms - expires)
@@ -146,8 +137,22 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
     if free:
         oldest = max(oldest, _oldest_free_ms(client, table, free, now_ms))
     states: Counter[str] = Counter()
-    for session in rt.sessions.read_many(live).values():
-        states.update(session.connection_counts)
+    for item in _scan(client, table, BY_OWNER.name):
+        if item.get(A.DESIRED_STATE) != DesiredState.STARTED:
+            continue
+        if item.get(A.LEASE_SLOT) is None:  # a per-stream lease: counted above
+            if str(item[PK]) in running:
+                states[str(item.get(A.CONNECTION_STATE, ""))] += 1
+            continue
+        started += 1
+        owner = str(item.get(A.LEASE_OWNER))
+        if owner in live:
+            states[str(item.get(A.CONNECTION_STATE, ""))] += 1
+            continue
+        orphaned += 1
+        session = fleet.get(owner)
+        if session is not None:  # its renewals stopped counting at its expiry
+            oldest = max(oldest, now_ms - session.expires_at_ms)
     return Audit(
         started_streams=started,
         owned_streams=started - orphaned,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -271,9 +271,6 @@ class WorkerInfo:
     project it)."""
     expired_at_ms: int = 0
     """When the tombstone was written (0 while live)."""
-    connection_counts: Mapping[str, int] = field(default_factory=dict)
-    """Held streams per connection state as of the last renewal (only in a read of the item:
-    the fleet index does not project it)."""
 
     @property
     def is_live(self) -> bool:
@@ -323,12 +320,4 @@ class WorkerInfo:
             liveness=Liveness(item.get(WorkerAttr.LIVENESS, Liveness.SESSION)),
             checkpoints=None if checkpoints is None else bytes(checkpoints),
             expired_at_ms=_int(item.get(WorkerAttr.EXPIRED_AT_MS)),
-            connection_counts=_counts(item.get(WorkerAttr.CONNECTION_COUNTS)),
         )
-
-
-def _counts(value: Any) -> dict[str, int]:
-    """A stored map of counts (anything else: empty)."""
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(k): _int(v) for k, v in value.items()}

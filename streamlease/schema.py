@@ -242,9 +242,6 @@ class WorkerAttr:
     """The :class:`Liveness` mode this worker runs (a fleet never mixes them)."""
     CHECKPOINTS: Final = "checkpoints"
     """Sessions: the checkpoint vector (binary, :mod:`streamlease.checkpoints`)."""
-    CONNECTION_COUNTS: Final = "connection_counts"
-    """Held streams per :class:`ConnectionState` as of the last renewal (a map; the auditor
-    sums these over the live sessions instead of reading every stream)."""
     EXPIRED_AT_MS: Final = "expired_at_ms"
     EXPIRED_BY: Final = "expired_by"
 
@@ -338,11 +335,30 @@ BY_STATE_EXPIRY: Final = IndexSpec(
     projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH, StreamAttr.CONNECTION_STATE),
 )
 """The index :data:`BY_SHARD_EXPIRY` replaces, kept only while a deployed table migrates
-(:data:`MIGRATION_INDEXES`): partitioned on ``desired_state``, every ownership change of the
+(:data:`MIGRATION_STAGES`): partitioned on ``desired_state``, every ownership change of the
 fleet wrote its one STARTED partition. Nothing reads it any more; the stores still write the
 attributes it keys on, so the previous release keeps working beside this one during a deploy."""
 
 BY_OWNER: Final = IndexSpec(
+    name="by-holder",
+    partition_key=StreamAttr.LEASE_OWNER,
+    sort_key=None,
+    projected=(
+        StreamAttr.LEASE_EPOCH,
+        StreamAttr.LEASE_SLOT,
+        StreamAttr.DESIRED_STATE,
+        StreamAttr.GENERATION,
+        StreamAttr.CONNECTION_STATE,
+    ),
+)
+"""What does worker X hold, and how is each connection doing; sparse (absent when free). Changes
+when ownership, the desired state or the connection state changes (never on a renewal): a
+session's holder reads its own streams here every heartbeat to learn of stops, a takeover lists
+a dead session's streams with their epochs and slots, the auditor counts held streams by
+connection state and a listing by connection state scans it. Its partitions are the owners,
+so its writes spread over the fleet."""
+
+LEGACY_BY_OWNER: Final = IndexSpec(
     name="by-owner",
     partition_key=StreamAttr.LEASE_OWNER,
     sort_key=None,
@@ -353,9 +369,9 @@ BY_OWNER: Final = IndexSpec(
         StreamAttr.GENERATION,
     ),
 )
-"""What does worker X hold; sparse (absent when free). Changes only when ownership or the
-desired state changes: a session's holder reads its own streams here every heartbeat to learn
-of stops, and a takeover lists a dead session's streams with their epochs and slots."""
+"""The index :data:`BY_OWNER` replaces (the same key, without ``connection_state``: the
+connection states were read from ``by-state-expiry`` then); kept only while a deployed table
+migrates (:data:`MIGRATION_STAGES`)."""
 
 FLEET: Final = IndexSpec(
     name="fleet",
@@ -393,10 +409,16 @@ writer of a stream item sets ``stream_id``; an item without it would never be li
 """
 
 INDEXES: Final = (BY_SHARD_EXPIRY, BY_OWNER, FLEET, BY_STATE)
-MIGRATION_INDEXES: Final = (BY_STATE_EXPIRY, *INDEXES)
-"""The indexes of a table moving from :data:`BY_STATE_EXPIRY` to :data:`BY_SHARD_EXPIRY` (the
-intermediate stage of the README's migration: the new index added, the old one not yet
-dropped)."""
+MIGRATION_STAGES: Final = (
+    (BY_STATE_EXPIRY, LEGACY_BY_OWNER, BY_SHARD_EXPIRY, FLEET, BY_STATE),
+    (BY_STATE_EXPIRY, LEGACY_BY_OWNER, BY_SHARD_EXPIRY, BY_OWNER, FLEET, BY_STATE),
+    (LEGACY_BY_OWNER, BY_SHARD_EXPIRY, BY_OWNER, FLEET, BY_STATE),
+)
+"""The indexes of a deployed table at each stage of its move from the previous release's
+(:data:`BY_STATE_EXPIRY`, :data:`LEGACY_BY_OWNER`) to :data:`INDEXES`, one index created or
+dropped per stage (what DynamoDB and CloudFormation allow in one update): the orphan index
+added, then ``by-holder`` (this release runs from here on, the previous one beside it during
+the rollout), then ``by-state-expiry`` dropped; dropping ``by-owner`` is :data:`INDEXES`."""
 
 KEY_ATTRIBUTE_TYPES: Final[dict[str, Literal["S", "N"]]] = {
     PK: "S",

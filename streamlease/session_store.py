@@ -46,7 +46,6 @@ _NAMES: Final = {
     "#cps": _W.CHECKPOINTS,
     "#xat": _W.EXPIRED_AT_MS,
     "#xby": _W.EXPIRED_BY,
-    "#cc": _W.CONNECTION_COUNTS,
 }
 _NEW: Final = "attribute_not_exists(#pk)"
 _LIVE: Final = "#state IN (:running, :draining)"
@@ -116,10 +115,8 @@ class SessionStore:
         now_ms: int,
         active_streams: int,
         checkpoints: bytes | None = None,
-        connection_counts: Mapping[str, int] | None = None,
     ) -> None:
-        """One renewal: ``hb`` + 1, the new expiry, the stream count, (sessions) the vector and
-        the held streams per connection state (what the auditor sums, ``connection_counts``).
+        """One renewal: ``hb`` + 1, the new expiry, the stream count and (sessions) the vector.
 
         ``expires_at_ms`` must be above every expiry this session sent before
         (:func:`streamlease.rules.next_session_expiry_ms`). Raises :class:`SessionExpired` when
@@ -137,9 +134,6 @@ class SessionStore:
         if checkpoints is not None:
             sets.append("#cps = :cps")
             values[":cps"] = checkpoints
-        if connection_counts is not None:
-            sets.append("#cc = :cc")
-            values[":cc"] = dict(connection_counts)
         try:
             self._update(
                 worker_id, "SET " + ", ".join(sets), f"{_LIVE} AND {_EXPIRY_GROWS}", values

@@ -285,7 +285,6 @@ class Worker:
                 ctx.events,
                 on_expired=lambda _: self._session_lost.set(),
                 active_streams=lambda: self.holdings.active_count,
-                connection_counts=ctx.connections.counts,
                 observe=self.metrics.observe,
             )
             try:

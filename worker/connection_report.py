@@ -84,15 +84,6 @@ class ConnectionReport:
         self._entries.pop(key, None)
         self._dirty.discard(key)
 
-    def counts(self) -> dict[str, int]:
-        """Held streams per connection state (the latest noted, written or not): what the
-        session renewal reports for the auditor."""
-        out: dict[str, int] = {}
-        for entry in self._entries.values():
-            state = (entry.pending or entry.written)[0].value
-            out[state] = out.get(state, 0) + 1
-        return out
-
     @property
     def pending(self) -> int:
         """Streams with a state not written yet."""

@@ -28,7 +28,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -78,11 +78,9 @@ class Session:
         on_expired: Callable[[Session], None],
         active_streams: Callable[[], int],
         observe: Callable[[str, float], None] | None = None,
-        connection_counts: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         """``store``: for the loop's own writes; ``renewal_store``: on the renewal thread's
-        client. ``active_streams()`` and ``connection_counts()`` (held streams per connection
-        state, for the auditor) are read by the loop only (the thread gets copies).
+        client. ``active_streams()`` is read by the loop only (the thread gets a copy).
         ``observe(metric, ms)`` records each renewal's lag and round trip (called in the loop)."""
         self.worker_id = worker_id
         self.settings = settings
@@ -97,8 +95,6 @@ class Session:
         self._active_streams = active_streams
         self._observe = observe
         self._active_copy = 0
-        self._connection_counts = connection_counts
-        self._counts_copy: Mapping[str, int] | None = None
         self.started_at_ms = wall_ms()
         self.created_mono = 0.0
         self.deadline_mono = 0.0
@@ -217,11 +213,8 @@ class Session:
         )
 
     def refresh_active_streams(self) -> None:
-        """Copy the stream count (and connection counts) for the next renewal (the thread
-        reads the copies)."""
+        """Copy the stream count for the next renewal (the thread reads the copy)."""
         self._active_copy = self._active_streams()
-        if self._connection_counts is not None:
-            self._counts_copy = self._connection_counts()
 
     # --- the renewal thread ------------------------------------------------------------------
 
@@ -244,7 +237,6 @@ class Session:
                     now_ms=now,
                     active_streams=self._active_copy,
                     checkpoints=self.slots.vector() if self.carries_checkpoints else None,
-                    connection_counts=self._counts_copy,
                 )
             except SessionExpired:
                 self._to_loop(self._expired)

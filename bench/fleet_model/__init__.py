@@ -24,7 +24,7 @@ from bench.fleet_model.report import goals_table, model_notes, scenario_table, s
 from bench.fleet_model.scenarios import SCENARIOS, Outcome, Size
 from bench.fleet_model.scenarios import run as play
 from bench.fleet_model.world import Design
-from streamlease.schema import BY_SHARD_EXPIRY, INDEX_SHARDS
+from streamlease.schema import BY_OWNER, BY_SHARD_EXPIRY, INDEX_SHARDS, LEGACY_BY_OWNER
 from streamlease.settings import Settings
 from worker.fleet import SETTLE_ROUNDS
 
@@ -46,6 +46,7 @@ def designs(ctx: BenchContext) -> tuple[Design, Design]:
         orphan_shards=1,
         ring_watch=False,
         units=units["today"],
+        owner_index=LEGACY_BY_OWNER.name,
     )
     flat = Design(
         key="flat",
@@ -55,6 +56,7 @@ def designs(ctx: BenchContext) -> tuple[Design, Design]:
         ring_watch=True,
         units=units["flat"],
         settle_seconds=SETTLE_ROUNDS * Settings().fleet_recount_seconds,
+        owner_index=BY_OWNER.name,
     )
     return today, flat
 

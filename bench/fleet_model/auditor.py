@@ -1,6 +1,6 @@
 """The auditor Lambda in the model: once a minute it reads the fleet and every STARTED stream's
 owner and connection state (today: the ``by-state-expiry`` STARTED partition, 1 MB pages one
-after another; the flat design: ``by-owner`` and the orphan index, whose pages spread over
+after another; the flat design: ``by-holder`` and the orphan index, whose pages spread over
 their partitions)."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Auditor:
             for k in range(pages(owner_bytes)):
                 part = k % world.store.index_partitions
                 size = min(PAGE_BYTES, owner_bytes - k * PAGE_BYTES)
-                reads.append(Touch("by-owner", part, False, read_units(size)))
+                reads.append(Touch(world.design.owner_index, part, False, read_units(size)))
             free_bytes = world.free.count() * units.orphan_entry_bytes
             reads += world.orphan_read(list(range(world.free.shards)), read_units(free_bytes))
         else:

@@ -29,6 +29,7 @@ from streamlease.schema import (
     FLEET,
     FLEET_DIGEST_KEY,
     INDEXES,
+    LEGACY_BY_OWNER,
     PK,
     ConnectionState,
     DesiredState,
@@ -43,8 +44,9 @@ from streamlease.schema import (
 from streamlease.session_store import SessionStore
 
 TODAY_ORPHANS: Final = BY_STATE_EXPIRY
-TODAY_INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, FLEET, BY_STATE)
-"""The indexes of today's design (``by-state-expiry`` where ``by-shard-expiry`` is now)."""
+TODAY_INDEXES: Final = (BY_STATE_EXPIRY, LEGACY_BY_OWNER, FLEET, BY_STATE)
+"""The indexes of today's design (``by-state-expiry`` and ``by-owner`` where
+``by-shard-expiry`` and ``by-holder`` are now)."""
 VECTOR_STREAMS: Final = 1000
 VECTOR_SEQ: Final = 10_000_000
 """A checkpoint a stream reaches after about 12 days at 10 messages per second."""
@@ -52,7 +54,7 @@ VECTOR_SEQ: Final = 10_000_000
 
 def calibrate(ctx: BenchContext, orphan_indexes: Mapping[str, IndexSpec]) -> dict[str, Units]:
     """Units per design key (``today`` and every other key of ``orphan_indexes``: its orphan
-    index), measured once on the run's moto server."""
+    index; the schema's indexes), measured once on the run's moto server."""
     settings = ctx.resources("fleet-model")
     client = aws.client("dynamodb", settings)
     layouts = {"today": TODAY_INDEXES, **{k: INDEXES for k in orphan_indexes if k != "today"}}
@@ -119,7 +121,7 @@ def calibrate(ctx: BenchContext, orphan_indexes: Mapping[str, IndexSpec]) -> dic
             release_for=freed[key],
             connection=connected[key],
             fleet_entry_bytes=_projected(worker_item, FLEET),
-            owner_entry_bytes=_projected(item, BY_OWNER),
+            owner_entry_bytes=_projected(item, LEGACY_BY_OWNER if key == "today" else BY_OWNER),
             orphan_entry_bytes=_projected(free_item, orphans),
             digest_bytes=digest_bytes,
             digest_write=digest_write[key],

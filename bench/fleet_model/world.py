@@ -67,6 +67,8 @@ class Design:
     ring_watch: bool
     """Liveness watched by a bounded ring of peers (else everyone reads the whole fleet)."""
     units: Units
+    owner_index: str = "by-owner"
+    """Index name of what each owner holds (partition key: the owner)."""
     settle_seconds: float = 0.0
     """A sweep out of room waits this long once, re-reading the fair share, before it frees."""
 
@@ -195,7 +197,7 @@ class World:
         part = self._owner_parts.get(session)
         if part is None:
             part = self._owner_parts[session] = self.store.index_partition(text_hash(session))
-        return Touch("by-owner", part, write, units)
+        return Touch(self.design.owner_index, part, write, units)
 
     def orphan_touch(self, s: int, units: float) -> Touch:
         """``units`` written to the orphan index's partition of stream ``s``."""
@@ -216,7 +218,7 @@ class World:
         self, cost: Mapping[str, float], s: int, old: str | None, new: str | None
     ) -> list[Touch]:
         """The touches of a stream write costing ``cost`` (component → units): the table, the
-        orphan index at ``s``'s shard, ``by-owner`` split between the ``old`` and ``new`` owner
+        orphan index at ``s``'s shard, the owner index split between the ``old`` and ``new`` owner
         (what it deletes from one and inserts into the other)."""
         store = self.store
         touches = []
@@ -226,7 +228,7 @@ class World:
             elif component == self.design.orphan_index:
                 part = self._orphan_parts[self.free.shard_of(s)]
                 touches.append(Touch(component, part, True, units))
-            elif component == "by-owner":
+            elif component == self.design.owner_index:
                 if old is not None and new is not None:
                     touches.append(self.owner_touch(old, units / 2))
                     touches.append(self.owner_touch(new, units / 2))

@@ -7,7 +7,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from cdk.config import BillingMode, CapacityRange, TableIndexes
-from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, MIGRATION_INDEXES, PK, IndexSpec
+from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, MIGRATION_STAGES, PK, IndexSpec
 
 _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
 _TARGET_UTILIZATION_PERCENT = 70
@@ -44,7 +44,8 @@ class LeaseTable(Construct):
         indexes: TableIndexes = TableIndexes.CURRENT,
     ) -> None:
         super().__init__(scope, construct_id)
-        specs = MIGRATION_INDEXES if indexes is TableIndexes.MIGRATING else INDEXES
+        stage = indexes.stage
+        specs = INDEXES if stage is None else MIGRATION_STAGES[stage]
         if billing is BillingMode.ON_DEMAND:
             table_billing = dynamodb.Billing.on_demand()
         else:

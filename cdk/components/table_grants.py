@@ -19,7 +19,14 @@ from typing import Any, Final
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 
-from streamlease.schema import BY_OWNER, BY_SHARD_EXPIRY, BY_STATE, BY_STATE_EXPIRY, FLEET
+from streamlease.schema import (
+    BY_OWNER,
+    BY_SHARD_EXPIRY,
+    BY_STATE,
+    BY_STATE_EXPIRY,
+    FLEET,
+    LEGACY_BY_OWNER,
+)
 
 GET: Final = "dynamodb:GetItem"
 BATCH_GET: Final = "dynamodb:BatchGetItem"
@@ -39,13 +46,13 @@ class TableAccess:
 
 
 API_TABLE: Final = TableAccess(
-    items=(GET, BATCH_GET, UPDATE, SCAN),
-    indexes={BY_STATE.name: (QUERY,), FLEET.name: (QUERY,)},
+    items=(GET, BATCH_GET, UPDATE),
+    indexes={BY_STATE.name: (QUERY,), FLEET.name: (QUERY,), BY_OWNER.name: (SCAN,)},
 )
 """The API: streams written by conditional updates (create, start/stop, delete's tombstone, and
 the orphan-index entry a start aligns), read one by one or in batches (a listing page, the
-sessions holding them); listings page through ``by-state``, or scan the table for a connection
-state; ``GET /workers`` reads the fleet."""
+sessions holding them); listings page through ``by-state``, or scan ``by-holder`` for a
+connection state; ``GET /workers`` reads the fleet."""
 REAPER_TABLE: Final = TableAccess(
     items=(GET, UPDATE),
     indexes={FLEET.name: (QUERY,), BY_OWNER.name: (QUERY, SCAN)},
@@ -57,9 +64,8 @@ AUDITOR_TABLE: Final = TableAccess(
     items=(BATCH_GET,),
     indexes={FLEET.name: (QUERY,), BY_OWNER.name: (SCAN,), BY_SHARD_EXPIRY.name: (SCAN,)},
 )
-"""The auditor: reads only; the fleet, the held streams (``by-owner``) and the free ones (the
-orphan index), the live sessions' items (their connection counts), and a batch of orphans'
-times."""
+"""The auditor: reads only; the fleet, the held streams with their connection states
+(``by-holder``) and the free ones (the orphan index), and a batch of orphans' times."""
 WORKER_TABLE: Final = TableAccess(
     items=(GET, PUT, UPDATE, DELETE),
     indexes={
@@ -71,11 +77,13 @@ WORKER_TABLE: Final = TableAccess(
 """The worker: its session (created once with a conditional put, renewed, tombstoned), the
 fleet's tombstones deleted, every lease write, re-reads of lost answers, the fleet digest (read,
 claimed, written); orphans from the orphan index (sessions scan it, per-stream leases query
-it), its own streams from ``by-owner``."""
-PREVIOUS_RELEASE: Final = TableAccess(indexes={BY_STATE_EXPIRY.name: (QUERY,)})
-"""What the previous release's workers and auditor read that this one does not: granted as
-well while the table migrates (``streamlease:tableIndexes=migrating``), so processes of the
-previous release still running during the rollout keep working."""
+it), its own streams from ``by-holder``."""
+PREVIOUS_WORKERS: Final = TableAccess(
+    indexes={BY_STATE_EXPIRY.name: (QUERY,), LEGACY_BY_OWNER.name: (QUERY,)}
+)
+"""What the previous release's workers read that this one's do not: granted to the worker role
+as well at the migration stage where this release rolls out over the previous one
+(``streamlease:tableIndexes=holder-added``), so old tasks keep working until replaced."""
 
 
 def with_access(access: TableAccess, more: TableAccess) -> TableAccess:

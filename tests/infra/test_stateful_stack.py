@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Match, Template
 from template_support import TemplateJson, properties_of, resources_of
@@ -9,12 +10,14 @@ from template_support import TemplateJson, properties_of, resources_of
 from cdk.components.lease_table import LeaseTable
 from cdk.config import BillingMode, CapacityRange, TableIndexes
 from streamlease.schema import (
+    BY_OWNER,
     BY_SHARD_EXPIRY,
     BY_STATE,
     BY_STATE_EXPIRY,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
-    MIGRATION_INDEXES,
+    LEGACY_BY_OWNER,
+    MIGRATION_STAGES,
     PK,
     StreamAttr,
     create_table_kwargs,
@@ -197,33 +200,38 @@ def test_outputs_name_what_a_worker_outside_the_fleet_needs(stateful_json: Templ
     assert outputs["SinkStreamName"]["Value"] == {"Ref": "SinkStream"}
 
 
-def test_a_migrating_table_keeps_the_old_orphan_index_beside_the_new_one(
-    small_stack: Stack,
-) -> None:
-    """streamlease:tableIndexes=migrating, the intermediate stage of a deployed table's move:
-    by-state-expiry as it was, every current index besides (one index more than the current
-    layout, one less than the old one: one index change per CloudFormation update)."""
+@pytest.mark.parametrize(
+    "stage", [t for t in TableIndexes if t is not TableIndexes.CURRENT], ids=str
+)
+def test_each_migration_stage_deploys_its_indexes(small_stack: Stack, stage: TableIndexes) -> None:
+    """streamlease:tableIndexes names a stage of a deployed table's move: the table has
+    exactly that stage's indexes (one index more or less than the stage before)."""
     LeaseTable(
         small_stack,
         "Leases",
         billing=BillingMode.ON_DEMAND,
         provisioned_read=CapacityRange(1, 1),
         provisioned_write=CapacityRange(1, 1),
-        indexes=TableIndexes.MIGRATING,
+        indexes=stage,
     )
-    table = Template.from_stack(small_stack).to_json()["Resources"]
+    resources = Template.from_stack(small_stack).to_json()["Resources"]
     (props,) = [
-        r["Properties"] for r in table.values() if r["Type"] == "AWS::DynamoDB::GlobalTable"
+        r["Properties"] for r in resources.values() if r["Type"] == "AWS::DynamoDB::GlobalTable"
     ]
     names = {gsi["IndexName"] for gsi in props["GlobalSecondaryIndexes"]}
-    assert names == {index.name for index in MIGRATION_INDEXES}
-    assert names - {index.name for index in INDEXES} == {BY_STATE_EXPIRY.name}
+    assert stage.stage is not None
+    assert names == {index.name for index in MIGRATION_STAGES[stage.stage]}
     defined = {d["AttributeName"] for d in props["AttributeDefinitions"]}
-    assert {StreamAttr.DESIRED_STATE, StreamAttr.EXPIRY_SHARD} <= defined
+    used = {
+        k for index in MIGRATION_STAGES[stage.stage] for k in (index.partition_key, index.sort_key)
+    }
+    assert defined == (used - {None}) | {PK}
 
 
 def test_the_current_layout_has_no_old_orphan_index(stateful_json: TemplateJson) -> None:
-    """What cdk.json deploys: by-shard-expiry, and by-state-expiry gone."""
+    """What cdk.json deploys: by-shard-expiry and by-holder; by-state-expiry and by-owner
+    gone."""
     table = properties_of(stateful_json, "AWS::DynamoDB::GlobalTable")
     names = {gsi["IndexName"] for gsi in table["GlobalSecondaryIndexes"]}
-    assert BY_SHARD_EXPIRY.name in names and BY_STATE_EXPIRY.name not in names
+    assert {BY_SHARD_EXPIRY.name, BY_OWNER.name} <= names
+    assert not names & {BY_STATE_EXPIRY.name, LEGACY_BY_OWNER.name}

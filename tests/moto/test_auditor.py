@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from control_plane_support import load_event
 from stream_items import put_stream as put_item
+from stream_items import set_attributes
 
 from lambdas import auditor, runtime
 from local.lambda_context import LambdaContext
@@ -152,9 +153,9 @@ def test_handler_publishes_every_metric_as_emf(
 def test_audit_reads_no_stream_payloads(
     prepared: runtime.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Index reads only (the fleet, by-owner and the orphan index: keys and a few projected
-    attributes), worker items, and a small keyed read of updated_at: never a scan of the
-    table, never a stream's payload."""
+    """Index reads only (the fleet, by-holder and the orphan index: keys and a few projected
+    attributes, partitions spread over owners and shards) and a small keyed read of updated_at:
+    never a scan of the table, never a stream's payload."""
     calls: list[tuple[str, dict[str, Any]]] = []
     client = prepared.dynamodb
     for operation in ("query", "scan", "batch_get_item", "get_item"):
@@ -172,10 +173,8 @@ def test_audit_reads_no_stream_payloads(
     assert all(kwargs["IndexName"] == FLEET.name for op, kwargs in calls if op == "query")
     for op, kwargs in calls:
         if op == "batch_get_item":
-            request = kwargs["RequestItems"][prepared.settings.table_name]
-            keys = {key[PK]["S"].split("#")[0] for key in request["Keys"]}
-            names = set(request["ExpressionAttributeNames"].values())
-            assert keys == {"WORKER"} or names == {PK, A.UPDATED_AT}
+            projected = kwargs["RequestItems"][prepared.settings.table_name]
+            assert set(projected["ExpressionAttributeNames"].values()) == {PK, A.UPDATED_AT}
 
 
 def test_streams_of_a_dead_session_are_orphans_aged_from_its_expiry(
@@ -197,49 +196,47 @@ def test_streams_of_a_dead_session_are_orphans_aged_from_its_expiry(
     assert audit.live_workers == 1
 
 
-def test_connection_states_are_the_live_sessions_own_counts(
-    control_plane: runtime.Runtime, sessions: SessionStore
+def test_owned_streams_are_counted_by_connection_state(
+    control_plane: runtime.Runtime, dynamodb: Any
 ) -> None:
-    """Each renewal reports its worker's streams per connection state: the auditor sums the
-    live sessions' (a dead session's streams are orphans, in none of them)."""
-    sessions.create(worker("a", NOW + 10_000))
-    sessions.create(worker("b", NOW + 10_000))
-    sessions.create(worker("dead", NOW - 10))
-    reports = {
-        "a": {"connected": 2, "rejected": 1},
-        "b": {"connected": 1, "connecting": 1},
-        "dead": {"connected": 5},
-    }
-    for worker_id, counts in reports.items():
-        sessions.renew(
-            worker_id,
-            expires_at_ms=NOW - 5 if worker_id == "dead" else NOW + 10_001,
-            now_ms=NOW,
-            active_streams=sum(counts.values()),
-            connection_counts=counts,
-        )
+    """Owned streams per connection state; an orphan counts in none of them."""
+    table = control_plane.settings.table_name
+    for name, state in (("a", "connected"), ("b", "connected"), ("c", "rejected"), ("d", None)):
+        put_stream(dynamodb, table, name, owner="w", expires_ms=NOW + 10_000)
+        if state is not None:
+            dynamodb.update_item(
+                TableName=table,
+                Key={PK: {"S": f"CONN#{name}"}},
+                UpdateExpression="SET #c = :c",
+                ExpressionAttributeNames={"#c": A.CONNECTION_STATE},
+                ExpressionAttributeValues={":c": {"S": state}},
+            )
+    put_stream(dynamodb, table, "orphan", updated_ms=NOW)
     audit = auditor.run_audit(control_plane, NOW)
-    assert (audit.connected_streams, audit.rejected_streams) == (3, 1)
-    assert (audit.connecting_streams, audit.retrying_streams) == (1, 0)
+    assert (audit.connected_streams, audit.rejected_streams, audit.retrying_streams) == (2, 1, 0)
+    assert (audit.owned_streams, audit.orphaned_streams) == (4, 1)
 
 
 def test_streams_in_trouble_are_counted_by_state_and_in_all(
-    control_plane: runtime.Runtime, sessions: SessionStore
+    control_plane: runtime.Runtime, dynamodb: Any
 ) -> None:
-    """Stalled, malformed, sink failing, rejected and retrying held streams each have their
-    count, and TroubleStreams is all of them (from the live sessions' own counts)."""
-    sessions.create(worker("w", NOW + 10_000))
-    counts = {
-        "connected": 1,
-        "stalled": 2,
-        "malformed": 1,
-        "sink_failing": 1,
-        "rejected": 1,
-        "retrying": 1,
+    """Stalled, malformed, sink failing, rejected and retrying owned streams each have their
+    count, and TroubleStreams is all of them; an orphan counts in none."""
+    table = control_plane.settings.table_name
+    states = {
+        "ok": "connected",
+        "quiet1": "stalled",
+        "quiet2": "stalled",
+        "noseq": "malformed",
+        "sink": "sink_failing",
+        "refused": "rejected",
+        "flap": "retrying",
     }
-    sessions.renew(
-        "w", expires_at_ms=NOW + 10_001, now_ms=NOW, active_streams=7, connection_counts=counts
-    )
+    for name, state in states.items():
+        put_stream(dynamodb, table, name, owner="w", expires_ms=NOW + 10_000)
+        set_attributes(dynamodb, table, name, {A.CONNECTION_STATE: state})
+    put_stream(dynamodb, table, "orphan", owner="w", expires_ms=NOW - 1)
+    set_attributes(dynamodb, table, "orphan", {A.CONNECTION_STATE: "stalled"})
     audit = auditor.run_audit(control_plane, NOW)
     assert (
         audit.stalled_streams,

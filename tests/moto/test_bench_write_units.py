@@ -123,8 +123,8 @@ def test_a_session_acquire_only_removes_the_orphan_index_entry(
 def test_taking_over_a_dead_sessions_stream_writes_no_orphan_index_entry(
     store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
 ) -> None:
-    """Owner to owner: the table and by-owner's delete + insert, nothing on the hot index of
-    a mass failure; the new holder's connection state is the table's alone."""
+    """Owner to owner: the table and by-holder's delete + insert, nothing on the orphan index;
+    the new holder's connection state rewrites its by-holder entry (spread over owners)."""
     put_stream(dynamodb, table, "s1")
     lease = store.acquire("s1", "dead", LEASE_MS, now_ms=NOW, slot=0)
     taken = units_of(counted, lambda: store.take_from("s1", "dead", lease.epoch, 7, "w1", 3))
@@ -133,7 +133,7 @@ def test_taking_over_a_dead_sessions_stream_writes_no_orphan_index_entry(
         counted,
         lambda: store.record_connection("s1", "w1", lease.epoch + 1, ConnectionState.CONNECTED),
     )
-    assert connected == {"table": 1}
+    assert connected == {"table": 1, BY_OWNER.name: 1}
 
 
 def test_a_failed_condition_costs_the_table_unit_and_no_index_write(

@@ -132,15 +132,6 @@ def test_read_many_returns_whole_items_of_the_sessions_that_exist(sessions: Sess
     assert found["a"].checkpoints == vector
 
 
-def test_a_renewal_carries_the_workers_connection_counts(sessions: SessionStore) -> None:
-    """What the auditor sums instead of reading every stream; not in the fleet index."""
-    sessions.create(info())
-    renew(sessions, NOW + 25_000, connection_counts={"connected": 2, "retrying": 1})
-    read = sessions.read("w1")
-    assert read is not None and dict(read.connection_counts) == {"connected": 2, "retrying": 1}
-    assert dict(sessions.list_fleet()[0].connection_counts) == {}
-
-
 def test_the_fleet_is_read_in_windows_after_a_session_in_start_order(
     sessions: SessionStore,
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -17,7 +18,8 @@ from streamlease.schema import (
     INDEX_SHARDS,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
-    MIGRATION_INDEXES,
+    LEGACY_BY_OWNER,
+    MIGRATION_STAGES,
     PK,
     TOMBSTONE_KEEPS,
     Command,
@@ -180,8 +182,8 @@ def test_attribute_definitions_are_exactly_the_key_attributes():
 
 
 def test_indexes_are_those_the_lease_protocol_queries():
-    """by-shard-expiry (orphans, suspects), by-owner (what X holds, its stops), fleet,
-    by-state (listing)."""
+    """by-shard-expiry (orphans, suspects), by-holder (what X holds, its stops, connection
+    states), fleet, by-state (listing)."""
     gsis = {g["IndexName"]: g for g in create_table_kwargs("t")["GlobalSecondaryIndexes"]}
     assert set(gsis) == {index.name for index in INDEXES}
 
@@ -204,6 +206,7 @@ def test_indexes_are_those_the_lease_protocol_queries():
             StreamAttr.LEASE_SLOT,
             StreamAttr.DESIRED_STATE,
             StreamAttr.GENERATION,
+            StreamAttr.CONNECTION_STATE,
         ],
     }
 
@@ -224,15 +227,27 @@ def test_indexes_are_those_the_lease_protocol_queries():
     assert listing["Projection"] == {"ProjectionType": "KEYS_ONLY"}
 
 
-def test_a_migrating_table_has_the_old_orphan_index_beside_the_new_one():
-    """The intermediate stage: by-state-expiry as before, every current index besides."""
-    kwargs = create_table_kwargs("t", MIGRATION_INDEXES)
-    gsis = {g["IndexName"]: g for g in kwargs["GlobalSecondaryIndexes"]}
-    assert set(gsis) == {index.name for index in INDEXES} | {BY_STATE_EXPIRY.name}
-    assert gsis[BY_STATE_EXPIRY.name]["KeySchema"] == [
-        {"AttributeName": StreamAttr.DESIRED_STATE, "KeyType": "HASH"},
-        {"AttributeName": StreamAttr.LEASE_EXPIRES_AT_MS, "KeyType": "RANGE"},
-    ]
+def test_a_migrating_table_changes_one_index_per_stage():
+    """From the previous release's indexes to the current ones, one index created or dropped
+    per stage (one per CloudFormation update), each stage a table CreateTable accepts."""
+    previous = {BY_STATE_EXPIRY.name, LEGACY_BY_OWNER.name, FLEET.name, BY_STATE.name}
+    names = [previous, *({i.name for i in stage} for stage in MIGRATION_STAGES)]
+    names.append({i.name for i in INDEXES})
+    for before, after in itertools.pairwise(names):
+        assert len(before ^ after) == 1, (before, after)
+    for stage in MIGRATION_STAGES:
+        assert len(create_table_kwargs("t", stage)["GlobalSecondaryIndexes"]) == len(stage)
+
+
+def test_by_holder_is_by_owner_with_the_connection_state():
+    """Same key, so DynamoDB fills it from the items; the connection state besides."""
+    assert (BY_OWNER.partition_key, BY_OWNER.sort_key) == (
+        LEGACY_BY_OWNER.partition_key,
+        LEGACY_BY_OWNER.sort_key,
+    )
+    assert set(BY_OWNER.projected or ()) - set(LEGACY_BY_OWNER.projected or ()) == {
+        StreamAttr.CONNECTION_STATE
+    }
 
 
 @pytest.mark.parametrize("liveness", list(Liveness))
