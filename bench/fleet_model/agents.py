@@ -14,7 +14,7 @@ differs by design — how the fleet is watched, where orphans are found — is i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
 from bench.fleet_model.events import Answer, Batcher, Request
@@ -29,6 +29,7 @@ from worker.reconciler import MAX_PARALLEL_ACQUIRES
 
 if TYPE_CHECKING:
     from bench.fleet_model.sessions import Session
+    from bench.fleet_model.store import Touch
     from bench.fleet_model.takeover import Takeover
     from bench.fleet_model.watch import Watch
 
@@ -114,7 +115,7 @@ class Agent:
             elif self.alive:
                 world.sim.after(REOPEN_SECONDS, self._open_session)
 
-        world.write(self._item_touches(session, units, write=True), [], lambda: True, None, opened)
+        world.write(self._item_writes(session, units), [], lambda: True, None, opened)
 
     def _start_loops(self, phase: float) -> None:
         s, sim, rng = self.world.settings, self.world.sim, self.world.rng
@@ -133,15 +134,15 @@ class Agent:
         if self.session is not None and self.session.live:
             self.world.add_unowned(len(self.session.held))
 
-    def _item_touches(self, session: Session, units: dict[str, float] | object, *, write: bool):  # type: ignore[no-untyped-def]
+    def _item_writes(self, session: Session, units: Mapping[str, float]) -> list[Touch]:
+        """A write of the session's item: its table partition and the fleet index."""
         world = self.world
-        touches = []
-        for component, amount in dict(units).items():  # type: ignore[call-overload]
-            if component == "fleet":
-                touches.append(world.fleet_touch(amount, write=write))
-            else:
-                touches.append(world.key_touch(f"WORKER#{session.sid}", amount, write=write))
-        return touches
+        return [
+            world.fleet_touch(amount, write=True)
+            if component == "fleet"
+            else world.key_touch(f"WORKER#{session.sid}", amount, write=True)
+            for component, amount in units.items()
+        ]
 
     # --- the session ------------------------------------------------------------------------
 
@@ -387,7 +388,7 @@ class Agent:
                 session.state = WorkerState.DRAINING
 
         world.write(
-            self._item_touches(session, {"table": 1.0, "fleet": 1.0}, write=True),
+            self._item_writes(session, {"table": 1.0, "fleet": 1.0}),
             [],
             lambda: True,
             mark,
@@ -416,7 +417,7 @@ class Agent:
         def gone(_: Answer) -> None:
             self.alive = False
 
-        touches = self._item_touches(session, world.units.tombstone, write=True)
+        touches = self._item_writes(session, world.units.tombstone)
         world.write(touches, [], lambda: session.live, expire, gone)
 
 
