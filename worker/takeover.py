@@ -98,7 +98,7 @@ class Takeover:
         ctx = self._ctx
         entries = _decode(vector)
         empty = taken = freed = 0
-        settled = self.settle is None
+        settle = self.settle  # once per sweep
         for _ in range(MAX_ROUNDS):
             try:
                 views = await asyncio.to_thread(ctx.store.owned_by, session_id)
@@ -112,10 +112,9 @@ class Takeover:
                 await asyncio.sleep(REREAD_SECONDS)
                 continue
             empty = 0
-            if not settled and self._room() < len(views):
-                settled = True
-                assert self.settle is not None
-                await self.settle()
+            if settle is not None and self._room() < len(views):
+                await settle()
+                settle = None
             random.shuffle(views)
             async with asyncio.TaskGroup() as tasks:
                 steps = [
