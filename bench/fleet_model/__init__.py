@@ -38,7 +38,7 @@ SCALE_OUT_CAP_LEASES: Final = 10.0
 
 def designs(ctx: BenchContext) -> tuple[Design, Design]:
     """Today's design and the flat one, with their measured units."""
-    units = calibrate(ctx, {"flat": BY_SHARD_EXPIRY})
+    units = calibrate(ctx.resources("fleet-model"), {"flat": BY_SHARD_EXPIRY})
     today = Design(
         key="today",
         label="today",

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from bench.context import BenchContext
 from bench.fleet_model.units import Units
 from bench.request_counter import RequestCounter, diff
 from bench.write_units import item_size_bytes
@@ -42,6 +41,7 @@ from streamlease.schema import (
     worker_key,
 )
 from streamlease.session_store import SessionStore
+from streamlease.settings import Settings
 
 TODAY_ORPHANS: Final = BY_STATE_EXPIRY
 TODAY_INDEXES: Final = (BY_STATE_EXPIRY, LEGACY_BY_OWNER, FLEET, BY_STATE)
@@ -52,10 +52,10 @@ VECTOR_SEQ: Final = 10_000_000
 """A checkpoint a stream reaches after about 12 days at 10 messages per second."""
 
 
-def calibrate(ctx: BenchContext, orphan_indexes: Mapping[str, IndexSpec]) -> dict[str, Units]:
+def calibrate(settings: Settings, orphan_indexes: Mapping[str, IndexSpec]) -> dict[str, Units]:
     """Units per design key (``today`` and every other key of ``orphan_indexes``: its orphan
-    index; the schema's indexes), measured once on the run's moto server."""
-    settings = ctx.resources("fleet-model")
+    index; the schema's indexes), measured once against the fresh resources of ``settings``
+    (the run's moto server)."""
     client = aws.client("dynamodb", settings)
     layouts = {"today": TODAY_INDEXES, **{k: INDEXES for k in orphan_indexes if k != "today"}}
     counters = {key: RequestCounter(indexes) for key, indexes in layouts.items()}
@@ -84,7 +84,12 @@ def calibrate(ctx: BenchContext, orphan_indexes: Mapping[str, IndexSpec]) -> dic
     sessions.create(w2)
     renewal = units(lambda: sessions.renew("w1", expires_at_ms=2**40, now_ms=1, active_streams=0))
     base = _item_size(client, table, worker_key("w1"))
-    vector = checkpoints.encode([(3, VECTOR_SEQ)] * VECTOR_STREAMS)
+    vector = checkpoints.encode(
+        [
+            checkpoints.Checkpoint(3, VECTOR_SEQ, checkpoints.stream_tag(f"s{i}"))
+            for i in range(VECTOR_STREAMS)
+        ]
+    )
     sessions.renew("w1", expires_at_ms=2**40 + 1, now_ms=2, active_streams=0, checkpoints=vector)
     per_stream = (_item_size(client, table, worker_key("w1")) - base) / VECTOR_STREAMS
     acquire = units(lambda: store.acquire("a", "w1", lease_ms, slot=0))
