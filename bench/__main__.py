@@ -38,6 +38,7 @@ SECTIONS: Final = {
     "scale": "bench.scale",
     "rebalance": "bench.rebalance",
     "cost": "bench.cost",
+    "fleet_model": "bench.fleet_model",
 }
 """Section name → module with ``run(ctx) -> list[Table]``, in the order they run."""
 
