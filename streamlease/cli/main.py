@@ -28,7 +28,14 @@ from streamlease.cli.batch import (
 )
 from streamlease.cli.client import DEFAULT_TIMEOUT_SECONDS, ApiClient, ApiError
 from streamlease.cli.config import CliConfig, read_config
-from streamlease.cli.mutations import MUTATIONS, error_data, run_mutation
+from streamlease.cli.mutations import (
+    DEFAULT_WAIT_SECONDS,
+    MUTATIONS,
+    Waiting,
+    WaitTimedOut,
+    error_data,
+    run_mutation,
+)
 from streamlease.cli.profile_args import ProfileArgsError, add_profile_flags, profile_from_args
 from streamlease.cli.render import (
     WORKER_HEADERS,
@@ -124,6 +131,19 @@ def build_parser() -> _Parser:
         )
         if mutation.with_url:
             add_profile_flags(sub)
+        if mutation.waits:
+            sub.add_argument(
+                "--wait",
+                action="store_true",
+                help="return once each stream's holder has let go of it (rm: then delete it)",
+            )
+            sub.add_argument(
+                "--wait-timeout",
+                type=float,
+                default=DEFAULT_WAIT_SECONDS,
+                metavar="SECONDS",
+                help=f"how long --wait waits per stream (default {DEFAULT_WAIT_SECONDS:g})",
+            )
     command("get", "show one stream").add_argument("id", help="stream id")
     ls = command("ls", "list streams")
     ls.add_argument(
@@ -213,7 +233,7 @@ def main(
     except TransportError as exc:
         hint = " (is `make run` running?)" if url == config.local_api_url else ""
         io.fail(exc, f"cannot reach the API at {url}: {exc}{hint}")
-    except CredentialsMissing as exc:
+    except (CredentialsMissing, WaitTimedOut) as exc:
         io.fail(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -253,6 +273,7 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
             out=io.out,
             error=io.error,
             as_json=io.as_json,
+            waiting=_waiting(args),
         )
     if command == "get":
         if not args.id:
@@ -280,6 +301,14 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
             colour=config.colour,
         )
     return EXIT_OK
+
+
+def _waiting(args: argparse.Namespace) -> Waiting | None:
+    if not getattr(args, "wait", False):
+        return None
+    if not args.wait_timeout > 0:
+        raise UsageError("--wait-timeout must be more than 0 seconds")
+    return Waiting(timeout_seconds=args.wait_timeout)
 
 
 def _targets(args: argparse.Namespace, stdin: TextIO) -> list[Target]:
