@@ -8,9 +8,14 @@ the API's resource templates (the OpenAPI document the routes generate), the pat
 parameters, the body (base64 when it is not UTF-8), and a request context with
 a fixed IAM identity standing in for the SigV4 caller. Like API Gateway, an unknown resource or
 method (any method: ``TRACE``, ``CONNECT`` or one made up) is answered with the JSON
-``403 {"message": "Missing Authentication Token"}`` without calling the function, a function
-that fails or answers malformed output is a ``502``, and HTTP errors of its own (a malformed
-request line) are JSON too, never an HTML page.
+``403 {"message": "Missing Authentication Token"}`` without calling the function; locally the
+answer also says which routes there are (``hint``, ``routes``). A function that fails or
+answers malformed output is a ``502``, and HTTP errors of its own (a malformed request line)
+are JSON too, never an HTML page. A client that hangs up before its answer is written is
+logged as such, without a traceback.
+
+Pages of the local stack itself (``pages``: the dashboard, the stack's description) are served
+beside the API's routes, by path, without calling the function.
 
 The handler runs under one lock: one execution environment handles one event at a time, and the
 Powertools resolver keeps per-event state on its module-level app.
@@ -229,10 +234,31 @@ class HttpResponse:
     body: bytes
 
 
-def gateway_error(status: int, message: str) -> HttpResponse:
-    """An answer API Gateway itself would give (``{"message": ...}``)."""
-    body = json.dumps({"message": message}).encode()
+def gateway_error(status: int, message: str, **extra: Any) -> HttpResponse:
+    """An answer API Gateway itself would give (``{"message": ...}``), with ``extra`` keys."""
+    body = json.dumps({"message": message, **extra}).encode()
     return HttpResponse(status, [("Content-Type", "application/json")], body)
+
+
+def json_response(data: Any, status: int = 200) -> HttpResponse:
+    """A JSON answer of the local stack's own pages."""
+    body = json.dumps(data, separators=(",", ":")).encode()
+    return HttpResponse(status, [("Content-Type", "application/json")], body)
+
+
+Page = Callable[[HttpRequest], HttpResponse]
+"""A page of the local stack itself (``GET`` only), served beside the API's routes."""
+
+
+def route_list(resources: Iterable[Resource], pages: Iterable[str]) -> list[str]:
+    """``GET /streams``, ``POST /streams``, ... and the local pages, for the hint of an unknown
+    route."""
+    routes = [
+        f"{method} {resource.template}"
+        for resource in resources
+        for method in sorted(resource.methods)
+    ]
+    return [*routes, *(f"GET {path}" for path in pages)]
 
 
 def response_from_proxy(result: Any) -> HttpResponse:
@@ -263,19 +289,37 @@ class ApiAdapter:
     """Dispatches HTTP requests to ``handler`` the way API Gateway's proxy integration does."""
 
     def __init__(
-        self, handler: Handler, resources: Sequence[Resource], *, stage: str = STAGE
+        self,
+        handler: Handler,
+        resources: Sequence[Resource],
+        *,
+        stage: str = STAGE,
+        pages: Mapping[str, Page] | None = None,
     ) -> None:
         self._handler = handler
         self._resources = list(resources)
         self._stage = stage
+        self._pages = dict(pages or {})
         self._lock = threading.Lock()
         self._context_factory: Callable[[str], Any] = api_context
 
     def dispatch(self, request: HttpRequest) -> HttpResponse:
-        """Answer one request: 403 for unknown routes, the handler's answer, or 502."""
-        found = find_resource(self._resources, request.method, urlsplit(request.target).path)
+        """Answer one request: a local page, the handler's answer, 502 when the handler fails,
+        or API Gateway's 403 for an unknown route (saying which routes there are)."""
+        path = urlsplit(request.target).path
+        page = self._pages.get(path) if request.method in ("GET", "HEAD") else None
+        if page is not None:
+            return page(request)
+        found = find_resource(self._resources, request.method, path)
         if found is None:
-            return gateway_error(403, "Missing Authentication Token")
+            routes = route_list(self._resources, self._pages)
+            return gateway_error(
+                403,
+                "Missing Authentication Token",
+                hint=f"no route for {request.method} {path} (API Gateway answers an unknown "
+                f"route with this 403); the routes are {', '.join(routes)}",
+                routes=routes,
+            )
         event = build_event(request, *found, stage=self._stage)
         try:
             with self._lock:
@@ -323,11 +367,18 @@ def make_server(adapter: ApiAdapter, host: str, port: int) -> ThreadingHTTPServe
                     port=port,
                 )
                 response = adapter.dispatch(request)
-            self._send(response)
+            outcome = ""
+            try:
+                self._send(response)
+            except ConnectionError:  # the client hung up (Ctrl-C in `streamlease watch`)
+                self.close_connection = True
+                outcome = " (client hung up)"
             elapsed_ms = (time.monotonic() - started) * 1000
             # Never the query string: it may carry tokens.
             path = urlsplit(self.path).path
-            sys.stderr.write(f"{self.command} {path} {response.status} {elapsed_ms:.0f}ms\n")
+            sys.stderr.write(
+                f"{self.command} {path} {response.status} {elapsed_ms:.0f}ms{outcome}\n"
+            )
 
         def _send(self, response: HttpResponse) -> None:
             self.send_response(response.status)
@@ -366,6 +417,11 @@ def make_server(adapter: ApiAdapter, host: str, port: int) -> ThreadingHTTPServe
     class Server(ThreadingHTTPServer):
         daemon_threads = True
         allow_reuse_address = True
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            # A client that hangs up mid-request is not an error of the server.
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
 
     return Server((host, port), RequestHandler)
 
