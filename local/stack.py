@@ -75,7 +75,7 @@ def check_installed() -> None:
     if missing:
         raise StackError(
             f"missing Python packages: {', '.join(missing)}. Run `make run`, which installs "
-            "them into .venv, or `pip install -c requirements.lock -e '.[dev]'`"
+            "them into .venv, or `pip install -c requirements.lock -e '.[local]'`"
         )
     if importlib.util.find_spec("worker.__main__") is None:
         raise StackError("the worker (python -m worker) is not installed in this checkout")
