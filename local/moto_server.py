@@ -144,7 +144,7 @@ def stop_tracking_model_instances() -> None:
     def untracked(cls: type[Any], *args: Any, **kwargs: Any) -> Any:
         return super(BaseModel, cls).__new__(cls)
 
-    BaseModel.__new__ = staticmethod(untracked)  # type: ignore[assignment]
+    BaseModel.__new__ = staticmethod(untracked)  # type: ignore[method-assign]
     reset_model_data()
 
 
