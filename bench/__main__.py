@@ -36,6 +36,8 @@ SECTIONS: Final = {
     "write_cost": "bench.write_cost",
     "scale": "bench.scale",
     "rebalance": "bench.rebalance",
+    "first_data": "bench.first_data",
+    "soak": "bench.soak",
 }
 """Section name → module with ``run(ctx) -> list[Table]``, in the order they run."""
 
