@@ -3,9 +3,9 @@
 A stopped task is certainly dead, so no waiting is needed: each of its sessions is tombstoned at
 once (no ``hb`` condition: ECS said so), and each stream still attached to one of them is
 released at its exact owner and epoch, with ``last_seq`` moved up to the session's checkpoint
-vector (DESIGN §4a "crash fast path"), and handed off with a HANDOFF command if it is STARTED:
-failover costs about a second instead of a lease. Per-stream leases (``liveness = stream``) are
-released the same way (their checkpoint is on the stream item).
+vector (architecture §4a, "Crash fast path"), and handed off with a HANDOFF command if it is
+STARTED: failover costs about a second instead of a lease. Per-stream leases
+(``liveness = stream``) are released the same way (their checkpoint is on the stream item).
 
 Which workers ran in the task: session ids continue the ECS task id (the last segment of the
 task ARN) after a separator (:func:`streamlease.schema.belongs_to_task`); sessions whose

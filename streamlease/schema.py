@@ -143,7 +143,7 @@ LIVE_WORKER_STATES: Final = (WorkerState.RUNNING, WorkerState.DRAINING)
 
 
 class Liveness(StrEnum):
-    """How a fleet proves its holders alive (DESIGN §4). A fleet runs one mode."""
+    """How a fleet proves its holders alive (architecture §4). A fleet runs one mode."""
 
     SESSION = "session"
     """One renewal per worker (its session); streams are attached to it. The default."""

@@ -64,10 +64,10 @@ class Settings:
     aws_endpoint_url: str = ""
     """Empty: the real AWS endpoints. Locally: the moto server, e.g. ``http://127.0.0.1:5000``."""
 
-    # --- lease protocol (DESIGN §4); keep heartbeat = lease / 4 when changing one ---
+    # --- lease protocol (architecture §4); keep heartbeat = lease / 4 when changing one ---
     liveness: Liveness = Liveness.SESSION
-    """``session``: one renewal per worker, streams attached to it (DESIGN §4a); ``stream``: one
-    renewal per held stream (the seed's protocol, §4b). A fleet runs one mode."""
+    """``session``: one renewal per worker, streams attached to it (architecture §4a);
+    ``stream``: one renewal per held stream (the seed's protocol, §4b). A fleet runs one mode."""
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0
@@ -108,7 +108,7 @@ class Settings:
     poll_wait_seconds: float = 20.0
     visibility_timeout_seconds: float = 30.0
 
-    # --- upstream connections (DESIGN §5, §6) ---
+    # --- upstream connections (architecture §5, §6) ---
     resume_param: str = "from_seq"
     """Query parameter that asks the upstream to replay from a sequence number (a stream's
     profile may name another)."""

@@ -1,5 +1,5 @@
 """This worker in the fleet: re-reading every worker item each second, counting the fair share,
-and proving dead sessions dead (DESIGN §4a).
+and proving dead sessions dead (architecture §4a).
 
 Every ``fleet_recount_seconds`` the worker reads the fleet index (one small query) and:
 
