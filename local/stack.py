@@ -318,6 +318,7 @@ class LocalStack:
             "api_url": self.api_url,
             "upstream_url": self.upstream_url,
             "moto_url": self.settings.aws_endpoint_url,
+            "aws_region": self.settings.aws_region,
             "table_name": self.settings.table_name,
             "queue_url": self.settings.queue_url,
             "state_dir": str(self.paths.state_dir),

@@ -45,6 +45,7 @@ from streamlease.cli.render import (
     table,
     worker_row,
 )
+from streamlease.cli.secret import SecretError, add_parser, put_secret, read_value, store_for
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.transport import HttpTransport, Transport, TransportError
 from streamlease.cli.watch import watch
@@ -155,6 +156,7 @@ def build_parser() -> _Parser:
     live.add_argument(
         "--interval", type=float, default=1.0, metavar="SECONDS", help="refresh period (default 1)"
     )
+    add_parser(commands, common)
     return parser
 
 
@@ -233,7 +235,7 @@ def main(
     except TransportError as exc:
         hint = " (is `make run` running?)" if url == config.local_api_url else ""
         io.fail(exc, f"cannot reach the API at {url}: {exc}{hint}")
-    except (CredentialsMissing, WaitTimedOut) as exc:
+    except (CredentialsMissing, WaitTimedOut, SecretError) as exc:
         io.fail(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -289,6 +291,10 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
         rows = [worker_row(w) for w in workers]
         lines = table(WORKER_HEADERS, rows, right="STREAMS,PID") if rows else ["no live workers"]
         _emit(io, {"workers": workers}, lines)
+    elif command == "secret":
+        store = store_for(client)
+        done = put_secret(store, args.name, read_value(io.stdin, args.name))
+        _emit(io, done, [f"{done['result']} secret {args.name} in {store.description}"])
     elif command == "watch":
         if not args.interval > 0:
             raise UsageError("--interval must be more than 0 seconds")
