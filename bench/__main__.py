@@ -36,6 +36,7 @@ SECTIONS: Final = {
     "write_cost": "bench.write_cost",
     "scale": "bench.scale",
     "rebalance": "bench.rebalance",
+    "cost": "bench.cost",
     "first_data": "bench.first_data",
     "soak": "bench.soak",
 }

@@ -15,6 +15,11 @@ gone is covered too. The tombstones stay for the workers' sweeps, which delete t
 
 Idempotent: a redelivered event finds nothing left to release and sends nothing. The local
 supervisor calls this same handler with :func:`stopped_task_event` when a worker process exits.
+
+Every stopped task is also counted: ``UnplannedTaskStops`` is 1 for a task that stopped
+outside a deployment or scale-in (:func:`is_planned_stop`), 0 otherwise. One such stop is a
+crash the reaper just cleaned up after; several within minutes are a crash loop, which the
+deployment's alarm watches (the circuit breaker only watches deployments).
 """
 
 from __future__ import annotations
@@ -52,6 +57,13 @@ metrics = MetricEmitter(REAPER_SERVICE)
 DETAIL_TYPE: Final = "ECS Task State Change"
 STOPPED: Final = "STOPPED"
 _MAX_ERROR_CHARS: Final = 200
+PLANNED_STOP_CODES: Final = frozenset({"UserInitiated", "SpotInterruption", "TerminationNotice"})
+"""ECS stop codes of a stop someone or something planned: ``ecs stop-task``, a Spot
+reclaim, Fargate's maintenance retiring the task (each with notice and a graceful drain)."""
+SCHEDULER_STOP_CODE: Final = "ServiceSchedulerInitiated"
+SCALING_REASON_PREFIX: Final = "Scaling activity initiated by"
+"""How ECS's service scheduler words a stop of a deployment or a scale-in; it words a failed
+health check otherwise ("Task failed container health checks")."""
 _PARALLEL_RELEASES: Final = 16
 
 
@@ -86,7 +98,24 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.warning("event ignored", reason="no task ARN")
         return {"ignored": "no task ARN"}
     stop_code = str(detail.get("stopCode") or "unknown")[:64]
-    return reap(task_arn, task_id_of(task_arn), stop_code)
+    result = reap(task_arn, task_id_of(task_arn), stop_code)
+    # Counted once the reap succeeded: a failed one raises and EventBridge delivers the event
+    # again, and one crash counted once per delivery would look like a crash loop.
+    planned = is_planned_stop(stop_code, str(detail.get("stoppedReason") or ""))
+    metrics.emit({ReaperMetric.UNPLANNED_TASK_STOPS: 0 if planned else 1})
+    if not planned:
+        logger.warning("task stopped unplanned", task_id=task_id_of(task_arn), stop_code=stop_code)
+    return result
+
+
+def is_planned_stop(stop_code: str, stopped_reason: str) -> bool:
+    """True when a worker task stopped because it was meant to: a deployment or scale-in
+    (the service scheduler's "Scaling activity initiated by ..."), an operator's StopTask, a
+    Spot or Fargate maintenance notice. A crash (``EssentialContainerExited``), a task that
+    failed to start, a failed health check, or anything unknown is unplanned."""
+    if stop_code in PLANNED_STOP_CODES:
+        return True
+    return stop_code == SCHEDULER_STOP_CODE and stopped_reason.startswith(SCALING_REASON_PREFIX)
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

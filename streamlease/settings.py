@@ -137,6 +137,10 @@ class Settings:
     sink_dir: str = ".local/sink"
     sink_max_attempts: int = 5
     """Attempts per record before a sink write fails with ``SinkError`` (Kinesis: throttling)."""
+    kinesis_aggregation: bool = True
+    """Pack the messages bound for one shard into KPL aggregated records (read them with the
+    KCL or a deaggregation module; :mod:`streamlease.kinesis_records`). Off: one Kinesis record
+    of JSON per message."""
 
     # --- worker process ---
     shutdown_budget_seconds: float = 100.0

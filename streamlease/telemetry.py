@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from streamlease.schema import ConnectionState
+
 NAMESPACE_DEFAULT: Final = "Streamlease"
 SERVICE_DIMENSION: Final = "service"
 WORKER_SERVICE: Final = "streamlease-worker"
@@ -49,7 +51,29 @@ class AuditorMetric:
     CONNECTED_STREAMS: Final = "ConnectedStreams"
     RETRYING_STREAMS: Final = "RetryingStreams"
     REJECTED_STREAMS: Final = "RejectedStreams"
-    """Owned but refused by their upstream: nothing flows (an alarm watches it)."""
+    """Owned but refused by their upstream: nothing flows."""
+    STALLED_STREAMS: Final = "StalledStreams"
+    """Connected, but no frame for their idle threshold: the feed went quiet."""
+    MALFORMED_STREAMS: Final = "MalformedStreams"
+    """Frames arrive, none can be delivered (e.g. no seq where the profile says)."""
+    SINK_FAILING_STREAMS: Final = "SinkFailingStreams"
+    """Frames arrive, the sink keeps refusing them."""
+    TROUBLE_STREAMS: Final = "TroubleStreams"
+    """Owned streams in any trouble state (``schema.TROUBLE_STATES``, retrying included):
+    the count ``streamlease watch`` heads its view with."""
+
+
+STREAMS_BY_CONNECTION_STATE: Final = {
+    ConnectionState.CONNECTING: AuditorMetric.CONNECTING_STREAMS,
+    ConnectionState.CONNECTED: AuditorMetric.CONNECTED_STREAMS,
+    ConnectionState.RETRYING: AuditorMetric.RETRYING_STREAMS,
+    ConnectionState.REJECTED: AuditorMetric.REJECTED_STREAMS,
+    ConnectionState.STALLED: AuditorMetric.STALLED_STREAMS,
+    ConnectionState.MALFORMED: AuditorMetric.MALFORMED_STREAMS,
+    ConnectionState.SINK_FAILING: AuditorMetric.SINK_FAILING_STREAMS,
+}
+"""The auditor's count of owned streams in each connection state (an owned stream is never
+``ended``: that one is released and STOPPED)."""
 
 
 class ApiMetric:
@@ -63,3 +87,6 @@ class ReaperMetric:
     """Emitted by the reaper."""
 
     LEASES_RELEASED: Final = "LeasesReleased"
+    UNPLANNED_TASK_STOPS: Final = "UnplannedTaskStops"
+    """Worker tasks that stopped outside a deployment or scale-in (crashed, failed to start,
+    failed their health check): 1 per such stop, 0 per planned one. Repeated, a crash loop."""

@@ -40,6 +40,19 @@ _PLATFORMS = {
 }
 
 
+def _spot_strategy(
+    on_demand_base: int | None,
+) -> list[ecs.CapacityProviderStrategy] | None:
+    """Fargate for the first ``on_demand_base`` tasks, then one Fargate Spot task for each
+    Fargate one (None: Fargate only, the service's launch type)."""
+    if on_demand_base is None:
+        return None
+    return [
+        ecs.CapacityProviderStrategy(capacity_provider="FARGATE", base=on_demand_base, weight=1),
+        ecs.CapacityProviderStrategy(capacity_provider="FARGATE_SPOT", weight=1),
+    ]
+
+
 class WorkerFleet(Construct):
     """The cluster (Container Insights on) and a Fargate service of worker tasks.
 
@@ -71,11 +84,18 @@ class WorkerFleet(Construct):
         settings: Mapping[str, SettingValue],
         log_retention: logs.RetentionDays,
         secrets_prefix: str = "",
+        spot_beyond_tasks: int | None = None,
     ) -> None:
+        """``spot_beyond_tasks``: None runs every task on Fargate; N runs the first N on Fargate
+        and the rest on Fargate Spot and Fargate alike."""
         super().__init__(scope, construct_id)
         asset_platform, cpu_architecture = _PLATFORMS[architecture]
         self.cluster = ecs.Cluster(
-            self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED
+            self,
+            "Cluster",
+            vpc=vpc,
+            container_insights_v2=ecs.ContainerInsights.ENABLED,
+            enable_fargate_capacity_providers=spot_beyond_tasks is not None,
         )
         self.task_definition = ecs.FargateTaskDefinition(
             self,
@@ -158,6 +178,7 @@ class WorkerFleet(Construct):
             platform_version=ecs.FargatePlatformVersion.LATEST,
             propagate_tags=ecs.PropagatedTagSource.SERVICE,
             enable_ecs_managed_tags=True,
+            capacity_provider_strategies=_spot_strategy(spot_beyond_tasks),
         )
 
         Validations.of(self.task_definition).acknowledge(

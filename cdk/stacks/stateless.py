@@ -20,6 +20,7 @@ from cdk.components.control_api import ControlApi
 from cdk.components.fleet_alarms import FleetAlarms
 from cdk.components.fleet_dashboard import FleetDashboard
 from cdk.components.fleet_events import FleetEvents
+from cdk.components.fleet_headroom import FleetHeadroomAlarm
 from cdk.components.fleet_metrics import FleetMetrics
 from cdk.components.fleet_scaling import FleetScaling
 from cdk.components.network import Network
@@ -131,7 +132,13 @@ class StatelessStack(Stack):
         )
 
         # --- data plane ----------------------------------------------------------------------
-        network = Network(self, "Network", mode=config.networking, log_retention=log_retention)
+        network = Network(
+            self,
+            "Network",
+            mode=config.networking,
+            log_retention=log_retention,
+            nat_gateways=config.nat_gateways,
+        )
         fleet = WorkerFleet(
             self,
             "Workers",
@@ -153,7 +160,9 @@ class StatelessStack(Stack):
             },
             log_retention=log_retention,
             secrets_prefix=config.secrets_prefix,
+            spot_beyond_tasks=config.min_tasks if config.fargate_spot else None,
         )
+        network.allow_clients(fleet.security_group)
         metrics = FleetMetrics(
             namespace=config.metrics_namespace, cluster=fleet.cluster, service=fleet.service
         )
@@ -178,8 +187,20 @@ class StatelessStack(Stack):
             api=control_api.api,
             table=table,
             dead_letter_queue=dead_letter_queue,
+            sink_stream=sink_stream,
             functions=functions,
+            min_live_workers=config.min_tasks,
+            renewal_lag_limit_ms=config.renewal_lag_alarm_ms,
             email=config.alarm_email,
+        )
+        FleetHeadroomAlarm(
+            self,
+            "Headroom",
+            wanted_streams=metrics.auditor(AuditorMetric.STARTED_STREAMS, statistic="Average"),
+            running_tasks=metrics.running_tasks(),
+            max_tasks=config.max_tasks,
+            capacity_per_task=config.capacity_per_worker,
+            topic=alarms.topic,
         )
         dashboard = FleetDashboard(
             self,
@@ -190,7 +211,8 @@ class StatelessStack(Stack):
             queue=queue,
             dead_letter_queue=dead_letter_queue,
             table=table,
-            alarms=alarms.alarms,
+            sink_stream=sink_stream,
+            alarms=alarms.by_name,
         )
 
         CfnOutput(self, "ApiUrl", value=control_api.api.url, description="streamlease --api URL")

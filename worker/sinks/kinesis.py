@@ -1,17 +1,27 @@
-"""Kinesis Data Streams sink (the AWS default): records from every stream share PutRecords calls.
+"""Kinesis Data Streams sink (the AWS default): messages from every stream share PutRecords calls.
 
-Concurrent :meth:`KinesisSink.write` calls queue their records; one flusher task sends them in
+Concurrent :meth:`KinesisSink.write` calls queue their messages; one flusher task sends them in
 ``PutRecords`` calls of at most 500 records and 5 MiB (group commit: while one call is in flight
 the next batch gathers, and a batch that is not full waits :data:`LINGER_SECONDS` for more, as
 Kafka's ``linger.ms`` and the KPL's buffering do: a call costs the worker about a millisecond of
-CPU whatever it carries), retries only the records Kinesis reports as failed, with backoff, and
-fails a write with :class:`SinkError` once one of its records used ``sink_max_attempts``.
+CPU whatever it carries), retries only the messages of records Kinesis reports as failed, with
+backoff, and fails a write with :class:`SinkError` once one of its messages used
+``sink_max_attempts``.
+
+With ``kinesis_aggregation`` on (the default) the messages bound for one shard share KPL
+aggregated records (:mod:`worker.sinks.kinesis_batch`, :mod:`streamlease.kinesis_records`): a
+Kinesis record carries up to 50 KB of messages instead of one, each message keeping its stream id
+as its own partition key. The shard map comes from ``ListShards``; a record that Kinesis stores on
+another shard than the one it was packed for (the stream was resharded) stores only the messages
+that shard covers: the rest are sent again, and the map is read again.
 
 Each write carries its holder's fencing deadline: a record is put into a call only while that
 deadline has not passed, so neither a first attempt nor a retry is sent after it (the client has
 no botocore retries of its own). A write cut short fails with :class:`SinkDeadlinePassed`, and
 both errors name the records that were not stored, so the holder never acknowledges them and a
-later retry repeats nothing that landed.
+later retry repeats nothing that landed. An aggregated record holds messages of several writes; a
+write whose deadline passed before its record was sent takes its messages out first, so none of
+them is sent.
 """
 
 from __future__ import annotations
@@ -27,18 +37,25 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease import aws
 from streamlease.errors import ConfigError, SinkDeadlinePassed, SinkError
+from streamlease.kinesis_records import encode_message, epoch_prefix
+from streamlease.kpl import hash_key
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
 from worker.sinks.base import Deadline, SinkRecord, encode_record
+from worker.sinks.kinesis_batch import (
+    MAX_CALL_BYTES,
+    MAX_CALL_RECORDS,
+    MAX_RECORD_BYTES,
+    Put,
+    ShardMap,
+    ShardRange,
+    pack,
+)
 
 if TYPE_CHECKING:
     from types_boto3_kinesis import KinesisClient
     from types_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
 
-MAX_BATCH_RECORDS: Final = 500
-MAX_BATCH_BYTES: Final = 5 * 1024 * 1024
-MAX_RECORD_BYTES: Final = 1024 * 1024
-"""Kinesis limits: per PutRecords call, and per record (data plus partition key)."""
 MAX_PARTITION_KEY_CHARS: Final = 256
 LINGER_SECONDS: Final = 0.02
 """How long a batch that is not full waits for more records before it is sent."""
@@ -72,7 +89,7 @@ class _Write:
     def __init__(self, future: asyncio.Future[None], deadline: Deadline) -> None:
         self.future = future
         self.deadline = deadline
-        self.entries: list[_Entry] = []
+        self.entries: list[Entry] = []
         self.remaining = 0
 
     def record_stored(self) -> None:
@@ -88,17 +105,51 @@ class _Write:
         self.future.set_exception(error(message, unsent=unsent))
 
 
-class _Entry:
-    __slots__ = ("attempts", "data", "key", "record", "size", "stored", "write")
+class Entry:
+    """One message waiting to be stored: its bytes (a ``StreamMessage`` when aggregated, the
+    JSON line when not), its partition key and that key's hash."""
 
-    def __init__(self, record: SinkRecord, write: _Write) -> None:
+    __slots__ = ("attempts", "data", "hash_key", "key", "record", "size", "stored", "write")
+
+    def __init__(
+        self, record: SinkRecord, write: _Write, data: bytes, key: str, hashed: int
+    ) -> None:
         self.record = record
-        self.data = encode_record(record)
-        self.key = partition_key(record.stream_id)
-        self.size = len(self.data) + len(self.key.encode())
+        self.data = data
+        self.key = key
+        self.hash_key = hashed
+        self.size = len(data) + len(key.encode())
         self.write = write
         self.attempts = 0
         self.stored = False
+
+    def store(self) -> None:
+        self.stored = True
+        self.write.record_stored()
+
+
+def _entries(records: Sequence[SinkRecord], write: _Write, aggregate: bool) -> list[Entry]:
+    """The queue entries of one write; what all its records share is worked out once."""
+    keys: dict[str, tuple[str, int]] = {}
+    epochs: dict[int, bytes] = {}
+    out = []
+    for record in records:
+        stream = record.stream_id
+        known = keys.get(stream)
+        if known is None:
+            key = partition_key(stream)
+            known = keys[stream] = (key, hash_key(key))
+        if aggregate:
+            prefix = epochs.get(record.epoch)
+            if prefix is None:
+                prefix = epochs[record.epoch] = epoch_prefix(record.epoch)
+            data = encode_message(
+                prefix, record.seq, record.received_at_ms, record.payload, record.payload_encoding
+            )
+        else:
+            data = encode_record(record)
+        out.append(Entry(record, write, data, *known))
+    return out
 
 
 class KinesisSink:
@@ -122,7 +173,11 @@ class KinesisSink:
             raise ConfigError("the kinesis sink needs STREAMLEASE_KINESIS_STREAM_NAME")
         self.stream_name = settings.kinesis_stream_name
         self.max_attempts = settings.sink_max_attempts
+        self.aggregate = settings.kinesis_aggregation
         self.records = 0
+        """Kinesis records stored."""
+        self.messages = 0
+        """Messages stored."""
         self.calls = 0
         self._client = (
             client if client is not None else aws.client("kinesis", settings, max_attempts=1)
@@ -130,8 +185,10 @@ class KinesisSink:
         self._backoff = (backoff_base_seconds, backoff_max_seconds)
         self._rand = rand
         self._linger = linger_seconds
-        self._pending: deque[_Entry] = deque()
-        self._in_flight: list[_Entry] = []
+        self._pending: deque[Entry] = deque()
+        self._in_flight: list[Entry] = []
+        self._shards = ShardMap()
+        self._shards_stale = self.aggregate
         self._wakeup = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
@@ -147,7 +204,7 @@ class KinesisSink:
         if deadline.remaining_seconds() <= 0:
             raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
         write = _Write(asyncio.get_running_loop().create_future(), deadline)
-        entries = [_Entry(record, write) for record in records]
+        entries = _entries(records, write, self.aggregate)
         if any(entry.size > MAX_RECORD_BYTES for entry in entries):
             raise SinkError(
                 f"a record is larger than the Kinesis limit of {MAX_RECORD_BYTES} bytes",
@@ -180,8 +237,10 @@ class KinesisSink:
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
-                if self._linger > 0 and len(self._pending) < MAX_BATCH_RECORDS:
+                if self._linger > 0 and len(self._pending) < MAX_CALL_RECORDS:
                     await asyncio.sleep(self._linger)  # let the batch fill
+                if self._shards_stale:
+                    await self._read_shards()
                 await self._send(self._take_batch())
         except BaseException:
             for entry in (*self._in_flight, *self._pending):
@@ -191,11 +250,13 @@ class KinesisSink:
         finally:
             self._flusher = None
 
-    def _take_batch(self) -> list[_Entry]:
-        batch: list[_Entry] = []
+    def _take_batch(self) -> list[Entry]:
+        batch: list[Entry] = []
         size = 0
         pending = self._pending
-        while pending and len(batch) < MAX_BATCH_RECORDS:
+        # Aggregated, many messages share a record: the call's size is the bound.
+        most = len(pending) if self.aggregate else MAX_CALL_RECORDS
+        while pending and len(batch) < most:
             entry = pending[0]
             if entry.write.future.done():  # failed or cancelled: send nothing more of it
                 pending.popleft()
@@ -209,19 +270,23 @@ class KinesisSink:
                 size -= sum(e.size for e in batch if e.write is write)
                 batch = [e for e in batch if e.write is not write]
                 continue
-            if batch and size + entry.size > MAX_BATCH_BYTES:
+            if batch and size + entry.size > _CALL_BUDGET_BYTES:
                 break
             batch.append(pending.popleft())
             size += entry.size
         return batch
 
-    async def _send(self, batch: list[_Entry]) -> None:
+    async def _send(self, batch: list[Entry]) -> None:
         if not batch:
             return
+        puts = pack(batch, self._shards, self.aggregate)
+        if len(puts) > MAX_CALL_RECORDS:  # more shards than a call takes: the rest go next
+            for put in reversed(puts[MAX_CALL_RECORDS:]):
+                self._pending.extendleft(reversed(put.entries))
+            puts = puts[:MAX_CALL_RECORDS]
+            batch = [entry for put in puts for entry in put.entries]
         self._in_flight = batch
-        request: list[PutRecordsRequestEntryTypeDef] = [
-            {"Data": entry.data, "PartitionKey": entry.key} for entry in batch
-        ]
+        request: list[PutRecordsRequestEntryTypeDef] = [_request_entry(put) for put in puts]
         self.calls += 1
         try:
             response = await asyncio.to_thread(
@@ -237,20 +302,53 @@ class KinesisSink:
             failed, reason = batch, type(exc).__name__
         else:
             failed, reason = [], ""
-            for entry, result in zip(batch, response["Records"], strict=True):
+            misrouted: list[tuple[Put, str]] = []
+            for put, result in zip(puts, response["Records"], strict=True):
                 if "ErrorCode" in result:
-                    failed.append(entry)
+                    failed += put.entries
                     reason = str(result["ErrorCode"])
+                elif put.shard_id and result.get("ShardId", put.shard_id) != put.shard_id:
+                    misrouted.append((put, str(result.get("ShardId", ""))))
                 else:
-                    self.records += 1
-                    entry.stored = True
-                    entry.write.record_stored()
+                    self._stored(put, put.entries)
+            if misrouted:
+                failed += await self._settle_misrouted(misrouted)
+                reason = reason or "the stream was resharded"
         finally:
             self._in_flight = []
         if failed:
             await self._retry_later(failed, reason)
 
-    async def _retry_later(self, failed: list[_Entry], reason: str) -> None:
+    def _stored(self, put: Put, entries: list[Entry]) -> None:
+        self.records += 1
+        self.messages += len(entries)
+        for entry in entries:
+            entry.store()
+
+    async def _settle_misrouted(self, misrouted: list[tuple[Put, str]]) -> list[Entry]:
+        """Records stored on another shard than packed for: the stream was resharded. With the
+        map read again, a message counts as stored when that shard covers its key (the KCL
+        keeps exactly those); the others are returned, to be sent again."""
+        await self._read_shards()
+        unsent = []
+        for put, shard_id in misrouted:
+            landed = [e for e in put.entries if self._shards.holds(shard_id, e.hash_key)]
+            if landed:
+                self._stored(put, landed)
+            unsent += [e for e in put.entries if not e.stored]
+        return unsent
+
+    async def _read_shards(self) -> None:
+        """Read the stream's shard map (``ListShards``). On failure the map is kept (an empty
+        one aggregates by stream only) and read again before the next call."""
+        self._shards_stale = True
+        try:
+            self._shards = await asyncio.to_thread(_list_shards, self._client, self.stream_name)
+        except (ClientError, BotoCoreError):
+            return
+        self._shards_stale = False
+
+    async def _retry_later(self, failed: list[Entry], reason: str) -> None:
         retry = []
         for entry in failed:
             entry.attempts += 1
@@ -267,6 +365,44 @@ class KinesisSink:
         attempt = min(entry.attempts for entry in retry) - 1
         await asyncio.sleep(backoff_seconds(attempt, *self._backoff, self._rand()))
 
-    def _fail(self, batch: list[_Entry], message: str) -> None:
+    def _fail(self, batch: list[Entry], message: str) -> None:
         for entry in batch:
             entry.write.fail(message)
+
+
+_CALL_BUDGET_BYTES: Final = MAX_CALL_BYTES - 512 * 1024
+"""Message bytes taken into one call: below the call limit by what aggregation adds (partition
+key tables, record framing)."""
+
+
+def _request_entry(put: Put) -> PutRecordsRequestEntryTypeDef:
+    if put.explicit_hash_key is None:
+        return {"Data": put.data, "PartitionKey": put.partition_key}
+    return {
+        "Data": put.data,
+        "PartitionKey": put.partition_key,
+        "ExplicitHashKey": put.explicit_hash_key,
+    }
+
+
+def _list_shards(client: KinesisClient, stream_name: str) -> ShardMap:
+    """Every shard of ``stream_name`` with its hash key range; open = no ending sequence."""
+    shards = []
+    response = client.list_shards(StreamName=stream_name)
+    while True:
+        for shard in response["Shards"]:
+            hashes = shard["HashKeyRange"]
+            shards.append(
+                (
+                    ShardRange(
+                        shard["ShardId"],
+                        int(hashes["StartingHashKey"]),
+                        int(hashes["EndingHashKey"]),
+                    ),
+                    "EndingSequenceNumber" not in shard["SequenceNumberRange"],
+                )
+            )
+        token = response.get("NextToken")
+        if not token:
+            return ShardMap(shards)
+        response = client.list_shards(NextToken=token)
