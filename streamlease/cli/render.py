@@ -243,16 +243,15 @@ def fit_columns(
     width: int,
     *,
     drop: Sequence[str],
-    last_min: int = 12,
 ) -> tuple[list[str], list[list[str]]]:
     """The columns of a table that fit ``width``: those named in ``drop`` are removed, in that
-    order, until every column but the last fits whole and the last keeps at least ``last_min``
-    characters (:func:`table` narrows only that one). Values are never abbreviated."""
+    order, until every column but the last fits whole and the last keeps at least its header's
+    width (:func:`table` narrows only that one). Values are never abbreviated."""
     kept, body = list(headers), [list(row) for row in rows]
 
     def needed() -> int:
         widths = [max([len(h), *(len(row[i]) for row in body)]) for i, h in enumerate(kept)]
-        return sum(widths[:-1]) + 2 * (len(widths) - 1) + min(widths[-1], last_min)
+        return sum(widths[:-1]) + 2 * (len(widths) - 1) + len(kept[-1])
 
     for name in drop:
         if needed() <= width:

@@ -47,8 +47,20 @@ ONCE_MAX_SECONDS: Final = 15.0
 """Longest ``--once`` polls for a second checkpoint (three heartbeats at the defaults)."""
 UNCUT: Final = 100_000
 """Line width of a frame written to a pipe: lines are not cut."""
-DROP_FIRST: Final = ("TAKEOVERS", "EPOCH", "LEASE", "STATE", "VERSION", "HOST", "HEARTBEAT")
-"""Columns left out, in this order, when a table does not fit the terminal."""
+DROP_FIRST: Final = (
+    "TAKEOVERS",
+    "EPOCH",
+    "LEASE",
+    "STATE",
+    "RCVD/DLVD/BAD/GAPS",
+    "LAST_MSG",
+    "LAST_ERROR",
+    "VERSION",
+    "HOST",
+    "HEARTBEAT",
+)
+"""Columns left out, in this order, when a table does not fit the terminal (``get`` shows a
+stream whole)."""
 
 
 @dataclass
