@@ -436,12 +436,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from lambdas.api import handler  # after the environment is final: it reads it at import
+    from local.dashboard import dashboard_pages
     from local.stack_pages import stack_pages
 
+    pages = {**stack_pages(settings), **dashboard_pages(settings)}
     try:
-        adapter = ApiAdapter(
-            handler, load_resources(), stage=args.stage, pages=stack_pages(settings)
-        )
+        adapter = ApiAdapter(handler, load_resources(), stage=args.stage, pages=pages)
         server = make_server(adapter, args.host, args.port)
     except OSError as exc:
         reason = exc.strerror or str(exc)

@@ -113,6 +113,7 @@ def local_settings(settings: Settings, paths: StackPaths, moto_url: str) -> Sett
         allow_insecure_ws=True,
         allow_loopback_upstreams=True,
         api_url=f"http://{settings.local_host}:{settings.local_api_port}",
+        metrics_flush_seconds=settings.local_metrics_flush_seconds,
     )
 
 

@@ -167,7 +167,12 @@ class Settings:
     local_upstream_port: int = 8765
     local_workers: int = 3
     local_state_dir: str = ".local"
-    local_auditor_seconds: float = 60.0
+    local_auditor_seconds: float = 10.0
+    """How often the local stack runs the auditor (AWS: every minute); its metrics feed the
+    local dashboard."""
+    local_metrics_flush_seconds: float = 5.0
+    """``metrics_flush_seconds`` of the local stack's workers, so its dashboard moves while one
+    watches (AWS: every minute)."""
     local_respawn_seconds: float = 2.0
 
     def __post_init__(self) -> None:
