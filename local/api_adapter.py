@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import contextlib
 import datetime as dt
 import json
 import signal
@@ -34,7 +35,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -426,6 +427,19 @@ def make_server(adapter: ApiAdapter, host: str, port: int) -> ThreadingHTTPServe
     return Server((host, port), RequestHandler)
 
 
+@contextlib.contextmanager
+def serving(adapter: ApiAdapter, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """``adapter`` served on a thread of its own until the block ends; yields its base URL.
+    Raises ``OSError`` when the address cannot be bound."""
+    server = make_server(adapter, host, port)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"http://{host}:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve the API until SIGINT/SIGTERM. Settings (table, queue, …) come from the environment."""
     settings = Settings.from_env()
@@ -440,21 +454,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from local.stack_pages import stack_pages
 
     pages = {**stack_pages(settings), **dashboard_pages(settings)}
+    adapter = ApiAdapter(handler, load_resources(), stage=args.stage, pages=pages)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        adapter = ApiAdapter(handler, load_resources(), stage=args.stage, pages=pages)
-        server = make_server(adapter, args.host, args.port)
+        with serving(adapter, args.host, args.port) as url:
+            print(f"local API ready at {url}", flush=True)
+            stop.wait()
     except OSError as exc:
         reason = exc.strerror or str(exc)
         print(f"local API: cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True).start()
-    print(f"local API ready at http://{args.host}:{server.server_port}", flush=True)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
     return 0
 
 

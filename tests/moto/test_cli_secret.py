@@ -5,15 +5,14 @@ output; nothing needs installing or configuring on the user's side."""
 from __future__ import annotations
 
 import io
-import threading
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import boto3
 
-from local.api_adapter import ApiAdapter, Page, json_response, load_resources, make_server
+from local.api_adapter import ApiAdapter, Page, json_response, load_resources, serving
 from local.moto_process import MotoProcess
 from streamlease.cli import main
 from streamlease.profile import parse_profile
@@ -25,15 +24,8 @@ def no_function(event: dict[str, Any], context: Any) -> Mapping[str, Any]:
     return {"statusCode": 200, "headers": {}, "body": "{}"}
 
 
-@contextmanager
-def api_with(pages: dict[str, Page]) -> Iterator[str]:
-    server = make_server(ApiAdapter(no_function, load_resources(), pages=pages), "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def api_with(pages: dict[str, Page]) -> AbstractContextManager[str]:
+    return serving(ApiAdapter(no_function, load_resources(), pages=pages))
 
 
 def cli(*argv: str, stdin: str) -> tuple[int, str, str]:

@@ -9,15 +9,14 @@ import json
 import os
 import re
 import socket
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from local.api_adapter import ApiAdapter, Page, load_resources, make_server
+from local.api_adapter import ApiAdapter, Page, load_resources, serving
 from local.demo import DemoError, StackHandle
 from local.stack_pages import stack_pages
 from streamlease.settings import Settings
@@ -27,15 +26,8 @@ def no_function(event: dict[str, Any], context: Any) -> Mapping[str, Any]:
     return {"statusCode": 200, "headers": {}, "body": "{}"}
 
 
-@contextmanager
-def local_api(pages: dict[str, Page]) -> Iterator[str]:
-    server = make_server(ApiAdapter(no_function, load_resources(), pages=pages), "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def local_api(pages: dict[str, Page]) -> AbstractContextManager[str]:
+    return serving(ApiAdapter(no_function, load_resources(), pages=pages))
 
 
 def write_stack_file(state_dir: Path) -> dict[str, Any]:
