@@ -6,7 +6,8 @@ each, started through the API as a user would. Every :data:`SAMPLE_SECONDS` the 
 the resident memory of every process of the stack (moto, the API, the upstream simulator, the
 supervisor and each worker). The first quarter of the run is warm-up (Python's allocator,
 moto's tables, the workers' connections fill up); what a process gains over the remaining
-three quarters is its growth, judged against :data:`GROWTH_LIMIT_MIB`. A worker replaced
+three quarters is its growth, judged against :data:`GROWTH_LIMIT_MIB`. The local dashboard's
+data is read at every sample, as a page left open would. A worker replaced
 during the run is reported as such (its successor starts from nothing). Nothing is asserted.
 """
 
@@ -21,11 +22,12 @@ from typing import Final
 from bench.common import Table
 from bench.context import BenchContext
 from bench.local_run import local_run, stack_environment
+from local.dashboard import DATA_PATH
 from local.supervisor import REPO_ROOT
 from streamlease.cli.client import ApiClient
 
 STREAMS: Final = 100
-RATE: Final = 5
+RATE: Final = 2
 MINUTES: Final = 60.0
 QUICK_MINUTES: Final = 3.0
 SAMPLE_SECONDS: Final = 30.0
@@ -52,6 +54,7 @@ def run(ctx: BenchContext) -> list[Table]:
         started = time.monotonic()
         end = started + minutes * 60
         while (now := time.monotonic()) < end:
+            client.request("GET", DATA_PATH)  # someone watching the dashboard all along
             for name, kib in stack.memory_kib().items():
                 samples[name].append((now - started, kib))
             moto = samples["moto"][-1][1] / 1024 if samples["moto"] else 0.0
