@@ -39,6 +39,9 @@ from streamlease.telemetry import AUDITOR_SERVICE, REAPER_SERVICE, WORKER_SERVIC
 PAGE_PATH: Final = "/dashboard"
 DATA_PATH: Final = "/dashboard/data"
 HISTORY_SECONDS: Final = 3600.0
+MAX_BACKLOG_BYTES: Final = 16 * 1024 * 1024
+"""Of a log with more unread than this (a page opened after days) only the end is read: more
+than an hour of a worker's metrics and logs."""
 SAMPLES_PER_BUCKET: Final = 1000
 """Most values of one metric one bucket keeps for its percentiles (a random sample beyond)."""
 PAGE: Final = Path(__file__).with_name("dashboard.html")
@@ -117,8 +120,11 @@ class MetricStore:
     Thread-safe: the local API serves pages from several threads.
     """
 
-    def __init__(self, logs_dir: Path, period_seconds: float) -> None:
+    def __init__(
+        self, logs_dir: Path, period_seconds: float, max_backlog_bytes: int = MAX_BACKLOG_BYTES
+    ) -> None:
         self._logs_dir = logs_dir
+        self._max_backlog_bytes = max_backlog_bytes
         self.period_ms = max(1, int(period_seconds * 1000))
         self._tail: JsonlTail[Mapping[str, Any]] = JsonlTail(lambda document: document)
         self._buckets: OrderedDict[int, dict[tuple[Source, str], Accumulator]] = OrderedDict()
@@ -135,8 +141,8 @@ class MetricStore:
             for path in sorted(self._logs_dir.glob("worker-*.log")):
                 self._tail.follow(path)
             self._tail.follow(self._logs_dir / "lambdas.log")
-            for document in self._tail.read_new():
-                self.add(document)
+            for document in self._tail.read_new(max_backlog_bytes=self._max_backlog_bytes):
+                self._add(document)
             oldest = now_ms - int(HISTORY_SECONDS * 1000)
             while self._buckets and next(iter(self._buckets)) < oldest:
                 self._buckets.popitem(last=False)
@@ -147,6 +153,10 @@ class MetricStore:
 
     def add(self, document: Mapping[str, Any]) -> None:
         """Count one EMF document (anything else is ignored)."""
+        with self._lock:
+            self._add(document)
+
+    def _add(self, document: Mapping[str, Any]) -> None:
         found = emf_values(document)
         if found is None:
             return

@@ -179,3 +179,15 @@ def test_statistics_are_cloudwatchs() -> None:
         accumulator.add(float(value))
     assert len(accumulator.sample) == SAMPLES_PER_BUCKET
     assert accumulator.statistic("SampleCount") == 100 + 5 * SAMPLES_PER_BUCKET
+
+
+def test_a_page_opened_after_days_reads_the_end_of_each_log_only(tmp_path: Path) -> None:
+    """Logs grown for days are not read whole: the store takes the whole lines of their end,
+    where the last hour is, so memory does not follow the log's size."""
+    log = tmp_path / "worker-aaaa.log"
+    log.write_text(("x" * 99 + "\n") * 30_000)  # 3 MB of old log lines
+    worker_flush(log, held=1, Takeovers=7)
+    store = MetricStore(tmp_path, PERIOD, max_backlog_bytes=64 * 1024)
+    churn = widget(dashboard_data(store, later()), "Lease churn")["widget"]
+    assert churn["left"][1]["latest"] == 7
+    assert store._tail.malformed < 1000  # read ~64 KB of the 3 MB
