@@ -8,6 +8,7 @@ fresh CI machine). :func:`find_chromium` says where it is, or None.
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -57,8 +58,9 @@ class Chromium:
         with opener.open(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
             targets = json.loads(answer.read())
         page = next(t for t in targets if t.get("type") == "page")
-        self._socket: ClientConnection = connect(
-            page["webSocketDebuggerUrl"], proxy=None, max_size=None
+        self._connection = contextlib.ExitStack()
+        self._socket: ClientConnection = self._connection.enter_context(
+            connect(page["webSocketDebuggerUrl"], proxy=None, max_size=None)
         )
         self._ids = itertools.count(1)
 
@@ -105,7 +107,7 @@ class Chromium:
     def close(self) -> None:
         """Close the connection and stop the browser."""
         try:
-            self._socket.close()
+            self._connection.close()
         finally:
             self._process.terminate()
             try:

@@ -87,7 +87,7 @@ def test_the_dashboard_shows_the_streams_and_follows_a_killed_worker(tmp_path: P
             return (
                 latest(page, ReaperMetric.UNPLANNED_TASK_STOPS, "unplanned stops") == 1
                 and latest(page, AuditorMetric.OWNED_STREAMS) == len(STREAMS)
-                and (latest(page, WorkerMetric.LEASES_ACQUIRED) or 0) > 0
+                and latest(page, AuditorMetric.LIVE_WORKERS) == 3
             )
 
         wait_until(page_shows(recovered), WAIT, "the page to show the kill and recovery", stack)
