@@ -26,9 +26,8 @@ from typing import Any, Final, TextIO
 
 from local.sink_report import build_report, format_report
 from local.stack_files import StackPaths, read_stack_file
-from local.stack_pages import STACK_PATH
 from local.supervisor import REPO_ROOT
-from streamlease.cli.client import ApiClient, ApiError
+from streamlease.cli.client import LOCAL_STACK_PATH, ApiClient, ApiError
 from streamlease.cli.render import worker_name
 from streamlease.cli.transport import TransportError
 from streamlease.cli.watch import (
@@ -202,7 +201,7 @@ class StackHandle:
         naming the variable when there is none."""
         variable = f"{env_name('api_url')}={self._api_url}"
         try:
-            _, info = ApiClient(self._api_url, timeout_seconds=5.0).request("GET", STACK_PATH)
+            _, info = ApiClient(self._api_url, timeout_seconds=5.0).request("GET", LOCAL_STACK_PATH)
         except TransportError as exc:
             raise DemoError(
                 f"no API answers at {variable} ({exc}): start `make run` with the ports that "
@@ -213,7 +212,7 @@ class StackHandle:
             if exc.status == 503:
                 raise DemoError(f"the local stack at {variable} is still starting") from None
             raise DemoError(
-                f"{variable} is not a local stack ({exc.status} for {STACK_PATH}): make demo "
+                f"{variable} is not a local stack ({exc.status} for {LOCAL_STACK_PATH}): make demo "
                 f"kills and restarts local worker processes, so it runs only against `make "
                 f"run`; unset {env_name('api_url')} or point it at a local stack"
             ) from None

@@ -8,13 +8,10 @@ starting.
 
 from __future__ import annotations
 
-from typing import Final
-
 from local.api_adapter import HttpRequest, HttpResponse, Page, json_response
 from local.stack_files import StackPaths, read_stack_file
+from streamlease.cli.client import LOCAL_STACK_PATH
 from streamlease.settings import Settings
-
-STACK_PATH: Final = "/local/stack"
 
 
 def stack_pages(settings: Settings) -> dict[str, Page]:
@@ -27,4 +24,4 @@ def stack_pages(settings: Settings) -> dict[str, Page]:
             return json_response({"message": "the local stack is still starting"}, 503)
         return json_response(info)
 
-    return {STACK_PATH: stack}
+    return {LOCAL_STACK_PATH: stack}

@@ -19,6 +19,9 @@ from streamlease.errors import StreamleaseError
 USER_AGENT: Final = "streamlease-cli/1"
 DEFAULT_TIMEOUT_SECONDS: Final = 10.0
 PAGE_LIMIT: Final = 100
+LOCAL_STACK_PATH: Final = "/local/stack"
+"""Where a local stack's API describes the stack (its moto server, state directory, processes);
+other APIs have no such route."""
 
 
 class ApiError(StreamleaseError):

@@ -18,24 +18,20 @@ from __future__ import annotations
 import argparse
 import getpass
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from streamlease.cli.client import ApiClient, ApiError
+from streamlease.aws import LOCAL_CREDENTIAL
+from streamlease.cli.client import LOCAL_STACK_PATH, ApiClient, ApiError
 from streamlease.cli.signing import execute_api_region
 from streamlease.cli.transport import TransportError
 from streamlease.errors import StreamleaseError
 
 if TYPE_CHECKING:
     from types_boto3_secretsmanager import SecretsManagerClient
-
-LOCAL_STACK_PATH: Final = "/local/stack"
-LOCAL_KEY: Final = "testing"
-"""The local stack's processes use this as key id, secret and token against moto (a
-developer's own keys never go there)."""
 
 
 class SecretError(StreamleaseError):
@@ -61,7 +57,7 @@ class SecretStore:
 
     def client(self) -> SecretsManagerClient:
         """A Secrets Manager client for this store."""
-        key = LOCAL_KEY if self.local else None
+        key = LOCAL_CREDENTIAL if self.local else None
         session = boto3.session.Session(
             aws_access_key_id=key, aws_secret_access_key=key, aws_session_token=key
         )
