@@ -74,10 +74,12 @@ def _scale(text: str) -> float:
     return value
 
 
-def command_line(quick: bool, scale: float) -> str:
-    """The command that reproduces a run (``--only`` aside), as the results header shows it."""
-    options = (" --quick" if quick else "") + (
-        f" --scale {scale:g}" if scale != DEFAULT_SCALE else ""
+def command_line(quick: bool, scale: float, only: Sequence[str] | None = None) -> str:
+    """The command that reproduces a run, as the results header shows it."""
+    options = (
+        (" --quick" if quick else "")
+        + (f" --scale {scale:g}" if scale != DEFAULT_SCALE else "")
+        + (f" --only {' '.join(only)}" if only else "")
     )
     return f"python -m bench{options}"
 
@@ -105,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = [
         "# streamlease benchmarks",
         "",
-        f"`{command_line(args.quick, args.scale)}` at revision {_git_revision()},"
+        f"`{command_line(args.quick, args.scale, args.only)}` at revision {_git_revision()},"
         f" {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
         *[f"- {line}" for line in machine_description()],
