@@ -31,6 +31,7 @@ from local.worker_process import PRODUCTION_LEASE_SECONDS
 Section = Callable[[BenchContext], list[Table]]
 
 SECTIONS: Final = {
+    "lambda": "bench.lambda_imports",
     "failover": "bench.failover",
     "throughput": "bench.throughput",
     "write_cost": "bench.write_cost",

@@ -13,7 +13,7 @@ import threading
 from http import HTTPStatus
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.event_handler.openapi.models import (
@@ -27,10 +27,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from lambdas import http_errors, runtime
 from lambdas.http_errors import ApiError
 from lambdas.routes import streams, workers
+from lambdas.tracing import tracer
 from streamlease.telemetry import API_SERVICE
 
 logger = Logger(service=API_SERVICE, level=runtime.current().settings.log_level)
-tracer = Tracer(service=API_SERVICE)  # active only inside Lambda
 
 app = APIGatewayRestResolver(enable_validation=True)
 app.include_router(streams.router)
@@ -108,7 +108,8 @@ def with_plain_path(event: dict[str, Any]) -> dict[str, Any]:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
-@tracer.capture_lambda_handler
+# Responses carry streams' upstream URLs: they stay out of the trace's metadata.
+@tracer.capture_lambda_handler(capture_response=False)
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = http_errors.precheck(event, runtime.current().settings.max_body_bytes)
     if refused is not None:

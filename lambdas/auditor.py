@@ -30,6 +30,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas import runtime
 from lambdas.metrics import MetricEmitter
+from lambdas.tracing import tracer
 from streamlease import dynamo
 from streamlease.lease_store import wall_ms
 from streamlease.schema import (
@@ -93,6 +94,7 @@ class Audit:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE)
+@tracer.capture_lambda_handler
 def _handle(event: Any, context: LambdaContext) -> dict[str, Any]:
     audit = run_audit(runtime.current(), wall_ms())
     metrics.emit(audit.metrics(), units={AuditorMetric.OLDEST_ORPHAN_AGE_SECONDS: "Seconds"})

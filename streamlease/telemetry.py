@@ -6,6 +6,7 @@ use the same dimension or they never see data. No stream id is ever a dimension.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
 from streamlease.schema import ConnectionState
@@ -90,3 +91,35 @@ class ReaperMetric:
     UNPLANNED_TASK_STOPS: Final = "UnplannedTaskStops"
     """Worker tasks that stopped outside a deployment or scale-in (crashed, failed to start,
     failed their health check): 1 per such stop, 0 per planned one. Repeated, a crash loop."""
+
+
+# --- traces ------------------------------------------------------------------------------------
+
+TRACE_HTTP_HEADER: Final = "X-Amzn-Trace-Id"
+"""The X-Ray trace header of an HTTP request (API Gateway passes it to the API function)."""
+TRACE_MESSAGE_ATTRIBUTE: Final = "AWSTraceHeader"
+"""The SQS message system attribute that carries the X-Ray trace header of whoever sent a
+command (the API, the reaper), so the worker's acquire joins that trace."""
+
+
+class TraceExport(StrEnum):
+    """Where a worker's spans go."""
+
+    OFF = "off"
+    """No spans: OpenTelemetry is not even imported."""
+    OTLP = "otlp"
+    """OTLP over HTTP to ``trace_otlp_endpoint`` (on AWS the collector beside the worker)."""
+    FILE = "file"
+    """One JSON object per span, appended to ``trace_file`` (local runs and tests)."""
+
+
+class SpanName:
+    """Spans of a stream's start in the worker, in the trace of the call that asked for it."""
+
+    ACQUIRE: Final = "stream.acquire"
+    """The conditional write that takes the stream (outcome: won, owned, stopped, ...)."""
+    CONNECT: Final = "stream.connect"
+    """Opening the upstream connection (TCP, TLS, WebSocket handshake)."""
+    FIRST_BATCH: Final = "stream.first_batch"
+    """From the acquire to the first batch the sink acknowledged: how long the stream took to
+    start delivering."""

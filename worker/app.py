@@ -66,6 +66,7 @@ from worker.session import Session
 from worker.signals import install_signal_handlers
 from worker.sinks import Sink, load_sink
 from worker.takeover import Takeover
+from worker.tracing import Tracing
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
@@ -121,6 +122,7 @@ class Worker:
             shutdown_requested=shutdown_requested or asyncio.Event(),
             hurry=hurry or asyncio.Event(),
             secrets=Secrets(settings),
+            tracing=Tracing.from_settings(settings),
         )
         self.uses_sessions = settings.liveness is Liveness.SESSION
         self.view = FleetView()
@@ -370,6 +372,7 @@ class Worker:
         except Exception as exc:
             logger.warning("sink close failed", error=describe(exc))
         self.ctx.events.close()
+        self.ctx.tracing.shutdown()
         logger.info("worker stopped")
 
     async def _revoke_session(self) -> None:

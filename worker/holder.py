@@ -39,6 +39,7 @@ from worker.context import WorkerContext
 from worker.fence import Fence
 from worker.logs import describe, logger
 from worker.sinks import SinkRecord
+from worker.tracing import UNTRACED
 from worker.upstream import UpstreamMessage
 from worker.upstream_feed import UpstreamFeed
 
@@ -109,6 +110,8 @@ class StreamHolder:
         self.acked_seq = lease.last_seq
         """Highest seq the sink acknowledged: the checkpoint renewals and the release carry."""
         self.end_reason: EndReason | None = None
+        self.trace = UNTRACED
+        """This start's place in a trace (set by the acquire): connect and first batch."""
         self._ctx = ctx
         self._settings = ctx.settings
         self._failure: str | None = None
@@ -428,6 +431,7 @@ class StreamHolder:
             unsent = []
         self.acked_seq = batch[-1].seq
         self.fence.checkpoint(self.acked_seq)
+        self.trace.first_batch(len(batch))
         return True
 
     async def _until_renewed(self) -> bool:

@@ -10,6 +10,7 @@ workers themselves are gone is what ``LiveWorkersLow`` (an auditor alarm) says.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from aws_cdk import Acknowledgment, Annotations, Duration, Validations
 from aws_cdk import aws_apigateway as apigw
@@ -78,13 +79,20 @@ def subscribe(topic: sns.Topic, email: str) -> None:
         )
 
 
+HEADROOM_MINUTES: Final = 10
+"""How long the fleet must stay short of headroom before it alarms: scale-out takes a few
+minutes by itself."""
+
+
 class FleetAlarms(Construct):
     """The fleet's alarms, by name in :attr:`by_name` (also their construct ids). Each notifies
     ``topic`` when it fires and when it clears.
 
     ``min_live_workers``: fewer live workers than this for five minutes alarms (the scaling
-    minimum). ``renewal_lag_limit_ms``: a renewal sent this late is near its holder's fencing
-    deadline (see ``DeploymentConfig.renewal_lag_alarm_ms``).
+    minimum). ``max_tasks`` and ``capacity_per_task``: the fleet at its maximum, or with less
+    than one task of spare capacity, for :data:`HEADROOM_MINUTES` alarms.
+    ``renewal_lag_limit_ms``: a renewal sent this late is near its holder's fencing deadline (see
+    ``DeploymentConfig.renewal_lag_alarm_ms``).
     """
 
     def __init__(
@@ -97,8 +105,11 @@ class FleetAlarms(Construct):
         table: dynamodb.ITableV2,
         dead_letter_queue: sqs.IQueue,
         sink_stream: kinesis.IStream,
+        reaper_dead_letter_queue: sqs.IQueue,
         functions: Mapping[str, lambda_.IFunction],
         min_live_workers: int,
+        max_tasks: int,
+        capacity_per_task: int,
         renewal_lag_limit_ms: int,
         email: str = "",
     ) -> None:
@@ -160,6 +171,31 @@ class FleetAlarms(Construct):
             "start, or cannot reach DynamoDB. Check the service's events and stopped tasks.",
         )
 
+        running, wanted = (
+            metrics.running_tasks(),
+            auditor(AuditorMetric.STARTED_STREAMS, statistic="Average"),
+        )
+        self._alarm(
+            "Headroom",
+            cloudwatch.MathExpression(
+                # No FILL: without the auditor's wanted streams there is no value (breaching).
+                expression=f"IF(tasks >= {max_tasks} OR (tasks * {capacity_per_task} - wanted)"
+                f" < {capacity_per_task}, 1, 0)",
+                using_metrics={"tasks": running, "wanted": wanted},
+                period=ONE_MINUTE,
+                label="at max tasks or under one task of spare capacity",
+            ),
+            threshold=1,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=HEADROOM_MINUTES,
+            missing=breaching,
+            description=f"The worker fleet has run at its maximum of {max_tasks} tasks, or with "
+            f"less than one task ({capacity_per_task} streams) of spare capacity, for "
+            f"{HEADROOM_MINUTES} minutes (or the auditor has published nothing): losing a task "
+            "would leave streams unowned. Raise streamlease:maxTasks (and expectedStreams) or "
+            "capacityPerWorker.",
+        )
+
         # --- things that happened: missing data is nothing happening --------------------------
         self._alarm(
             "CrashLoop",
@@ -206,6 +242,15 @@ class FleetAlarms(Construct):
             ),
             description="Commands reached the dead-letter queue: they were received too often "
             "without being handled. Read them from the queue before they expire.",
+        )
+        self._alarm(
+            "ReaperDeadLetters",
+            reaper_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                statistic="Maximum", period=ONE_MINUTE
+            ),
+            description="A stopped task's event could not be handled by the reaper (delivery "
+            "or every retry failed): its streams wait for a lease expiry and reconciliation. "
+            "Read the message for the task ARN and the error; the reaper's logs say more.",
         )
         self._alarm(
             "LeasesLost",

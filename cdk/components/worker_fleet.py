@@ -24,10 +24,18 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from cdk.components.table_grants import grant_table_data, nag_spelling
+from cdk.components.table_grants import (
+    WORKER_COMMANDS,
+    WORKER_SINK,
+    WORKER_TABLE,
+    grant_table,
+    nag_spelling,
+)
+from cdk.components.trace_collector import add_trace_collector
 from cdk.config import CpuArchitecture
 from streamlease import telemetry
 from streamlease.settings import SettingValue, settings_environment
+from streamlease.telemetry import TraceExport
 
 STOP_TIMEOUT_SECONDS = 120
 """What ECS waits between SIGTERM and SIGKILL (the Fargate maximum)."""
@@ -58,10 +66,11 @@ class WorkerFleet(Construct):
 
     Deployments never drop below the running count (min healthy 100 %, max 200 %) and roll back
     on the circuit breaker; a stopped task gets ``STOP_TIMEOUT_SECONDS`` to release its leases.
-    The task role may use exactly the lease table and its indexes, the command queue, the
-    sink stream and (when ``secrets_prefix`` is set) the Secrets Manager secrets whose names
-    start with it — what streams' handshake headers may refer to. The desired count is left to
-    the scaling policy.
+    The task role may call exactly the actions the worker uses on the lease table and its
+    indexes, the command queue and the sink stream (:mod:`cdk.components.table_grants`), and
+    (when ``secrets_prefix`` is set) read the Secrets Manager secrets whose names start with it
+    — what streams' handshake headers may refer to. The desired count is left to the scaling
+    policy.
     """
 
     def __init__(
@@ -119,6 +128,7 @@ class WorkerFleet(Construct):
                 "aws_region": Aws.REGION,
                 "metrics_namespace": metrics_namespace,
                 "shutdown_budget_seconds": STOP_TIMEOUT_SECONDS - SHUTDOWN_MARGIN_SECONDS,
+                "trace_export": TraceExport.OTLP.value,
                 **settings,
             }
         )
@@ -149,11 +159,11 @@ class WorkerFleet(Construct):
                 max_buffer_size=Size.mebibytes(25),
             ),
         )
+        self.trace_collector = add_trace_collector(self, self.task_definition, self.log_group)
         task_role = self.task_definition.task_role
-        grant_table_data(table, task_role, write=True)
-        queue.grant_consume_messages(task_role)
-        queue.grant_send_messages(task_role)
-        sink_stream.grant_write(task_role)
+        grant_table(table, task_role, WORKER_TABLE)
+        queue.grant(task_role, *WORKER_COMMANDS)
+        sink_stream.grant(task_role, *WORKER_SINK)
         if secrets_prefix:
             self._grant_secrets(task_role, secrets_prefix)
 

@@ -61,4 +61,5 @@ class StatefulStack(Stack):
 
         CfnOutput(self, "TableName", value=self.table.table_name)
         CfnOutput(self, "SinkStreamName", value=self.sink_stream.stream_name)
+        CfnOutput(self, "CommandQueueUrl", value=self.queue.queue_url)
         CfnOutput(self, "DeadLetterQueueUrl", value=self.dead_letter_queue.queue_url)

@@ -30,6 +30,7 @@ from lambdas.http_errors import ApiError
 from lambdas.identity import caller_identity
 from lambdas.metrics import MetricEmitter
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
+from lambdas.tracing import command_trace_header
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
 from streamlease.profile import ProfileError, parse_profile
@@ -89,6 +90,7 @@ def _hint_start(stream: Stream) -> None:
         start_command(stream.stream_id, stream.generation),
         logger=logger,
         on_failure=lambda name: metrics.emit({name: 1}),
+        trace_header=command_trace_header(router.current_event.headers),
     )
 
 

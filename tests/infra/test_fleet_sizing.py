@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 from aws_cdk import App
-from template_support import TemplateJson, flat, properties_of, resources_of
+from template_support import (
+    TemplateJson,
+    environment_of,
+    flat,
+    properties_of,
+    resources_of,
+)
 
 from cdk.app import REPO_ROOT, build, config_from_context
 from cdk.config import HEADROOM_FACTOR, DeploymentConfig, min_max_tasks
@@ -19,18 +25,13 @@ from streamlease.settings import env_name
 CDK_CONTEXT: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 
 
-def _environment(template: TemplateJson) -> dict[str, Any]:
-    (container,) = properties_of(template, "AWS::ECS::TaskDefinition")["ContainerDefinitions"]
-    return {e["Name"]: e["Value"] for e in container["Environment"]}
-
-
 def test_default_fleet_holds_one_and_a_half_times_its_streams_with_one_task_lost(
     stateless_json: TemplateJson, config: DeploymentConfig
 ) -> None:
     """At its maximum, less one task, the fleet's capacity (the workers' capacity setting × the
     scalable target's maximum) is at least 1.5 × the streams it is sized for."""
     target = properties_of(stateless_json, "AWS::ApplicationAutoScaling::ScalableTarget")
-    capacity = int(_environment(stateless_json)[env_name("capacity")])
+    capacity = int(environment_of(stateless_json)[env_name("capacity")])
     assert (target["MaxCapacity"] - 1) * capacity >= HEADROOM_FACTOR * config.expected_streams
     assert config.expected_streams >= 1000
 

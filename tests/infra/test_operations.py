@@ -76,14 +76,14 @@ def test_every_auditor_alarm_fires_when_the_auditor_goes_quiet(
     stateless_json: TemplateJson,
 ) -> None:
     """Missing auditor data is breaching: if the auditor stops, its alarms fire instead of
-    going quiet. (There are three: orphans, streams in trouble, live workers.)"""
+    going quiet. (There are four: orphans, streams in trouble, live workers, headroom.)"""
     alarms = resources_of(stateless_json, "AWS::CloudWatch::Alarm")
     auditor_alarms = {
         logical_id: body["Properties"]
         for logical_id, body in alarms.items()
         if any(_is_auditors(m) for m in _watched(body["Properties"]))
     }
-    assert len(auditor_alarms) == 3
+    assert len(auditor_alarms) == 4
     for logical_id, props in auditor_alarms.items():
         assert props["TreatMissingData"] == "breaching", logical_id
 
@@ -230,6 +230,19 @@ def test_dead_letter_alarm_fires_on_any_dead_letter(stateless_json: TemplateJson
     assert alarm["Namespace"] == "AWS/SQS"
     assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
     assert "CommandDeadLetterQueue" in flat(alarm["Dimensions"])
+    assert (alarm["Threshold"], alarm["EvaluationPeriods"]) == (0, 1)
+
+
+def test_reaper_dead_letter_alarm_fires_on_any_lost_task_event(
+    stateless_json: TemplateJson,
+) -> None:
+    """A task-stopped event the reaper could not handle alarms within a minute."""
+    alarm = _alarm(stateless_json, "AlarmsReaperDeadLetters")
+    assert (alarm["Namespace"], alarm["MetricName"]) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+    )
+    assert "EventsReaperDeadLetters" in flat(alarm["Dimensions"])
     assert (alarm["Threshold"], alarm["EvaluationPeriods"]) == (0, 1)
 
 
