@@ -17,7 +17,8 @@ import math
 import time
 from typing import Protocol
 
-from streamlease import rules
+from streamlease import checkpoints, rules
+from streamlease.checkpoints import Checkpoint
 from streamlease.settings import Settings
 from worker.session import Session
 
@@ -64,6 +65,11 @@ class Fence(Protocol):
 
     def stop_renewing(self) -> None:
         """Delivery has ended for good; no more renewals are needed."""
+        ...
+
+    def release_unanswered(self) -> None:
+        """The holder's last release got no answer: the stream item may still name this
+        holding (a session's slot then stays out of use until a read settles it)."""
         ...
 
     def finish(self) -> None:
@@ -123,6 +129,9 @@ class LeaseFence:
     def stop_renewing(self) -> None:
         self._renewals.untrack(self._stream_id, self._epoch)
 
+    def release_unanswered(self) -> None:
+        return  # the lease lapses on its own; nothing of the worker's stays named by it
+
     def finish(self) -> None:
         self._renewals.untrack(self._stream_id, self._epoch)
 
@@ -132,12 +141,17 @@ class SessionFence:
 
     pauses = True
 
-    def __init__(self, session: Session, slot: int, epoch: int, last_seq: int) -> None:
+    def __init__(
+        self, session: Session, slot: int, stream_id: str, epoch: int, last_seq: int
+    ) -> None:
         self.session = session
         self.slot = slot
+        self._stream_id = stream_id
         self._epoch = epoch
+        self._tag = checkpoints.stream_tag(stream_id)
         self._finished = False
-        session.slots.hold(slot, epoch, last_seq)
+        self._release_unanswered = False
+        session.slots.hold(slot, Checkpoint(epoch, last_seq, self._tag))
 
     @property
     def deadline_mono(self) -> float:
@@ -159,12 +173,20 @@ class SessionFence:
 
     def checkpoint(self, seq: int) -> None:
         if not self._finished and self.session.live:
-            self.session.slots.hold(self.slot, self._epoch, seq)
+            self.session.slots.hold(self.slot, Checkpoint(self._epoch, seq, self._tag))
 
     def stop_renewing(self) -> None:
         return  # the session renews on; the slot keeps the checkpoint until the release
 
+    def release_unanswered(self) -> None:
+        self._release_unanswered = True
+
     def finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self.session.slots.free(self.slot, time.monotonic())
+        if self._finished:
+            return
+        self._finished = True
+        now = time.monotonic()
+        if self._release_unanswered:
+            self.session.lose_slot(self.slot, self._stream_id, now, write_may_land=False)
+        else:
+            self.session.slots.free(self.slot, now)

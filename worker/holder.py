@@ -369,8 +369,10 @@ class StreamHolder:
                     self.epoch,
                     last_seq=self.acked_seq,
                 )
-        except (LeaseLost, StoreError, TimeoutError):
+        except LeaseLost:
             return
+        except (StoreError, TimeoutError):
+            self.fence.release_unanswered()  # the item may still name this holding
 
     # --- deliver -------------------------------------------------------------------------------
 

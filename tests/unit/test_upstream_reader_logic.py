@@ -4,6 +4,7 @@ malformed frames, backoff, outcomes and closing."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +152,32 @@ async def test_malformed_frames_are_skipped_counted_and_not_fatal(upstream: Any)
     assert reader.stats.malformed == len(bad)
     assert reader.stats.connects == 1
     assert sum(e.kind is UpstreamEventKind.MALFORMED for e in events) == len(bad)
+
+
+@pytest.mark.parametrize("loads", ["orjson", "json"])
+async def test_a_seq_beyond_the_bound_is_malformed_and_never_becomes_last_seq(
+    upstream: Any, monkeypatch: pytest.MonkeyPatch, loads: str
+) -> None:
+    """2^63 (one above int64), 2^70 and a 40-digit seq are skipped as malformed, with the cause
+    named, whether the JSON parser reads them as integers or as floats; the messages after them
+    are delivered (a huge seq taken as last_seq would make every later one a duplicate)."""
+    if loads == "json":
+        monkeypatch.setattr("worker.upstream.reader._loads", json.loads)
+    huge = [2**63, 2**70, 10**39 + 7, -1]
+    upstream(FakeConnection([frame(1), *(frame(n) for n in huge), frame(2), frame(3)]))
+    events: list[UpstreamEvent] = []
+    async with UpstreamReader("s", URL, SETTINGS, on_event=events.append) as reader:
+        assert await asyncio.wait_for(take(reader, 3), 5) == [1, 2, 3]
+    assert reader.stats.malformed == len(huge)
+    assert reader.last_seq == 3
+    errors = [e.error for e in events if e.kind is UpstreamEventKind.MALFORMED]
+    assert errors == ["frame seq is above 2^63-1"] * 3 + ["frame seq is negative"]
+
+
+async def test_the_largest_seq_accepted_is_2_63_minus_1(upstream: Any) -> None:
+    upstream(FakeConnection([frame(2**63 - 1)]))
+    async with UpstreamReader("s", URL, SETTINGS) as reader:
+        assert await take(reader, 1) == [2**63 - 1]
 
 
 async def test_reconnect_resumes_after_the_last_delivered_seq(upstream: Any) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, Final
 from urllib.parse import quote
 
 from streamlease.errors import SinkDeadlinePassed, SinkError
-from worker.sinks.base import Deadline, SinkRecord, encode_record
+from worker.sinks.base import Deadline, SinkRecord, SinkThread, deadline_passed, encode_record
 
 SUFFIX: Final = ".jsonl"
 _MAX_NAME_CHARS: Final = 200  # file systems allow 255 bytes; leave room for the suffix
@@ -46,8 +46,11 @@ def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
 class FileSink:
     """Appends each stream's records to ``<sink_dir>/<sink_file_name(stream id)>``.
 
-    Writes run in a thread, one batch at a time, so the event loop never waits on the disk; each
-    batch is flushed to the OS before :meth:`write` returns (no fsync). At most
+    Appends run one batch at a time in the sink's own thread (:class:`SinkThread`), so neither
+    the event loop nor the loop's default thread pool waits on the disk, and each batch is
+    flushed to the OS before :meth:`write` returns (no fsync). In that thread, right before the
+    append, the batch's deadline is checked once more and the time is taken: every record of the
+    batch carries it as :attr:`~streamlease.schema.SinkField.WRITTEN_AT_MS`. At most
     ``max_open_files`` files stay open; the least recently written is closed first.
     """
 
@@ -56,7 +59,7 @@ class FileSink:
         self.records = 0
         self._max_open_files = max_open_files
         self._files: OrderedDict[str, BinaryIO] = OrderedDict()
-        self._lock = asyncio.Lock()
+        self._thread = SinkThread("file-sink")
         self._closed = False
 
     def path_for(self, stream_id: str) -> Path:
@@ -66,30 +69,37 @@ class FileSink:
     async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
         """Append ``records``. Raises :class:`SinkError` if the disk refuses or after close,
         :class:`SinkDeadlinePassed` (nothing written) if ``deadline`` passed before the append
-        started."""
+        started. If the caller is cancelled, an append already queued still runs (and is
+        fenced as any other)."""
         if self._closed:
             raise SinkError("sink is closed")
         if not records:
             return
-        async with self._lock:
-            if deadline.remaining_seconds() <= 0:
-                raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
-            try:
-                await asyncio.to_thread(self._append, records)
-            except OSError as exc:
-                raise SinkError(f"file sink write failed ({exc.strerror or 'OS error'})") from exc
+        try:
+            await self._thread.run(self._append, records, deadline)
+        except OSError as exc:
+            raise SinkError(f"file sink write failed ({exc.strerror or 'OS error'})") from exc
         self.records += len(records)
 
     async def close(self) -> None:
-        """Close every open file; later writes raise :class:`SinkError`."""
+        """Close every open file once the appends queued before are done; later writes raise
+        :class:`SinkError`."""
+        if self._closed:
+            return
         self._closed = True
-        async with self._lock:
-            await asyncio.to_thread(self._close_all)
+        await self._thread.run(self._close_all)
+        self._thread.shutdown()
 
-    def _append(self, records: Sequence[SinkRecord]) -> None:
+    def _append(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
+        """In the sink's thread: the last deadline check, then the append."""
+        if deadline_passed(deadline):
+            raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
+        written_at_ms = time.time_ns() // 1_000_000
         lines: dict[str, list[bytes]] = {}
         for record in records:
-            lines.setdefault(record.stream_id, []).append(encode_record(record) + b"\n")
+            lines.setdefault(record.stream_id, []).append(
+                encode_record(record, written_at_ms) + b"\n"
+            )
         for stream_id, chunk in lines.items():
             handle = self._open(stream_id)
             handle.write(b"".join(chunk))

@@ -15,18 +15,24 @@ as its own partition key. The shard map comes from ``ListShards``; a record that
 another shard than the one it was packed for (the stream was resharded) stores only the messages
 that shard covers: the rest are sent again, and the map is read again.
 
-Each write carries its holder's fencing deadline: a record is put into a call only while that
-deadline has not passed, so neither a first attempt nor a retry is sent after it (the client has
-no botocore retries of its own). A write cut short fails with :class:`SinkDeadlinePassed`, and
-both errors name the records that were not stored, so the holder never acknowledges them and a
-later retry repeats nothing that landed. An aggregated record holds messages of several writes; a
-write whose deadline passed before its record was sent takes its messages out first, so none of
-them is sent.
+Each write carries its holder's fencing deadline: a message is taken into a call only while
+that deadline has not passed, and the call itself is packed and sent from the sink's own thread
+(:class:`~worker.sinks.base.SinkThread`), which looks at every deadline of the batch once more
+right before ``PutRecords`` and leaves out the messages of a write whose deadline has passed.
+So neither a first attempt nor a retry is sent after the deadline (the client has no botocore
+retries of its own), and a call started before it ends within the client's timeout
+(``Settings.sink_call_timeout_seconds``, which the fence margin must cover). A write cut short
+fails with :class:`SinkDeadlinePassed`, and both errors name the records that were not stored —
+only once the answer of any call carrying them is known, even if the flusher is cancelled
+meanwhile — so the holder never acknowledges them and a later retry repeats nothing that
+landed. An aggregated record holds messages of several writes; a write whose deadline passed
+before its record was sent takes its messages out first, so none of them is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
 from collections import deque
@@ -41,7 +47,7 @@ from streamlease.kinesis_records import encode_message, epoch_prefix
 from streamlease.kpl import hash_key
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
-from worker.sinks.base import Deadline, SinkRecord, encode_record
+from worker.sinks.base import Deadline, SinkRecord, SinkThread, deadline_passed, encode_record
 from worker.sinks.kinesis_batch import (
     MAX_CALL_BYTES,
     MAX_CALL_RECORDS,
@@ -54,7 +60,10 @@ from worker.sinks.kinesis_batch import (
 
 if TYPE_CHECKING:
     from types_boto3_kinesis import KinesisClient
-    from types_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
+    from types_boto3_kinesis.type_defs import (
+        PutRecordsOutputTypeDef,
+        PutRecordsRequestEntryTypeDef,
+    )
 
 MAX_PARTITION_KEY_CHARS: Final = 256
 LINGER_SECONDS: Final = 0.02
@@ -152,6 +161,21 @@ def _entries(records: Sequence[SinkRecord], write: _Write, aggregate: bool) -> l
     return out
 
 
+class _Call:
+    """One ``PutRecords`` attempt, as its thread did it."""
+
+    __slots__ = ("error", "late", "overflow", "puts", "response")
+
+    def __init__(self) -> None:
+        self.puts: list[Put] = []
+        self.late: list[_Write] = []
+        """Writes whose deadline had passed at the last look: none of their messages was sent."""
+        self.overflow: list[Entry] = []
+        """Messages packed into records beyond what one call takes: for the next call."""
+        self.response: PutRecordsOutputTypeDef | None = None
+        self.error: ClientError | BotoCoreError | None = None
+
+
 class KinesisSink:
     """Writes records to ``settings.kinesis_stream_name``, partition key = stream id.
 
@@ -180,8 +204,17 @@ class KinesisSink:
         """Messages stored."""
         self.calls = 0
         self._client = (
-            client if client is not None else aws.client("kinesis", settings, max_attempts=1)
+            client
+            if client is not None
+            else aws.client(
+                "kinesis",
+                settings,
+                max_attempts=1,
+                connect_timeout_seconds=settings.sink_call_timeout_seconds,
+                read_timeout_seconds=settings.sink_call_timeout_seconds,
+            )
         )
+        self._thread = SinkThread("kinesis-sink")
         self._backoff = (backoff_base_seconds, backoff_max_seconds)
         self._rand = rand
         self._linger = linger_seconds
@@ -225,8 +258,11 @@ class KinesisSink:
         self._closed = True
         self._wakeup.set()
         flusher = self._flusher
-        if flusher is not None:
-            await flusher
+        try:
+            if flusher is not None:
+                await flusher
+        finally:
+            self._thread.shutdown()
 
     async def _run_flusher(self) -> None:
         try:
@@ -279,45 +315,80 @@ class KinesisSink:
     async def _send(self, batch: list[Entry]) -> None:
         if not batch:
             return
-        puts = pack(batch, self._shards, self.aggregate)
-        if len(puts) > MAX_CALL_RECORDS:  # more shards than a call takes: the rest go next
-            for put in reversed(puts[MAX_CALL_RECORDS:]):
-                self._pending.extendleft(reversed(put.entries))
-            puts = puts[:MAX_CALL_RECORDS]
-            batch = [entry for put in puts for entry in put.entries]
         self._in_flight = batch
-        request: list[PutRecordsRequestEntryTypeDef] = [_request_entry(put) for put in puts]
-        self.calls += 1
+        call = self._thread.run(self._put, batch, self._shards)
         try:
-            response = await asyncio.to_thread(
-                self._client.put_records, StreamName=self.stream_name, Records=request
-            )
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", "ClientError"))
-            if code not in RETRYABLE_ERRORS:
-                self._fail(batch, f"Kinesis PutRecords failed ({code})")
-                return
-            failed, reason = batch, code
-        except BotoCoreError as exc:
-            failed, reason = batch, type(exc).__name__
-        else:
-            failed, reason = [], ""
-            misrouted: list[tuple[Put, str]] = []
-            for put, result in zip(puts, response["Records"], strict=True):
-                if "ErrorCode" in result:
-                    failed += put.entries
-                    reason = str(result["ErrorCode"])
-                elif put.shard_id and result.get("ShardId", put.shard_id) != put.shard_id:
-                    misrouted.append((put, str(result.get("ShardId", ""))))
-                else:
-                    self._stored(put, put.entries)
-            if misrouted:
-                failed += await self._settle_misrouted(misrouted)
-                reason = reason or "the stream was resharded"
+            done = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # A call under way cannot be recalled: learn what it stored before the flusher
+            # reports anything unsent (what landed must not be sent again).
+            with contextlib.suppress(Exception):
+                self._apply(await call)
+            raise
         finally:
             self._in_flight = []
+        failed, reason, misrouted = self._apply(done)
+        if misrouted:
+            failed += await self._settle_misrouted(misrouted)
+            reason = reason or "the stream was resharded"
         if failed:
             await self._retry_later(failed, reason)
+
+    def _put(self, batch: list[Entry], shards: ShardMap) -> _Call:
+        """In the sink's thread: the last look at each write's deadline, then the records of
+        the writes still inside theirs, packed and sent in one call."""
+        call = _Call()
+        late = {entry.write for entry in batch if deadline_passed(entry.write.deadline)}
+        if late:
+            call.late = list(late)
+            batch = [entry for entry in batch if entry.write not in late]
+        puts = pack(batch, shards, self.aggregate)
+        if len(puts) > MAX_CALL_RECORDS:  # more shards than a call takes: the rest go next
+            call.overflow = [entry for put in puts[MAX_CALL_RECORDS:] for entry in put.entries]
+            puts = puts[:MAX_CALL_RECORDS]
+        call.puts = puts
+        if not puts:
+            return call
+        request: list[PutRecordsRequestEntryTypeDef] = [_request_entry(put) for put in puts]
+        try:
+            call.response = self._client.put_records(StreamName=self.stream_name, Records=request)
+        except (ClientError, BotoCoreError) as exc:
+            call.error = exc
+        return call
+
+    def _apply(self, call: _Call) -> tuple[list[Entry], str, list[tuple[Put, str]]]:
+        """A call's answer, in the event loop: late writes failed, overflow queued again, stored
+        messages acknowledged; returns those worth another attempt, why they failed, and the
+        records stored on another shard than packed for."""
+        for write in call.late:
+            write.fail("fencing deadline passed before the records were sent", deadline=True)
+        self._pending.extendleft(reversed(call.overflow))
+        sent = [entry for put in call.puts for entry in put.entries]
+        if call.puts:
+            self.calls += 1
+        error = call.error
+        if isinstance(error, ClientError):
+            code = str(error.response.get("Error", {}).get("Code", "ClientError"))
+            if code not in RETRYABLE_ERRORS:
+                self._fail(sent, f"Kinesis PutRecords failed ({code})")
+                return [], code, []
+            return sent, code, []
+        if error is not None:
+            return sent, type(error).__name__, []
+        if call.response is None:
+            return [], "", []
+        failed: list[Entry] = []
+        reason = ""
+        misrouted: list[tuple[Put, str]] = []
+        for put, result in zip(call.puts, call.response["Records"], strict=True):
+            if "ErrorCode" in result:
+                failed += put.entries
+                reason = str(result["ErrorCode"])
+            elif put.shard_id and result.get("ShardId", put.shard_id) != put.shard_id:
+                misrouted.append((put, str(result.get("ShardId", ""))))
+            else:
+                self._stored(put, put.entries)
+        return failed, reason, misrouted
 
     def _stored(self, put: Put, entries: list[Entry]) -> None:
         self.records += 1
@@ -343,7 +414,7 @@ class KinesisSink:
         one aggregates by stream only) and read again before the next call."""
         self._shards_stale = True
         try:
-            self._shards = await asyncio.to_thread(_list_shards, self._client, self.stream_name)
+            self._shards = await self._thread.run(_list_shards, self._client, self.stream_name)
         except (ClientError, BotoCoreError):
             return
         self._shards_stale = False

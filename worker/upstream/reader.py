@@ -21,6 +21,7 @@ from streamlease.errors import UpstreamRejected, UrlRejected
 from streamlease.profile import DEFAULT_PROFILE, Profile
 from streamlease.rules import backoff_seconds
 from streamlease.schema import PayloadEncoding
+from streamlease.seqs import is_valid_seq, seq_problem
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
 from worker.upstream.connection import (
@@ -66,8 +67,9 @@ class UpstreamEventKind(StrEnum):
     GAP = "gap"
     """``missing`` seqs were skipped before ``seq``."""
     MALFORMED = "malformed"
-    """A frame had no integer sequence where the profile says (or was binary where a JSON
-    document was expected); it was skipped."""
+    """A frame had no integer sequence where the profile says, one outside
+    ``0 .. MAX_SEQ`` (:mod:`streamlease.seqs`), or was binary where a JSON document was
+    expected; it was skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +289,8 @@ class UpstreamReader:
             self._malformed("frame is not a JSON object with a seq where the profile says")
             return None
         seq = node
-        if type(seq) is not int:
-            self._malformed("frame seq is not an integer")
+        if not is_valid_seq(seq):
+            self._malformed(seq_problem(seq))
             return None
         stats = self.stats
         last = self._last_seq
