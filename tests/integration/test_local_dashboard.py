@@ -3,8 +3,8 @@ from the metrics the workers and the auditor publish, and follows a worker kille
 
 A headless Chromium (Debian's package) loads ``/dashboard`` of a stack started as ``make run``
 starts it (timers scaled, metrics flushed every second) and the test reads what the page drew:
-each graph's legend carries its series' latest values. Screenshots of both moments are kept in
-the test's temporary directory.
+each graph's legend carries its series' latest values. Screenshots of both moments are left in
+``build/test-screenshots/`` (:data:`SCREENSHOTS`), replaced by every run.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from streamlease.telemetry import AuditorMetric, ReaperMetric, WorkerMetric
 
 pytestmark = pytest.mark.slow
 
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "test-screenshots"
+"""Where the screenshots go: in the checkout (ignored by git), where CI can keep them."""
 STREAMS = [f"dash-{n}" for n in range(1, 6)]
 LEGENDS = """
 Object.fromEntries(Array.from(document.querySelectorAll("section.widget")).map(section => [
@@ -55,6 +57,9 @@ def test_the_dashboard_shows_the_streams_and_follows_a_killed_worker(tmp_path: P
     flowing, and after kill -9 of a worker shows the unplanned stop and the streams owned
     again — all drawn from the workers', the auditor's and the reaper's own metrics."""
     binary = require_chromium()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SCREENSHOTS.glob("*.png"):
+        old.unlink()
     with (
         running_stack(tmp_path / "stack", local_metrics_flush_seconds=1.0) as stack,
         Chromium(binary, tmp_path / "profile") as browser,
@@ -79,7 +84,7 @@ def test_the_dashboard_shows_the_streams_and_follows_a_killed_worker(tmp_path: P
         before = browser.evaluate(LEGENDS)
         assert latest(before, AuditorMetric.LIVE_WORKERS) == 3
         assert latest(before, ReaperMetric.UNPLANNED_TASK_STOPS, "unplanned stops") is None
-        browser.screenshot(tmp_path / "dashboard-streams.png")
+        browser.screenshot(SCREENSHOTS / "dashboard-streams.png")
 
         victim = kill_a_busy_worker(stack)
 
@@ -92,7 +97,7 @@ def test_the_dashboard_shows_the_streams_and_follows_a_killed_worker(tmp_path: P
 
         wait_until(page_shows(recovered), WAIT, "the page to show the kill and recovery", stack)
         assert all(streams_by_id(stack)[i]["owner"] != victim for i in STREAMS)
-        shot = browser.screenshot(tmp_path / "dashboard-after-kill-9.png")
+        shot = browser.screenshot(SCREENSHOTS / "dashboard-after-kill-9.png")
         print(f"dashboard screenshots: {shot.parent}")
         assert shot.stat().st_size > 10_000
         assert "Only on the CloudWatch dashboard" in browser.evaluate(
