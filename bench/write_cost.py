@@ -56,7 +56,7 @@ SESSION_RENEWAL: Final = "UpdateItem worker"
 per-stream mode the worker item's heartbeat)."""
 STREAM_WRITE: Final = "UpdateItem stream"
 GOAL_WRITE_UNITS: Final = 40.0
-"""Sessions at 100 streams per worker: write units per stream-hour (DESIGN §4a's budget)."""
+"""Sessions at 100 streams per worker: write units per stream-hour (architecture §4a)."""
 GOAL_DOLLARS: Final = 20.0
 """Sessions: $ per month per 1,000 streams, on demand."""
 

@@ -3,9 +3,9 @@
 A stopped task is certainly dead, so no waiting is needed: each of its sessions is tombstoned at
 once (no ``hb`` condition: ECS said so), and each stream still attached to one of them is
 released at its exact owner and epoch, with ``last_seq`` moved up to the session's checkpoint
-vector (DESIGN §4a "crash fast path"), and handed off with a HANDOFF command if it is STARTED:
-failover costs about a second instead of a lease. Per-stream leases (``liveness = stream``) are
-released the same way (their checkpoint is on the stream item).
+vector (architecture §4a, "Crash fast path"), and handed off with a HANDOFF command if it is
+STARTED: failover costs about a second instead of a lease. Per-stream leases
+(``liveness = stream``) are released the same way (their checkpoint is on the stream item).
 
 Which workers ran in the task: session ids continue the ECS task id (the last segment of the
 task ARN) after a separator (:func:`streamlease.schema.belongs_to_task`); sessions whose
@@ -51,6 +51,7 @@ from streamlease.model import LeaseView
 from streamlease.schema import (
     BY_OWNER,
     DesiredState,
+    StopCode,
     StreamAttr,
     belongs_to_task,
     task_id_of,
@@ -66,10 +67,11 @@ metrics = MetricEmitter(REAPER_SERVICE)
 DETAIL_TYPE: Final = "ECS Task State Change"
 STOPPED: Final = "STOPPED"
 _MAX_ERROR_CHARS: Final = 200
-PLANNED_STOP_CODES: Final = frozenset({"UserInitiated", "SpotInterruption", "TerminationNotice"})
+PLANNED_STOP_CODES: Final = frozenset(
+    {StopCode.USER_INITIATED, StopCode.SPOT_INTERRUPTION, StopCode.TERMINATION_NOTICE}
+)
 """ECS stop codes of a stop someone or something planned: ``ecs stop-task``, a Spot
 reclaim, Fargate's maintenance retiring the task (each with notice and a graceful drain)."""
-SCHEDULER_STOP_CODE: Final = "ServiceSchedulerInitiated"
 SCALING_REASON_PREFIX: Final = "Scaling activity initiated by"
 """How ECS's service scheduler words a stop of a deployment or a scale-in; it words a failed
 health check otherwise ("Task failed container health checks")."""
@@ -77,7 +79,7 @@ _PARALLEL_RELEASES: Final = 16
 
 
 def stopped_task_event(
-    task_arn: str, *, stop_code: str = "EssentialContainerExited"
+    task_arn: str, *, stop_code: str = StopCode.CONTAINER_EXITED
 ) -> dict[str, Any]:
     """An EventBridge "ECS Task State Change" event saying ``task_arn`` has stopped.
 
@@ -129,7 +131,8 @@ def is_planned_stop(stop_code: str, stopped_reason: str) -> bool:
     failed to start, a failed health check, or anything unknown is unplanned."""
     if stop_code in PLANNED_STOP_CODES:
         return True
-    return stop_code == SCHEDULER_STOP_CODE and stopped_reason.startswith(SCALING_REASON_PREFIX)
+    scheduled = stop_code == StopCode.SERVICE_SCHEDULER
+    return scheduled and stopped_reason.startswith(SCALING_REASON_PREFIX)
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

@@ -5,7 +5,7 @@ Every write is one conditional request with ``ReturnValuesOnConditionCheckFailur
 failed condition says why without a second read, and concurrent callers cannot lose an update:
 the generation is incremented by DynamoDB, never read-modified-written here. Lease fields of a
 live stream are never touched — a holder learns about a stop through its renewal condition
-(DESIGN §4).
+(architecture §4).
 
 Delete leaves a *tombstone* (``schema.TOMBSTONE_KEEPS``): the item keeps ``lease_epoch`` and
 ``generation`` and gets ``deleted_at``; everything else goes, so it is in no index and reads as

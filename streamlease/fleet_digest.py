@@ -1,5 +1,5 @@
 """The fleet digest: one small item with the fair share of a large fleet, written by its elected
-watcher (DESIGN §4a at fleet scale).
+watcher (architecture §4a at fleet scale).
 
 In a fleet of more than :data:`~streamlease.rules.FULL_READ_MAX_SESSIONS` sessions no worker
 reads every worker item each second but one: the digest's *writer*, elected by a lease on this

@@ -1,12 +1,13 @@
-"""The lease store: every change of a stream's lease is one conditional ``UpdateItem`` (DESIGN §4).
+"""The lease store: every change of a stream's lease is one conditional ``UpdateItem``
+(architecture §4).
 
 Thin adapter over a boto3 DynamoDB *client* (thread-safe; share one per process). The decisions
 — expired? whose is it? where to resume? — come from :mod:`streamlease.rules`; this module only
 phrases them as conditions and translates failures into :mod:`streamlease.errors`:
 
 - ``acquire`` → :class:`Lease` or :class:`LeaseConflict`. With a ``slot`` the lease is attached
-  to the owner's *session* (DESIGN §4a) and has no expiry of its own; without, it is a per-stream
-  lease (§4b) that its holder renews;
+  to the owner's *session* (architecture §4a) and has no expiry of its own; without, it is a
+  per-stream lease (§4b) that its holder renews;
 - ``renew`` (per-stream leases) → new expiry, or :class:`StreamStopped` (close normally, then
   release) or :class:`LeaseLost` (stop at once, write nothing more);
 - ``release`` → the stream as it is now; a release whose answer was lost is recognised on retry;
@@ -400,7 +401,7 @@ class LeaseStore:
         except dynamo.ConditionFailed as failed:
             raise LeaseLost(stream_id, epoch, _loss_reason(failed.old, owner, epoch)) from None
 
-    # --- a dead session's streams (DESIGN §4a takeover and sweep) ------------------------------
+    # --- a dead session's streams (architecture §4a, takeover and sweep) -----------------------
 
     def take_from(
         self,

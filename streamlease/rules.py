@@ -154,7 +154,7 @@ def backoff_seconds(attempt: int, base_seconds: float, max_seconds: float, rand:
     return float(rand * ceiling)
 
 
-# --- sessions (DESIGN §4a) ---------------------------------------------------------------------
+# --- sessions (architecture §4a) ---------------------------------------------------------------
 
 
 def next_session_expiry_ms(now_ms: int, lease_ms: int, previous_ms: int) -> int:
@@ -214,9 +214,10 @@ class DeadSessionDetector:
     before our first read of its ``hb``). Only reads count: a frozen observer that wakes up has
     seen nothing new, so it judges nobody until it has read the fleet twice a lease apart.
 
-    Guards (DESIGN §4a): an observer whose own session is not healthy expires nobody; when every
-    other session (at least two) looks dead at once the observer waits :data:`BREAKER_LEASES`
-    more leases; at most one expiry per :data:`MIN_SECONDS_BETWEEN_EXPIRIES`.
+    Guards (architecture §4a): an observer whose own session is not healthy expires nobody; when
+    every other session (at least two) looks dead at once the observer waits
+    :data:`BREAKER_LEASES` more leases; at most one expiry per
+    :data:`MIN_SECONDS_BETWEEN_EXPIRIES`.
     """
 
     def __init__(self, lease_seconds: float) -> None:

@@ -84,6 +84,21 @@ def belongs_to_task(worker_id: str, task_id: str) -> bool:
     return rest == "" or not rest[0].isalnum()
 
 
+class StopCode(StrEnum):
+    """ECS's ``stopCode`` of a "task stopped" event: the ones the reaper tells apart (the
+    reaper's :func:`~lambdas.reaper.is_planned_stop`), and what the local supervisor reports."""
+
+    CONTAINER_EXITED = "EssentialContainerExited"
+    """The worker exited by itself: a crash (ECS gives no other code for it)."""
+    USER_INITIATED = "UserInitiated"
+    """Someone stopped the task (``ecs stop-task``; locally, a SIGTERM the worker drained on)."""
+    SPOT_INTERRUPTION = "SpotInterruption"
+    TERMINATION_NOTICE = "TerminationNotice"
+    """Fargate maintenance retiring the task, with notice."""
+    SERVICE_SCHEDULER = "ServiceSchedulerInitiated"
+    """The service stopped it: a deployment or scale-in, or a failed health check."""
+
+
 # --- states ----------------------------------------------------------------------------------
 
 
@@ -146,7 +161,7 @@ LIVE_WORKER_STATES: Final = (WorkerState.RUNNING, WorkerState.DRAINING)
 
 
 class Liveness(StrEnum):
-    """How a fleet proves its holders alive (DESIGN §4). A fleet runs one mode."""
+    """How a fleet proves its holders alive (architecture §4). A fleet runs one mode."""
 
     SESSION = "session"
     """One renewal per worker (its session); streams are attached to it. The default."""

@@ -1,4 +1,4 @@
-"""Worker items as *sessions* (DESIGN §4a): create, renew, drain, expire, list, delete.
+"""Worker items as *sessions* (architecture §4a): create, renew, drain, expire, list, delete.
 
 A worker item ``WORKER#<id>`` is its process's session, like an etcd lease or a ZooKeeper
 session: one id per process incarnation, renewed by one conditional ``UpdateItem`` per heartbeat

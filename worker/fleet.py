@@ -1,5 +1,5 @@
 """This worker in the fleet: watching sessions, counting the fair share, proving dead sessions
-dead (DESIGN §4a).
+dead (architecture §4a).
 
 Every ``fleet_recount_seconds`` the worker reads session items and:
 

@@ -1,4 +1,4 @@
-"""Taking over a dead session's streams (DESIGN §4a), and sweeping what is left of one.
+"""Taking over a dead session's streams (architecture §4a), and sweeping what is left of one.
 
 The worker that wrote a session's tombstone got its checkpoint vector with it. It lists the
 session's streams in the ``by-owner`` index — eventually consistent, so until the list came back

@@ -40,7 +40,7 @@ NEW_TASK_SECONDS: Final = 5.0
 """A rolling deploy waits this long for a wave's new tasks before it stops old ones."""
 CAPACITY_HEADROOM: Final = 1.6
 """A worker's capacity over the streams it holds: a fleet that loses a third of its workers
-needs 1.5×, DESIGN §7's headroom with a task lost."""
+needs 1.5×, architecture §7's headroom with a task lost."""
 OBSERVERS: Final = 32
 """Today's design: workers that run a dead-session detector of their own (the others only load
 the store); see :mod:`bench.fleet_model.watch`."""

@@ -1,6 +1,6 @@
 """Checkpoint slots lost to acquires whose answers never came back, with real workers: the
 worker says so, advertises only the capacity left, and once too little is left rolls its
-session over to a fresh one that takes streams again (DESIGN §4a)."""
+session over to a fresh one that takes streams again (architecture §4a)."""
 
 from __future__ import annotations
 

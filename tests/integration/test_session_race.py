@@ -1,4 +1,4 @@
-"""Session races between real OS processes against the serialised moto server (DESIGN §4a).
+"""Session races between real OS processes against the serialised moto server (architecture §4a).
 
 Racer processes (this file run as a script; the harness is ``test_lease_race``'s) are released
 together by a go signal:

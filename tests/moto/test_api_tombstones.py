@@ -1,4 +1,4 @@
-"""Delete leaves a tombstone: epochs and generations of a stream id never go back (DESIGN §4).
+"""Delete leaves a tombstone: epochs and generations of a stream id never go back (architecture §4).
 
 A deleted stream's item keeps only ``lease_epoch``, ``generation`` and ``deleted_at``; it reads
 as missing everywhere, and creating the id again continues above its counters.

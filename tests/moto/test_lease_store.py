@@ -1,4 +1,5 @@
-"""LeaseStore against the serialised moto server: every rule of DESIGN §4 as one conditional write.
+"""LeaseStore against the serialised moto server: every rule of architecture §4 as one
+conditional write.
 
 Times are explicit wall milliseconds (``NOW``) so expiry edges are exact, not raced.
 """

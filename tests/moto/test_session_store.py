@@ -1,5 +1,6 @@
 """SessionStore against the serialised moto server: a worker item's life only moves forward
-(create → renew … → DRAINING → EXPIRED → gone), each step one conditional write (DESIGN §4a)."""
+(create → renew … → DRAINING → EXPIRED → gone), each step one conditional write
+(architecture §4a)."""
 
 from __future__ import annotations
 
