@@ -1,6 +1,6 @@
 """A holder's fence: until when it may deliver, and what happens when that time passes.
 
-Two kinds, one per liveness mode (DESIGN §4):
+Two kinds, one per liveness mode (architecture §4):
 
 - :class:`LeaseFence` (per-stream leases): the holder's own deadline, moved by each renewal of
   its lease that succeeds; when it passes, the holding ends (FENCED).

@@ -1,14 +1,14 @@
-"""Streams held by sessions that are gone: freed, so that they become orphans (DESIGN §4a).
+"""Streams held by sessions that are gone: freed, so that they become orphans (architecture §4a).
 
 A stream attached to a session has no expiry of its own: it is freed when its session's
 tombstone is swept (:mod:`worker.takeover`) or by the reaper. If the session item itself is
 gone while streams still hang on it — deleted by a fleet that ran per-stream leases before
 those swept sessions, or by hand — nothing would ever sweep them, and they would stay owned by
-nobody alive for good. So the fleet walks the streams held through sessions
-(``by-state-expiry`` at the session-held expiry; with per-stream leases only what a mode switch
-left behind, so a page is usually empty), one page per reconcile round: each round a worker
-reads its next page with probability ``1 / live workers``, so the fleet as a whole reads about
-one page a round, whatever its size (with sessions every stream is such a stream, and a page
+nobody alive for good. So the fleet walks the streams held through sessions (a paged Scan of
+``by-holder`` keeping those with a checkpoint slot; with per-stream leases only what a mode
+switch left behind, so a page is usually empty), one page per reconcile round: each round a
+worker reads its next page with probability ``1 / live workers``, so the fleet as a whole reads
+about one page a round, whatever its size (with sessions every stream is such a stream, and a page
 per worker per round would cost as much as the sessions themselves). A fleet of up to
 :func:`~worker.reconciler.query_limit` streams is covered every round; a larger one in as many
 rounds as it has pages. Each owner on the page is read consistently (a page holds the streams

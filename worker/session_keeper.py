@@ -1,5 +1,5 @@
 """This worker's sessions over its life: joining the fleet, opening a session, replacing a lost
-one, and giving up when no renewal gets through (DESIGN §4a).
+one, and giving up when no renewal gets through (architecture §4a).
 
 - **Join**: a worker refuses to start beside live workers of the other liveness mode.
 - **Open**: a new session under a new id, retried while DynamoDB does not answer.

@@ -1,5 +1,5 @@
-"""A session whose renewals go unanswered (DESIGN §4a "gray failure"): the renewal thread against
-a scripted store, at a lease of 0.4 s.
+"""A session whose renewals go unanswered (architecture §4a, gray failure): the renewal thread
+against a scripted store, at a lease of 0.4 s.
 
 The store's answers are scripted, not the timing: the thread revokes only when a read of the
 session is answered while its renewals are not, never renews after deciding to, and a session

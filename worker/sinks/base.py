@@ -1,7 +1,7 @@
 """What every sink shares: the record, the interface, the one wire format of a record, and the
 fence at the last moment.
 
-**The fence at the last moment** (DESIGN §4 "Fencing"). A holder checks its deadline before it
+**The fence at the last moment** (architecture §4 "Fencing"). A holder checks its deadline before it
 hands a batch to the sink, but a send can queue behind other work after that check. So each
 built-in sink sends from a thread of its own (:class:`SinkThread`, never the event loop's default
 pool that boto3 calls and DNS lookups share), and looks at the deadline again *in that thread,
