@@ -8,18 +8,21 @@ Two kinds, one per liveness mode (DESIGN §4):
   stream attached to it; when it passes, delivery *pauses* until the session renews (or is lost
   with every stream). The acknowledged seq goes into the session's checkpoint slot.
 
-Sinks see either through :class:`~worker.sinks.Deadline` (``remaining_seconds``).
+Sinks see either through :class:`~worker.sinks.Deadline` (``remaining_seconds``). The
+:class:`DeliveryGate` pauses every stream of a fenced session at once and resumes them together.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from typing import Final, Protocol
 
 from streamlease import rules
 from streamlease.settings import Settings
-from worker.session import Session
+from worker.session import Session, SessionState
 
 
 class RenewalTracker(Protocol):
@@ -149,7 +152,10 @@ class SessionFence:
         return not self.session.live
 
     def remaining_seconds(self) -> float:
-        return self.deadline_mono - time.monotonic()
+        session = self.session  # asked once per batch, by the holder and by the sink: kept flat
+        if session.state is not SessionState.LIVE:
+            return -math.inf
+        return session.deadline_mono - time.monotonic()
 
     def extend(self, sent_mono: float) -> float | None:
         return None  # the session's renewals move the deadline
@@ -168,3 +174,70 @@ class SessionFence:
         if not self._finished:
             self._finished = True
             self.session.slots.free(self.slot, time.monotonic())
+
+
+class Pausable(Protocol):
+    """A holder as the delivery gate sees it."""
+
+    def pause_for_fence(self) -> None:
+        """Stop reading and delivering if the holder's session is past its deadline (a holder
+        of a per-stream lease, or inside its deadline, ignores it); it then waits in the gate."""
+        ...
+
+    def resume_after_fence(self) -> None:
+        """The deadline moved: deliver what waited, and read again."""
+        ...
+
+
+GATE_IDLE_SECONDS: Final = 0.2
+"""How often the gate looks again while the worker has no live session (a new one is opening)."""
+
+
+class DeliveryGate:
+    """Session fencing for every stream at once (DESIGN §4a).
+
+    When the session's deadline passes, every stream attached to it stops reading and delivering
+    (:meth:`Pausable.pause_for_fence`); a holder that finds the deadline passed on its own (a
+    batch just arrived) waits here too (:meth:`hold`). When a renewal moves the deadline, every
+    one of them resumes at once. If the session is lost instead, the worker ends its holders
+    (LOST) and the gate forgets them. One task per worker (:meth:`run`); no task per stream.
+    """
+
+    def __init__(self) -> None:
+        self._paused: set[Pausable] = set()
+
+    def hold(self, holder: Pausable) -> None:
+        """``holder`` paused itself past the deadline: resume it when the session renews."""
+        self._paused.add(holder)
+
+    def forget(self, holder: Pausable) -> None:
+        """``holder`` ended (idempotent)."""
+        self._paused.discard(holder)
+
+    @property
+    def paused(self) -> int:
+        """How many holders wait for a renewal."""
+        return len(self._paused)
+
+    async def run(
+        self, session_of: Callable[[], Session | None], holders: Callable[[], Iterable[Pausable]]
+    ) -> None:
+        """Pause at each deadline, resume at each renewal, until cancelled. ``session_of()``: the
+        worker's current session; ``holders()``: every holder now."""
+        while True:
+            session = session_of()
+            if session is None or not session.live:
+                self._paused.clear()  # their holders are being ended as lost
+                await asyncio.sleep(GATE_IDLE_SECONDS)
+                continue
+            now = time.monotonic()
+            if session.fenced(now):
+                for holder in holders():
+                    holder.pause_for_fence()
+                await session.wait_renewed(None)
+                continue
+            if self._paused:
+                paused, self._paused = self._paused, set()
+                for holder in paused:
+                    holder.resume_after_fence()
+            await session.wait_renewed(session.deadline_mono - now)

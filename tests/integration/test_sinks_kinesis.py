@@ -1,5 +1,5 @@
 """The Kinesis sink against the moto server: batching, partition keys, retry of only the failed
-records, giving up with SinkError, and group commit across concurrent writers."""
+records, giving up with SinkError, and group commit across the batches of many streams."""
 
 from __future__ import annotations
 
@@ -15,14 +15,33 @@ from streamlease import aws
 from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.schema import SinkField
 from streamlease.settings import Settings
-from worker.sinks import KinesisSink, NoDeadline, SinkRecord, encode_record
+from worker.sinks import (
+    BatchHeader,
+    Deadline,
+    KinesisSink,
+    NoDeadline,
+    SinkRecord,
+    encode_record,
+    write_batch,
+)
 
 ALWAYS = NoDeadline()
 """No fencing deadline: these tests are about the sink alone."""
 
 
-def record(stream_id: str, seq: int) -> SinkRecord:
-    return SinkRecord(stream_id, 2, seq, 1_700_000_000_000, b'{"seq":%d}' % seq, "w-1")
+def header(stream_id: str) -> BatchHeader:
+    return BatchHeader(stream_id, 2, "w-1")
+
+
+def record(seq: int) -> SinkRecord:
+    return SinkRecord(seq, 1_700_000_000_000, b'{"seq":%d}' % seq)
+
+
+async def write(
+    sink: KinesisSink, stream_id: str, seqs: list[int], deadline: Deadline = ALWAYS
+) -> None:
+    """One batch of ``stream_id``: submitted, and waited for until it is settled."""
+    await write_batch(sink, header(stream_id), [record(n) for n in seqs], deadline)
 
 
 class RecordingClient:
@@ -94,14 +113,14 @@ async def test_records_land_once_with_the_stream_id_as_partition_key(
 ) -> None:
     """Each record is one Kinesis record: data is the encoded record, key is the stream id."""
     sink = KinesisSink(aws_settings, client=client)
-    await sink.write([record("a:1", 1), record("b.2", 1), record("a:1", 2)], ALWAYS)
+    await asyncio.gather(write(sink, "a:1", [1, 2]), write(sink, "b.2", [1]))
     await sink.close()
     rows = read_stream(aws_settings)
     assert seqs_by_stream(rows) == {"a:1": [1, 2], "b.2": [1]}
     assert {json.dumps(body, separators=(",", ":")).encode() for _, body in rows} == {
-        encode_record(record("a:1", 1)),
-        encode_record(record("b.2", 1)),
-        encode_record(record("a:1", 2)),
+        encode_record(header("a:1"), record(1)),
+        encode_record(header("b.2"), record(1)),
+        encode_record(header("a:1"), record(2)),
     }
 
 
@@ -109,7 +128,7 @@ async def test_only_the_failed_records_are_retried(aws_settings: Settings, clien
     """A partial failure resends just the throttled record; nothing is duplicated or lost."""
     recording = RecordingClient(client, fail_indexes={0: {1}})
     sink = KinesisSink(aws_settings, client=recording, backoff_base_seconds=0.01)
-    await sink.write([record("s", n) for n in range(1, 5)], ALWAYS)
+    await write(sink, "s", [1, 2, 3, 4])
     await sink.close()
     assert [len(call) for call in recording.calls] == [4, 1]
     assert json.loads(recording.calls[1][0]["Data"])[SinkField.SEQ] == 2
@@ -124,12 +143,12 @@ async def test_a_record_failing_every_attempt_fails_the_write(
     recording = RecordingClient(client, fail_indexes={n: {0} for n in range(10)})
     sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.001)
     with pytest.raises(SinkError, match="ProvisionedThroughputExceeded"):
-        await sink.write([record("s", 1)], ALWAYS)
+        await write(sink, "s", [1])
     await sink.close()
     assert len(recording.calls) == 3
 
 
-class Deadline:
+class In:
     """A fencing deadline ``seconds`` from now."""
 
     def __init__(self, seconds: float) -> None:
@@ -150,9 +169,9 @@ async def test_no_retry_is_sent_after_the_deadline_and_the_unsent_are_named(
     recording = RecordingClient(client, fail_indexes=failing)
     recording.delay_seconds = 0.1
     sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.05)
-    deadline = Deadline(0.5)
+    deadline = In(0.5)
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await sink.write([record("s", n) for n in range(1, 5)], deadline)
+        await write(sink, "s", [1, 2, 3, 4], deadline)
     await sink.close()
     assert recording.started and all(t < deadline.at for t in recording.started)
     assert [r.seq for r in cut.value.unsent or []] == [3, 4]
@@ -165,7 +184,7 @@ async def test_a_write_after_the_deadline_sends_nothing(
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording)
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await sink.write([record("s", 1)], Deadline(-1.0))
+        await write(sink, "s", [1], In(-1.0))
     await sink.close()
     assert recording.calls == []
     assert [r.seq for r in cut.value.unsent or []] == [1]
@@ -190,7 +209,7 @@ async def test_a_write_whose_deadline_passes_while_its_records_are_taken_sends_n
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await sink.write([record("s", n) for n in range(1, 5)], PassesWhileTaken(2))
+        await write(sink, "s", [1, 2, 3, 4], PassesWhileTaken(2))
     await sink.close()
     assert recording.calls == []
     assert [r.seq for r in cut.value.unsent or []] == [1, 2, 3, 4]
@@ -209,20 +228,21 @@ async def test_a_missing_stream_fails_at_once_without_retries(aws_settings: Sett
     recording = RecordingClient(aws.client("kinesis", settings))
     sink = KinesisSink(settings, client=recording)
     with pytest.raises(SinkError, match="ResourceNotFound"):
-        await sink.write([record("s", 1)], ALWAYS)
+        await write(sink, "s", [1])
     await sink.close()
     assert len(recording.calls) == 1
 
 
-async def test_concurrent_writers_share_putrecords_calls_of_at_most_500(
+async def test_the_batches_of_many_streams_share_putrecords_calls_of_at_most_500(
     aws_settings: Settings, client: Any
 ) -> None:
-    """60 streams writing 20 records each at once: few calls, none over the Kinesis limit."""
+    """60 streams submitting 20 records each at once: few calls, none over the Kinesis
+    limit."""
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording)
     async with asyncio.TaskGroup() as group:
         for n in range(60):
-            group.create_task(sink.write([record(f"s{n}", seq) for seq in range(1, 21)], ALWAYS))
+            group.create_task(write(sink, f"s{n}", list(range(1, 21))))
     await sink.close()
     sizes = [len(call) for call in recording.calls]
     assert sum(sizes) == 1200
@@ -232,18 +252,19 @@ async def test_concurrent_writers_share_putrecords_calls_of_at_most_500(
     assert found == {f"s{n}": list(range(1, 21)) for n in range(60)}
 
 
-async def test_writes_that_trickle_in_wait_for_each_other_briefly(
+async def test_batches_that_trickle_in_wait_for_each_other_briefly(
     aws_settings: Settings, client: Any
 ) -> None:
-    """Streams writing one record each, a few milliseconds apart, as 1,000 streams at 10 msg/s
-    do: the batch lingers for more instead of one PutRecords call per record. Without it each
-    call would carry one or two records (a call costs the worker a millisecond of CPU)."""
+    """Streams submitting one record each, a few milliseconds apart, as 1,000 streams at
+    10 msg/s do: the store lingers for more instead of one PutRecords call per record. Without
+    it each call would carry one or two records (a call costs the worker a millisecond of
+    CPU)."""
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording, linger_seconds=0.2)
 
     async def one(n: int) -> None:
         await asyncio.sleep(0.005 * n)
-        await sink.write([record(f"s{n}", 1)], ALWAYS)
+        await write(sink, f"s{n}", [1])
 
     async with asyncio.TaskGroup() as group:
         for n in range(20):
@@ -255,12 +276,12 @@ async def test_writes_that_trickle_in_wait_for_each_other_briefly(
 async def test_close_flushes_what_was_accepted_then_refuses(
     aws_settings: Settings, client: Any
 ) -> None:
-    """Writes in progress complete before close returns; later writes raise SinkError."""
+    """Batches accepted are stored before close returns; later ones raise SinkError."""
     sink = KinesisSink(aws_settings, client=client)
-    writes = [asyncio.create_task(sink.write([record("s", n)], ALWAYS)) for n in range(1, 4)]
+    writes = [asyncio.create_task(write(sink, "s", [n])) for n in range(1, 4)]
     await asyncio.sleep(0)
     await sink.close()
     await asyncio.gather(*writes)
     with pytest.raises(SinkError):
-        await sink.write([record("s", 9)], ALWAYS)
+        await write(sink, "s", [9])
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3]}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from local.invariants import Report, check, load_records
 from local.jsonl_tail import read_jsonl
@@ -80,21 +81,29 @@ class Streams:
         self.dynamodb = aws.client("dynamodb", settings)
         self.sqs = aws.client("sqs", settings)
 
-    def put(self, stream_id: str, ws_url: str, *, command: bool = True) -> None:
-        """A new STARTED stream item (never owned), then a START command unless told not to."""
-        self.dynamodb.put_item(
-            TableName=self.settings.table_name,
-            Item={
-                PK: {"S": stream_key(stream_id)},
-                StreamAttr.STREAM_ID: {"S": stream_id},
-                StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
-                StreamAttr.WS_URL: {"S": ws_url},
-                StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},
-                StreamAttr.LEASE_EPOCH: {"N": "0"},
-                StreamAttr.LAST_SEQ: {"N": "0"},
-                StreamAttr.GENERATION: {"N": "1"},
-            },
-        )
+    def put(
+        self,
+        stream_id: str,
+        ws_url: str,
+        *,
+        command: bool = True,
+        profile: dict[str, Any] | None = None,
+    ) -> None:
+        """A new STARTED stream item (never owned, with ``profile`` as the API stores it), then
+        a START command unless told not to."""
+        item: dict[str, Any] = {
+            PK: {"S": stream_key(stream_id)},
+            StreamAttr.STREAM_ID: {"S": stream_id},
+            StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
+            StreamAttr.WS_URL: {"S": ws_url},
+            StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},
+            StreamAttr.LEASE_EPOCH: {"N": "0"},
+            StreamAttr.LAST_SEQ: {"N": "0"},
+            StreamAttr.GENERATION: {"N": "1"},
+        }
+        if profile is not None:
+            item[StreamAttr.PROFILE] = TypeSerializer().serialize(profile)
+        self.dynamodb.put_item(TableName=self.settings.table_name, Item=item)
         if command:
             self.send(Command(CommandType.START, stream_id, 1).to_json())
 
@@ -117,15 +126,17 @@ class Streams:
 
     def read(self, stream_id: str) -> Stream:
         """The item as it is now (consistent read)."""
-        from boto3.dynamodb.types import TypeDeserializer
+        return Stream.from_item(self.item(stream_id))
 
+    def item(self, stream_id: str) -> dict[str, Any]:
+        """The item's attributes as it is now (consistent read), plain values."""
         response = self.dynamodb.get_item(
             TableName=self.settings.table_name,
             Key={PK: {"S": stream_key(stream_id)}},
             ConsistentRead=True,
         )
         de = TypeDeserializer()
-        return Stream.from_item({k: de.deserialize(v) for k, v in response["Item"].items()})
+        return {k: de.deserialize(v) for k, v in response["Item"].items()}
 
     def checkpoint(self, stream_id: str) -> int:
         """How far the stream got: its item's ``last_seq``, or, while it is held through a

@@ -1,4 +1,4 @@
-"""JSONL file sink (the local default): one append-only file per stream, flushed per batch."""
+"""JSONL file sink (the local default): one append-only file per stream, flushed per store."""
 
 from __future__ import annotations
 
@@ -6,13 +6,19 @@ import asyncio
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 from urllib.parse import quote
 
-from streamlease.errors import SinkDeadlinePassed, SinkError
-from worker.sinks.base import Deadline, SinkRecord, encode_record
+from streamlease.errors import SinkError
+from worker.sinks.base import (
+    LINGER_SECONDS,
+    BufferedSink,
+    SinkBatch,
+    deadline_passed,
+    encode_record,
+)
 
 SUFFIX: Final = ".jsonl"
 _MAX_NAME_CHARS: Final = 200  # file systems allow 255 bytes; leave room for the suffix
@@ -43,57 +49,70 @@ def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-class FileSink:
+class FileSink(BufferedSink):
     """Appends each stream's records to ``<sink_dir>/<sink_file_name(stream id)>``.
 
-    Writes run in a thread, one batch at a time, so the event loop never waits on the disk; each
-    batch is flushed to the OS before :meth:`write` returns (no fsync). At most
-    ``max_open_files`` files stay open; the least recently written is closed first.
+    Batches of every stream gather (:class:`~worker.sinks.base.BufferedSink`) and are appended
+    in one thread hop, so the event loop never waits on the disk; each file is flushed to the OS
+    before its batch is settled (no fsync). At most ``max_open_files`` files stay open; the
+    least recently written is closed first.
     """
 
-    def __init__(self, sink_dir: str | Path, *, max_open_files: int = 256) -> None:
+    def __init__(
+        self,
+        sink_dir: str | Path,
+        *,
+        max_open_files: int = 256,
+        linger_seconds: float = LINGER_SECONDS,
+    ) -> None:
+        super().__init__(linger_seconds=linger_seconds)
         self.directory = Path(sink_dir)
         self.records = 0
         self._max_open_files = max_open_files
         self._files: OrderedDict[str, BinaryIO] = OrderedDict()
-        self._lock = asyncio.Lock()
-        self._closed = False
 
     def path_for(self, stream_id: str) -> Path:
         """The file that holds ``stream_id``'s records."""
         return self.directory / sink_file_name(stream_id)
 
-    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
-        """Append ``records``. Raises :class:`SinkError` if the disk refuses or after close,
-        :class:`SinkDeadlinePassed` (nothing written) if ``deadline`` passed before the append
-        started."""
-        if self._closed:
-            raise SinkError("sink is closed")
-        if not records:
-            return
-        async with self._lock:
-            if deadline.remaining_seconds() <= 0:
-                raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
-            try:
-                await asyncio.to_thread(self._append, records)
-            except OSError as exc:
-                raise SinkError(f"file sink write failed ({exc.strerror or 'OS error'})") from exc
-        self.records += len(records)
+    async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+        """Append ``batches`` in a thread: a batch whose deadline has passed by the time its
+        turn comes is not written (:class:`SinkDeadlinePassed`); one the disk refuses fails
+        with :class:`SinkError`."""
+        outcomes = await asyncio.to_thread(self._append_all, batches)
+        self.records += sum(
+            len(b.records) for b, outcome in zip(batches, outcomes, strict=True) if not outcome
+        )
+        return outcomes
 
     async def close(self) -> None:
-        """Close every open file; later writes raise :class:`SinkError`."""
-        self._closed = True
-        async with self._lock:
-            await asyncio.to_thread(self._close_all)
+        """Store what was accepted, close every open file; later batches raise
+        :class:`SinkError`."""
+        await super().close()
+        await asyncio.to_thread(self._close_all)
 
-    def _append(self, records: Sequence[SinkRecord]) -> None:
-        lines: dict[str, list[bytes]] = {}
-        for record in records:
-            lines.setdefault(record.stream_id, []).append(encode_record(record) + b"\n")
-        for stream_id, chunk in lines.items():
-            handle = self._open(stream_id)
-            handle.write(b"".join(chunk))
-            handle.flush()
+    def _append_all(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+        outcomes: list[SinkError | None] = []
+        for batch in batches:
+            if batch.deadline.remaining_seconds() <= 0:
+                outcomes.append(deadline_passed(batch.records))
+                continue
+            header = batch.header
+            chunk = b"".join([encode_record(header, r) + b"\n" for r in batch.records])
+            try:
+                handle = self._open(header.stream_id)
+                handle.write(chunk)
+                handle.flush()
+            except OSError as exc:
+                outcomes.append(
+                    SinkError(
+                        f"file sink write failed ({exc.strerror or 'OS error'})",
+                        unsent=batch.records,
+                    )
+                )
+                continue
+            outcomes.append(None)
+        return outcomes
 
     def _open(self, stream_id: str) -> BinaryIO:
         handle = self._files.get(stream_id)

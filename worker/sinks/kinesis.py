@@ -1,17 +1,19 @@
 """Kinesis Data Streams sink (the AWS default): records from every stream share PutRecords calls.
 
-Concurrent :meth:`KinesisSink.write` calls queue their records; one flusher task sends them in
-``PutRecords`` calls of at most 500 records and 5 MiB (group commit: while one call is in flight
-the next batch gathers, and a batch that is not full waits :data:`LINGER_SECONDS` for more, as
-Kafka's ``linger.ms`` and the KPL's buffering do: a call costs the worker about a millisecond of
-CPU whatever it carries), retries only the records Kinesis reports as failed, with backoff, and
-fails a write with :class:`SinkError` once one of its records used ``sink_max_attempts``.
+Batches of every stream gather in the shared buffer (:class:`~worker.sinks.base.BufferedSink`:
+group commit — while one store is under way the next gathers, and a store that is not full
+waits :data:`~worker.sinks.base.LINGER_SECONDS` for more, as Kafka's ``linger.ms`` and the
+KPL's buffering do: a call costs the worker about a millisecond of CPU whatever it carries).
+A store sends them in ``PutRecords`` calls of at most 500 records and 5 MiB, retries only the
+records Kinesis reports as failed, with backoff, and fails a batch with :class:`SinkError` once
+one of its records used ``sink_max_attempts``.
 
-Each write carries its holder's fencing deadline: a record is put into a call only while that
-deadline has not passed, so neither a first attempt nor a retry is sent after it (the client has
-no botocore retries of its own). A write cut short fails with :class:`SinkDeadlinePassed`, and
-both errors name the records that were not stored, so the holder never acknowledges them and a
-later retry repeats nothing that landed.
+A batch's records are put into a call only while its holder's fencing deadline has not passed,
+so neither a first attempt nor a retry is sent after it (the client has no botocore retries of
+its own). A batch cut short fails with :class:`SinkDeadlinePassed`, and both errors name the
+records that were not stored, so the holder never acknowledges them and a later retry repeats
+nothing that landed. Each batch is one stream's records under one header: what KPL aggregation
+(many user records in one Kinesis record) would pack together.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import asyncio
 import hashlib
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -29,7 +31,13 @@ from streamlease import aws
 from streamlease.errors import ConfigError, SinkDeadlinePassed, SinkError
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
-from worker.sinks.base import Deadline, SinkRecord, encode_record
+from worker.sinks.base import (
+    LINGER_SECONDS,
+    BufferedSink,
+    SinkBatch,
+    SinkRecord,
+    encode_record,
+)
 
 if TYPE_CHECKING:
     from types_boto3_kinesis import KinesisClient
@@ -40,8 +48,6 @@ MAX_BATCH_BYTES: Final = 5 * 1024 * 1024
 MAX_RECORD_BYTES: Final = 1024 * 1024
 """Kinesis limits: per PutRecords call, and per record (data plus partition key)."""
 MAX_PARTITION_KEY_CHARS: Final = 256
-LINGER_SECONDS: Final = 0.02
-"""How long a batch that is not full waits for more records before it is sent."""
 RETRYABLE_ERRORS: Final = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -64,44 +70,46 @@ def partition_key(stream_id: str) -> str:
     return hashlib.sha256(stream_id.encode()).hexdigest()
 
 
-class _Write:
-    """One ``write`` call waiting for its records."""
-
-    __slots__ = ("deadline", "entries", "future", "remaining")
-
-    def __init__(self, future: asyncio.Future[None], deadline: Deadline) -> None:
-        self.future = future
-        self.deadline = deadline
-        self.entries: list[_Entry] = []
-        self.remaining = 0
-
-    def record_stored(self) -> None:
-        self.remaining -= 1
-        if self.remaining == 0 and not self.future.done():
-            self.future.set_result(None)
-
-    def fail(self, message: str, *, deadline: bool = False) -> None:
-        if self.future.done():
-            return
-        unsent = [entry.record for entry in self.entries if not entry.stored]
-        error = SinkDeadlinePassed if deadline else SinkError
-        self.future.set_exception(error(message, unsent=unsent))
-
-
 class _Entry:
-    __slots__ = ("attempts", "data", "key", "record", "size", "stored", "write")
+    """One record on its way, and the batch it belongs to."""
 
-    def __init__(self, record: SinkRecord, write: _Write) -> None:
+    __slots__ = ("attempts", "batch", "data", "key", "record", "size", "stored")
+
+    def __init__(self, batch: _Batch, record: SinkRecord, data: bytes) -> None:
+        self.batch = batch
         self.record = record
-        self.data = encode_record(record)
-        self.key = partition_key(record.stream_id)
-        self.size = len(self.data) + len(self.key.encode())
-        self.write = write
+        self.data = data
+        self.key = batch.key
+        self.size = len(data) + len(batch.key.encode())
         self.attempts = 0
         self.stored = False
 
 
-class KinesisSink:
+class _Batch:
+    """One submitted batch during a store: its entries and how it ended (None: not yet)."""
+
+    __slots__ = ("entries", "key", "outcome", "source", "unstored")
+
+    def __init__(self, source: SinkBatch) -> None:
+        self.source = source
+        self.key = partition_key(source.header.stream_id)
+        self.entries: list[_Entry] = []
+        self.unstored = 0
+        self.outcome: SinkError | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome is not None or self.unstored == 0
+
+    def fail(self, message: str, *, deadline: bool = False) -> None:
+        if self.settled:
+            return
+        unsent = [entry.record for entry in self.entries if not entry.stored]
+        error = SinkDeadlinePassed if deadline else SinkError
+        self.outcome = error(message, unsent=unsent)
+
+
+class KinesisSink(BufferedSink):
     """Writes records to ``settings.kinesis_stream_name``, partition key = stream id.
 
     ``client`` defaults to ``streamlease.aws.client("kinesis", settings)``; its calls run in a
@@ -120,6 +128,7 @@ class KinesisSink:
     ) -> None:
         if not settings.kinesis_stream_name:
             raise ConfigError("the kinesis sink needs STREAMLEASE_KINESIS_STREAM_NAME")
+        super().__init__(linger_seconds=linger_seconds, flush_records=MAX_BATCH_RECORDS)
         self.stream_name = settings.kinesis_stream_name
         self.max_attempts = settings.sink_max_attempts
         self.records = 0
@@ -129,98 +138,54 @@ class KinesisSink:
         )
         self._backoff = (backoff_base_seconds, backoff_max_seconds)
         self._rand = rand
-        self._linger = linger_seconds
-        self._pending: deque[_Entry] = deque()
-        self._in_flight: list[_Entry] = []
-        self._wakeup = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
-        self._closed = False
 
-    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
-        """Store ``records`` (see :class:`~worker.sinks.base.Sink`), sending nothing once
-        ``deadline`` has passed. If the caller is cancelled, its records not yet sent are
-        dropped. Raises :class:`SinkError` / :class:`SinkDeadlinePassed`."""
-        if self._closed:
-            raise SinkError("sink is closed")
-        if not records:
-            return
-        if deadline.remaining_seconds() <= 0:
-            raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
-        write = _Write(asyncio.get_running_loop().create_future(), deadline)
-        entries = [_Entry(record, write) for record in records]
-        if any(entry.size > MAX_RECORD_BYTES for entry in entries):
-            raise SinkError(
-                f"a record is larger than the Kinesis limit of {MAX_RECORD_BYTES} bytes",
-                unsent=records,
-            )
-        write.entries = entries
-        write.remaining = len(entries)
-        self._pending.extend(entries)
-        if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(
-                self._run_flusher(), name="kinesis sink flusher"
-            )
-        self._wakeup.set()
-        await write.future
+    async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+        """Send ``batches`` (see the module docstring); one outcome per batch."""
+        taken = [_Batch(source) for source in batches]
+        pending: deque[_Entry] = deque()
+        for batch in taken:
+            header = batch.source.header
+            batch.entries = [
+                _Entry(batch, record, encode_record(header, record))
+                for record in batch.source.records
+            ]
+            batch.unstored = len(batch.entries)
+            if any(entry.size > MAX_RECORD_BYTES for entry in batch.entries):
+                batch.fail(f"a record is larger than the Kinesis limit of {MAX_RECORD_BYTES} bytes")
+                continue
+            pending.extend(batch.entries)
+        while pending:
+            await self._send(self._take_call(pending), pending)
+        return [batch.outcome for batch in taken]
 
-    async def close(self) -> None:
-        """Send what was accepted, then stop. Cancelling ``close`` abandons what is left."""
-        self._closed = True
-        self._wakeup.set()
-        flusher = self._flusher
-        if flusher is not None:
-            await flusher
-
-    async def _run_flusher(self) -> None:
-        try:
-            while True:
-                if not self._pending:
-                    if self._closed:
-                        return
-                    self._wakeup.clear()
-                    await self._wakeup.wait()
-                    continue
-                if self._linger > 0 and len(self._pending) < MAX_BATCH_RECORDS:
-                    await asyncio.sleep(self._linger)  # let the batch fill
-                await self._send(self._take_batch())
-        except BaseException:
-            for entry in (*self._in_flight, *self._pending):
-                entry.write.fail("kinesis sink stopped")
-            self._pending.clear()
-            raise
-        finally:
-            self._flusher = None
-
-    def _take_batch(self) -> list[_Entry]:
-        batch: list[_Entry] = []
+    def _take_call(self, pending: deque[_Entry]) -> list[_Entry]:
+        call: list[_Entry] = []
         size = 0
-        pending = self._pending
-        while pending and len(batch) < MAX_BATCH_RECORDS:
+        while pending and len(call) < MAX_BATCH_RECORDS:
             entry = pending[0]
-            if entry.write.future.done():  # failed or cancelled: send nothing more of it
+            batch = entry.batch
+            if batch.outcome is not None:  # failed: send nothing more of it
                 pending.popleft()
                 continue
-            write = entry.write
-            if write.deadline.remaining_seconds() <= 0:
+            if batch.source.deadline.remaining_seconds() <= 0:
                 pending.popleft()
-                write.fail("fencing deadline passed before the records were sent", deadline=True)
-                # Its records already taken into this batch are not sent either: the write
+                batch.fail("fencing deadline passed before the records were sent", deadline=True)
+                # Its records already taken into this call are not sent either: the batch
                 # reported them unsent, and its holder sends them again once it may.
-                size -= sum(e.size for e in batch if e.write is write)
-                batch = [e for e in batch if e.write is not write]
+                size -= sum(e.size for e in call if e.batch is batch)
+                call = [e for e in call if e.batch is not batch]
                 continue
-            if batch and size + entry.size > MAX_BATCH_BYTES:
+            if call and size + entry.size > MAX_BATCH_BYTES:
                 break
-            batch.append(pending.popleft())
+            call.append(pending.popleft())
             size += entry.size
-        return batch
+        return call
 
-    async def _send(self, batch: list[_Entry]) -> None:
-        if not batch:
+    async def _send(self, call: list[_Entry], pending: deque[_Entry]) -> None:
+        if not call:
             return
-        self._in_flight = batch
         request: list[PutRecordsRequestEntryTypeDef] = [
-            {"Data": entry.data, "PartitionKey": entry.key} for entry in batch
+            {"Data": entry.data, "PartitionKey": entry.key} for entry in call
         ]
         self.calls += 1
         try:
@@ -230,43 +195,37 @@ class KinesisSink:
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", "ClientError"))
             if code not in RETRYABLE_ERRORS:
-                self._fail(batch, f"Kinesis PutRecords failed ({code})")
+                for entry in call:
+                    entry.batch.fail(f"Kinesis PutRecords failed ({code})")
                 return
-            failed, reason = batch, code
+            failed, reason = call, code
         except BotoCoreError as exc:
-            failed, reason = batch, type(exc).__name__
+            failed, reason = call, type(exc).__name__
         else:
             failed, reason = [], ""
-            for entry, result in zip(batch, response["Records"], strict=True):
+            for entry, result in zip(call, response["Records"], strict=True):
                 if "ErrorCode" in result:
                     failed.append(entry)
                     reason = str(result["ErrorCode"])
                 else:
                     self.records += 1
                     entry.stored = True
-                    entry.write.record_stored()
-        finally:
-            self._in_flight = []
+                    entry.batch.unstored -= 1
         if failed:
-            await self._retry_later(failed, reason)
+            await self._retry_later(failed, reason, pending)
 
-    async def _retry_later(self, failed: list[_Entry], reason: str) -> None:
+    async def _retry_later(self, failed: list[_Entry], reason: str, pending: deque[_Entry]) -> None:
         retry = []
         for entry in failed:
             entry.attempts += 1
             if entry.attempts >= self.max_attempts:
-                entry.write.fail(
+                entry.batch.fail(
                     f"Kinesis did not take a record after {entry.attempts} attempts ({reason})"
                 )
             else:
                 retry.append(entry)
         if not retry:
             return
-        # Back in the queue first, so a flusher cancelled while sleeping still fails them.
-        self._pending.extendleft(reversed(retry))
+        pending.extendleft(reversed(retry))
         attempt = min(entry.attempts for entry in retry) - 1
         await asyncio.sleep(backoff_seconds(attempt, *self._backoff, self._rand()))
-
-    def _fail(self, batch: list[_Entry], message: str) -> None:
-        for entry in batch:
-            entry.write.fail(message)
