@@ -1,50 +1,30 @@
-"""One held stream: its lease, its upstream connection and its deliveries to the sink.
+"""One held stream: its lease, its upstream link, its delivery, and how the holding ends.
 
-A :class:`StreamHolder` is created by :mod:`worker.acquisition` after a won acquire. It has two
-sides:
+A :class:`StreamHolder` is created by :mod:`worker.acquisition` after a won acquire. Its parts:
+the upstream link (:mod:`worker.stream.link`: connect, resume, reconnect with backoff), whose
+connections hand every batch straight to the holding's delivery (:mod:`worker.stream.delivery`:
+sequence, fence check, sink, acknowledgement — callbacks, no await per message), and the
+progress the connection-state writer watches (:mod:`worker.stream.progress`).
 
-* **The data path, in callbacks.** The stream's connection (:mod:`worker.stream.transport`)
-  hands the holder every batch of messages one read completed
-  (:meth:`StreamHolder.messages_received`). Per batch, not per message: the sequencer reads the
-  seqs (one ``orjson`` parse each), drops replays and counts gaps; one fence check; one
-  :class:`~worker.sinks.SinkBatch` under the holding's header; one metric update. At most one
-  batch is in the sink at a time: what arrives meanwhile waits in the holder and goes as the
-  next batch when the sink acknowledges (in seq order, retries included). The checkpoint —
-  ``acked_seq``, which the renewals and the release carry — moves only then. When
-  :data:`MAX_WAITING_RECORDS` or :data:`MAX_WAITING_BYTES` wait, reading pauses (the socket's
-  buffers fill, then TCP slows the upstream): memory per stream stays bounded whatever the sink
-  does. A sink failure is retried with backoff (only the records it did not store).
-* **The lifecycle, in one task** (:meth:`StreamHolder.run`): the upstream link connects and
-  reconnects (:mod:`worker.stream.link`) until an end is requested or the upstream ends the
-  stream; then the last steps its :class:`EndReason` calls for.
-
-Fencing: past a per-stream lease's deadline (a timer) the holding ends (FENCED). Past a
-session's deadline the holder stops reading and delivering and waits in the worker's
-:class:`~worker.fence.DeliveryGate` until the session renews (resume) or is lost (the worker
-ends every holder LOST). The sink checks the deadline once more right before it sends. An end
-request from another task (stop, shed, shutdown, lost) interrupts the link at once; a batch in
-the sink is never recalled, and after an abrupt end nothing more is submitted.
+The holder's one task (:meth:`StreamHolder.run`) keeps the link up until an end is requested or
+the upstream ends the stream, then takes the last steps its :class:`EndReason` calls for. Past a
+per-stream lease's deadline (a timer, or a batch that finds it passed) the holding ends
+(FENCED); a session's deadline pauses delivery in the worker's delivery gate instead, and a lost
+session ends every holder (LOST). An end request from another task (stop, shed, shutdown, lost)
+interrupts the link at once; a batch in the sink is never recalled, and after an abrupt end
+nothing more is submitted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Coroutine
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
-from websockets.frames import Frame
-
 from streamlease import rules
-from streamlease.errors import (
-    LeaseLost,
-    SinkDeadlinePassed,
-    SinkError,
-    StoreError,
-    UpstreamRejected,
-)
+from streamlease.errors import LeaseLost, StoreError, UpstreamRejected
 from streamlease.lease_events import LeaseEventKind
 from streamlease.model import Lease, Stream
 from streamlease.profile import DEFAULT_PROFILE, Profile, ProfileError
@@ -54,20 +34,14 @@ from worker.context import WorkerContext
 from worker.fence import Fence
 from worker.logs import describe, logger
 from worker.secrets import Secrets
-from worker.sinks import BatchHeader, SinkBatch, SinkRecord
+from worker.sinks import BatchHeader
+from worker.stream.delivery import Delivery
 from worker.stream.link import HeadersSource, UpstreamEvent, UpstreamEventKind, UpstreamLink
 from worker.stream.progress import StreamProgress
 from worker.stream.sequence import Sequencer
 
 _T = TypeVar("_T")
 
-MAX_WAITING_RECORDS: Final = 500
-MAX_WAITING_BYTES: Final = 256 * 1024
-"""Records (or payload bytes) waiting behind the batch in the sink that pause reading. What a
-holder buffers is then at most two batches' worth: the one in the sink and the one waiting,
-each at most this much plus what one read of the socket completed."""
-SINK_RETRY_BASE_SECONDS: Final = 0.1
-SINK_RETRY_MAX_SECONDS: Final = 2.0
 RELEASE_RETRY_SECONDS: Final = 0.2
 """Pause between release attempts that got no answer (per-stream leases: until the fencing
 deadline; sessions: while the session lives)."""
@@ -123,8 +97,7 @@ during a graceful drain stops the drain; a second abrupt reason changes nothing.
 
 class StreamHolder:
     """Holds one stream under one lease epoch until :meth:`request_end` (or, for a per-stream
-    lease, its deadline). It is its connections' :class:`~worker.stream.transport.UpstreamHandler`
-    and its batches' :class:`~worker.sinks.BatchOwner`."""
+    lease, its deadline)."""
 
     def __init__(
         self, lease: Lease, ctx: WorkerContext, fence: Fence, *, acquired_mono: float
@@ -136,38 +109,35 @@ class StreamHolder:
         self.owner = lease.owner
         self.acquired_mono = acquired_mono
         self.fence = fence
-        self.acked_seq = lease.last_seq
-        """Highest seq the sink acknowledged: the checkpoint renewals and the release carry."""
         self.end_reason: EndReason | None = None
-        self.header = BatchHeader(lease.stream_id, lease.epoch, lease.owner)
         self._ctx = ctx
         self._settings = ctx.settings
-        self._sink = ctx.sink
-        self._metrics = ctx.metrics
         self._failure: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._interruptible = False
         self._interrupting = False
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self._retry_timer: asyncio.TimerHandle | None = None
-        self._in_flight: SinkBatch | None = None
-        self._waiting: list[SinkRecord] = []
-        self._waiting_bytes = 0
-        self._backpressure = False
-        self._fenced_since: float | None = None
-        """Monotonic deadline that paused delivery (session fencing), None while delivering."""
-        self._settled: asyncio.Event | None = None
-        self._malformed_counted = self._gaps_counted = self._missing_counted = 0
         profile = self._profile(lease)
-        self._sequencer = Sequencer(profile.seq_path, lease.last_seq)
-        self.progress = StreamProgress(self._sequencer, profile.idle_seconds)
+        sequencer = Sequencer(profile.seq_path, lease.last_seq)
+        self.progress = StreamProgress(sequencer, profile.idle_seconds)
+        self.delivery = Delivery(
+            BatchHeader(lease.stream_id, lease.epoch, lease.owner),
+            self.progress,
+            fence,
+            sink=ctx.sink,
+            metrics=ctx.metrics,
+            gate=ctx.gate,
+            reading=self,
+            on_fenced=lambda: self.request_end(EndReason.FENCED),
+            acked_seq=lease.last_seq,
+        )
         secrets = ctx.secrets
         self._link = UpstreamLink(
             lease.stream_id,
             lease.ws_url,
             ctx.settings,
-            self.messages_received,
-            resume_from=self._resume_from,
+            self.delivery.messages_received,  # the connection's batches go straight there
+            resume_from=lambda: sequencer.last_seq,
             on_event=self._on_event,
             profile=profile,
             headers=_headers_for(profile, secrets),
@@ -195,10 +165,22 @@ class StreamHolder:
         return self.fence.deadline_mono
 
     @property
+    def acked_seq(self) -> int:
+        """Highest seq the sink acknowledged: the checkpoint renewals and the release carry."""
+        return self.delivery.acked_seq
+
+    @property
     def buffered_bytes(self) -> int:
         """Payload bytes received and not yet acknowledged by the sink (in it, or waiting)."""
-        in_flight = () if self._in_flight is None else self._in_flight.records
-        return sum(len(r.payload) for r in in_flight) + sum(len(r.payload) for r in self._waiting)
+        return self.delivery.buffered_bytes
+
+    def pause_reading(self) -> None:
+        """Read nothing from the upstream until :meth:`resume_reading` (the delivery asks)."""
+        self._link.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again."""
+        self._link.resume_reading()
 
     def request_end(self, reason: EndReason, detail: str | None = None) -> None:
         """Ask the holder to end for ``reason`` (see :data:`_PRIORITY` for concurrent asks):
@@ -209,12 +191,7 @@ class StreamHolder:
         self.end_reason = reason
         if reason in (EndReason.FAILED, EndReason.ENDED) and detail:
             self._failure = detail
-        self._link.pause_reading()
-        if reason not in GRACEFUL:
-            self._waiting = []
-            self._waiting_bytes = 0
-            if self._settled is not None:  # a drain in progress stops here
-                self._settled.set()
+        self.delivery.stop(graceful=reason in GRACEFUL)
         self._interrupt()
 
     def extend(self, sent_mono: float) -> float | None:
@@ -227,179 +204,6 @@ class StreamHolder:
         if self.end_reason is not None and self.end_reason not in GRACEFUL:
             return None
         return self.fence.extend(sent_mono)
-
-    def pause_for_fence(self) -> None:
-        """The delivery gate's call at the session's deadline (see :class:`DeliveryGate`)."""
-        if self.fence.pauses and self.fence.remaining_seconds() <= 0:
-            self._past_deadline()
-
-    def resume_after_fence(self) -> None:
-        """The delivery gate's call when the session renewed: deliver and read again."""
-        passed = self._fenced_since
-        if passed is None:
-            return
-        self._fenced_since = None
-        if self.end_reason is not None and self.end_reason not in GRACEFUL:
-            return
-        # Nothing was accepted in a span no deadline covered: what came in after the deadline
-        # carries the time delivery resumed instead.
-        self._waiting = _restamped(self._waiting, passed)
-        if self._in_flight is None and self._waiting:
-            self._submit_waiting()
-        if not self._backpressure and self.end_reason is None:
-            self._link.resume_reading()
-        self._wake_settled()
-
-    # --- the data path ---------------------------------------------------------------------
-
-    def messages_received(self, messages: list[Frame]) -> None:
-        """One read's messages (the connection's callback): sequence them, then deliver."""
-        count = len(messages)
-        self.progress.received += count
-        sequencer = self._sequencer
-        before = sequencer.last_seq
-        records = sequencer.take(messages, time.time_ns() // 1_000_000)
-        if len(records) != count or (records and records[-1].seq - before != count):
-            self._count_irregular()  # skipped frames or a gap: rare, counted apart
-        if not records:
-            return
-        self._metrics.incr(WorkerMetric.MESSAGES_RECEIVED, len(records))
-        if (
-            self._in_flight is None
-            and not self._waiting
-            and self._fenced_since is None
-            and self.end_reason is None
-        ):
-            if self.fence.remaining_seconds() > 0:
-                self._submit(records)
-                return
-            self._past_deadline()
-        if self.end_reason is not None and self.end_reason not in GRACEFUL:
-            return
-        self._waiting += records
-        self._waiting_bytes += sum([len(r.payload) for r in records])
-        if (
-            len(self._waiting) >= MAX_WAITING_RECORDS or self._waiting_bytes >= MAX_WAITING_BYTES
-        ) and not self._backpressure:
-            self._backpressure = True
-            self._link.pause_reading()
-
-    def _count_irregular(self) -> None:
-        """Metrics (and a log line) for what the last batch had besides messages: undeliverable
-        frames, gaps. Replays are only counted by the sequencer."""
-        sequencer = self._sequencer
-        malformed = sequencer.malformed - self._malformed_counted
-        gaps = sequencer.gaps - self._gaps_counted
-        missing = sequencer.missing - self._missing_counted
-        self._malformed_counted += malformed
-        self._gaps_counted += gaps
-        self._missing_counted += missing
-        if malformed:
-            self._metrics.incr(WorkerMetric.MALFORMED_FRAMES, malformed)
-        if gaps:
-            self._metrics.incr(WorkerMetric.SEQ_GAPS, gaps)
-            logger.info(
-                "upstream seq gap",
-                stream_id=self.stream_id,
-                seq=sequencer.last_seq,
-                gaps=gaps,
-                missing=missing,
-            )
-
-    def batch_stored(self, batch: SinkBatch) -> None:
-        """The sink stored ``batch``: move the checkpoint, send what waited."""
-        self._in_flight = None
-        last = batch.records[-1]
-        self.acked_seq = last.seq
-        self.fence.checkpoint(last.seq)
-        progress = self.progress
-        progress.delivered += len(batch.records)
-        progress.last_message_at_ms = last.received_at_ms
-        progress.sink_failures = 0
-        if self.end_reason is not None and self.end_reason not in GRACEFUL:
-            return
-        if self._waiting:
-            self._submit_waiting()
-        self._wake_settled()
-
-    def batch_failed(self, batch: SinkBatch, error: SinkError) -> None:
-        """The sink did not store ``batch`` (wholly): what it did not store goes back to the
-        front of the queue; past the deadline the fence decides, otherwise it is retried after
-        a backoff (not after an end request)."""
-        self._in_flight = None
-        if self.end_reason is not None and self.end_reason not in GRACEFUL:
-            return
-        unsent = batch.records if error.unsent is None else list(error.unsent)
-        # Only what the sink did not store is sent again: a retry repeats nothing.
-        self._waiting[:0] = [r for r in unsent if isinstance(r, SinkRecord)]
-        if isinstance(error, SinkDeadlinePassed):
-            self._past_deadline()
-            self._wake_settled()
-            return
-        progress = self.progress
-        progress.sink_failures += 1
-        progress.sink_error = f"sink refused {progress.sink_failures} writes ({describe(error)})"
-        self._metrics.incr(WorkerMetric.SINK_ERRORS)
-        logger.warning(
-            "sink write failed",
-            stream_id=self.stream_id,
-            epoch=self.epoch,
-            attempt=progress.sink_failures,
-            error=describe(error),
-        )
-        if self.end_reason is not None:
-            self._wake_settled()  # ending: no more attempts
-            return
-        pause = rules.backoff_seconds(
-            min(progress.sink_failures - 1, 10),
-            SINK_RETRY_BASE_SECONDS,
-            SINK_RETRY_MAX_SECONDS,
-            random.random(),
-        )
-        self._retry_timer = asyncio.get_running_loop().call_later(pause, self._retry_sink)
-
-    def _retry_sink(self) -> None:
-        self._retry_timer = None
-        if self._in_flight is None and self._waiting and self.end_reason is None:
-            self._submit_waiting()
-
-    def _submit_waiting(self) -> None:
-        if self._retry_timer is not None or self._fenced_since is not None:
-            return
-        if self.fence.remaining_seconds() <= 0:
-            self._past_deadline()
-            return
-        records, self._waiting = self._waiting, []
-        self._waiting_bytes = 0
-        self._submit(records)
-        if self._backpressure:
-            self._backpressure = False
-            if self._fenced_since is None and self.end_reason is None:
-                self._link.resume_reading()
-
-    def _submit(self, records: list[SinkRecord]) -> None:
-        batch = SinkBatch(self.header, records, self.fence, self)
-        self._in_flight = batch
-        try:
-            self._sink.submit(batch)
-        except SinkError as exc:  # the sink is closed (shutdown past its drain)
-            self.batch_failed(batch, exc)
-
-    def _past_deadline(self) -> None:
-        """No delivery now: a per-stream lease ends (FENCED); a session's stream stops reading
-        and waits in the gate for a renewal."""
-        if not self.fence.pauses:
-            self.request_end(EndReason.FENCED)
-            return
-        if self._fenced_since is None:
-            self._fenced_since = self.fence.deadline_mono
-            self._link.pause_reading()
-            self._ctx.gate.hold(self)
-
-    def _resume_from(self) -> int:
-        """The seq a reconnect resumes after: the last one taken in (those still waiting or in
-        the sink are this holder's to deliver)."""
-        return self._sequencer.last_seq
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -420,7 +224,8 @@ class StreamHolder:
             await self._hold()
             reason = self.end_reason
             if reason in GRACEFUL:
-                await self._drain()
+                limit = min(DRAIN_SECONDS, max(0.0, self.fence.remaining_seconds()) + 1.0)
+                await self.delivery.drain(limit)
                 code = 1000 if reason in (EndReason.STOPPED, EndReason.ENDED) else 1001
                 await self._link.close(code)
                 await self._give_back()
@@ -437,10 +242,9 @@ class StreamHolder:
             await self._link.close(1001)
             await self._release_lapsed()  # conditional on owner and epoch: safe in any state
         finally:
-            for timer in (self._deadline_timer, self._retry_timer):
-                if timer is not None:
-                    timer.cancel()
-            self._ctx.gate.forget(self)
+            if self._deadline_timer is not None:
+                self._deadline_timer.cancel()
+            self.delivery.close()
             self._ctx.connections.forget(self.stream_id, self.epoch)
             self.fence.finish()
 
@@ -455,28 +259,6 @@ class StreamHolder:
         if link.upstream_ended:
             self.request_end(EndReason.ENDED, link.end_reason or "upstream ended the stream")
 
-    async def _drain(self) -> None:
-        """Graceful end: let the sink take what was received (one more batch after the one in
-        it, no retries), within :data:`DRAIN_SECONDS` and the deadline."""
-        if self._in_flight is None and self._waiting and self._retry_timer is None:
-            self._submit_waiting()
-        if self._in_flight is None:
-            return
-        settled = self._settled = asyncio.Event()
-        limit = min(DRAIN_SECONDS, max(0.0, self.fence.remaining_seconds()) + 1.0)
-        try:
-            async with asyncio.timeout(limit):
-                await settled.wait()
-        except TimeoutError:
-            return
-        finally:
-            self._settled = None
-
-    def _wake_settled(self) -> None:
-        settled = self._settled
-        if settled is not None and self._in_flight is None:
-            settled.set()
-
     def _lost(self) -> None:
         self.request_end(EndReason.LOST)
 
@@ -488,7 +270,7 @@ class StreamHolder:
             logger.info("upstream connected", stream_id=stream_id, attempt=event.attempt)
         else:
             if kind is UpstreamEventKind.RETRYING:
-                self._metrics.incr(WorkerMetric.RECONNECTS)
+                self._ctx.metrics.incr(WorkerMetric.RECONNECTS)
             logger.info(
                 "upstream failed",
                 stream_id=stream_id,
@@ -685,13 +467,3 @@ async def _static_headers(profile: Profile) -> list[tuple[str, str]]:
     if profile.secrets:
         raise UpstreamRejected("this worker cannot read secrets")
     return [(name, value.template) for name, value in profile.headers]
-
-
-def _restamped(records: list[SinkRecord], deadline_mono: float) -> list[SinkRecord]:
-    """Records taken in after ``deadline_mono`` carry the time delivery resumed instead: no
-    message is accepted in a span no deadline covered."""
-    now_ms = time.time_ns() // 1_000_000
-    passed_ms = now_ms - int((time.monotonic() - deadline_mono) * 1000)
-    return [
-        r if r.received_at_ms < passed_ms else r._replace(received_at_ms=now_ms) for r in records
-    ]

@@ -25,12 +25,13 @@ from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.fence import Fence, LeaseFence
-from worker.holder import MAX_WAITING_BYTES, EndReason, StreamHolder
+from worker.holder import EndReason, StreamHolder
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import BufferedSink, SinkBatch
 from worker.sinks.base import deadline_passed
+from worker.stream.delivery import MAX_WAITING_BYTES
 
 WORKER = "w1/1-abcd"
 SETTINGS = Settings(
@@ -478,7 +479,7 @@ class FakeSessionFence:
 def run_gate(rig: Rig, session: FakeSession, *holders: StreamHolder) -> asyncio.Task[None]:
     """The worker's delivery gate over ``session`` and ``holders`` (cancelled with the loop)."""
     return asyncio.get_running_loop().create_task(
-        rig.ctx.gate.run(lambda: cast(Any, session), lambda: holders)
+        rig.ctx.gate.run(lambda: cast(Any, session), lambda: [h.delivery for h in holders])
     )
 
 
