@@ -1,6 +1,7 @@
-"""The upstream transport against a raw WebSocket server whose every byte the test writes
-(real sockets): messages in batches, fragmented messages assembled, the size limit, a close
-in the middle of a batch, no redirect followed, pause and resume, and the shared keepalive."""
+"""The default upstream transport (websockets' sans-I/O client) against a raw WebSocket server
+whose every byte the test writes (real sockets): messages in batches, fragmented messages
+assembled, the size limit, a close in the middle of a batch, no redirect followed, pause and
+resume, and the shared keepalive."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from websockets.streams import StreamReader
 from websockets.utils import accept_key
 
 from worker.stream.keepalive import Keepalive
-from worker.stream.transport import CloseBy, Closed, Target, WebSocketTransport, open_websocket
+from worker.stream.transport import CloseBy, Closed, Target
+from worker.stream.websocket import WebSocketTransport, open_websocket
 
 LIMIT = 1_000_000
 

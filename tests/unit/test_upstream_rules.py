@@ -13,7 +13,8 @@ from websockets.exceptions import InvalidStatus
 from websockets.frames import Close
 from websockets.http11 import Response
 
-from worker.stream.transport import CloseBy, closed_from
+from worker.stream.transport import CloseBy
+from worker.stream.websocket import closed_from
 from worker.upstream import describe_close, describe_connect_error, with_resume_param
 
 SECRET = "token=s3cr3t"

@@ -2,7 +2,7 @@
 
 A timer per connection (websockets' own keepalive task) costs every held stream a wake-up per
 ping interval whether or not it is silent. Here one task visits every open connection a few
-times per interval (:meth:`~worker.stream.transport.WebSocketTransport.check_alive`): a
+times per interval (:meth:`~worker.stream.websocket.WebSocketTransport.check_alive`): a
 connection that read anything since the last visit is alive and costs nothing more; one silent
 for ``ping_interval_seconds`` is pinged, and one still silent ``ping_timeout_seconds`` after
 its ping is closed with 1011 (and then reconnected by its stream, as any dropped connection).

@@ -42,7 +42,8 @@ from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
 from worker.stream.keepalive import Keepalive
-from worker.stream.transport import CLOSE_TIMEOUT_SECONDS, Closed, UpstreamTransport
+from worker.stream.transport import Closed, UpstreamTransport
+from worker.stream.websocket import CLOSE_TIMEOUT_SECONDS
 from worker.upstream.connection import (
     Failure,
     Resolver,

@@ -81,62 +81,27 @@ class Sequencer:
     def take(self, messages: list[Frame], received_at_ms: int) -> list[SinkRecord]:
         """The records of ``messages`` (received at ``received_at_ms``), in order; messages
         that are replays or undeliverable are counted and left out."""
-        if self.seq_path is None:
+        path = self.seq_path
+        if path is None:
             return self._number(messages, received_at_ms)
-        if len(self.seq_path) == 1:
-            return self._read_top_level(messages, received_at_ms, self.seq_path[0])
-        return self._read_nested(messages, received_at_ms, self.seq_path)
-
-    def _read_top_level(
-        self, messages: list[Frame], received_at_ms: int, name: str
-    ) -> list[SinkRecord]:
-        """The common case (``seq`` at the top of the document), kept flat: it runs for every
-        message a worker receives."""
+        first, rest = path[0], path[1:]
         records: list[SinkRecord] = []
         last = self.last_seq
+        # Kept flat: it runs for every message a worker receives.
         for message in messages:
             data = message.data
             try:
-                seq = _loads(data)[name]
-            except Exception as exc:
+                seq = _loads(data)[first]
+            except Exception as exc:  # which one it is says what was wrong
                 self._skip(_cause(exc, message))
                 continue
-            if type(seq) is not int:
-                self._skip(Undeliverable.SEQ_NOT_INTEGER)
-                continue
-            if seq <= last:
-                self.duplicates += 1
-                continue
-            if seq != last + 1:
-                self.gaps += 1
-                self.missing += seq - last - 1
-            last = seq
-            records.append(_new(SinkRecord, (seq, received_at_ms, data, _JSON)))
-        self.last_seq = last
-        return records
-
-    def _read_nested(
-        self, messages: list[Frame], received_at_ms: int, path: tuple[str, ...]
-    ) -> list[SinkRecord]:
-        records: list[SinkRecord] = []
-        last = self.last_seq
-        for message in messages:
-            data = message.data
-            try:
-                document = _loads(data)
-            except ValueError as exc:
-                self._skip(_cause(exc, message))
-                continue
-            if type(document) is not dict:
-                self._skip(Undeliverable.NOT_JSON)
-                continue
-            seq: Any = document
-            try:
-                for name in path:
-                    seq = seq[name]
-            except (KeyError, TypeError, IndexError):
-                self._skip(Undeliverable.NO_SEQ)
-                continue
+            if rest:
+                try:
+                    for name in rest:
+                        seq = seq[name]
+                except (KeyError, TypeError, IndexError):
+                    self._skip(Undeliverable.NO_SEQ)
+                    continue
             if type(seq) is not int:
                 self._skip(Undeliverable.SEQ_NOT_INTEGER)
                 continue
@@ -177,7 +142,7 @@ class Sequencer:
 
 
 def _cause(exc: Exception, message: Frame) -> Undeliverable:
-    """Why reading the seq of ``message`` raised ``exc``."""
+    """Why reading the top of the seq's path in ``message`` raised ``exc``."""
     if isinstance(exc, KeyError):
         return Undeliverable.NO_SEQ
     if message.opcode is BINARY:

@@ -18,15 +18,8 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from streamlease.profile import DEFAULT_PROFILE, RESUME_QUERY, Profile
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy, check_address, parse_upstream_url
-from worker.stream.transport import (
-    CloseBy,
-    Closed,
-    KeepaliveRegistry,
-    Target,
-    UpstreamHandler,
-    UpstreamTransport,
-    open_websocket,
-)
+from worker.stream.transport import CloseBy, Closed, Target, UpstreamHandler, UpstreamTransport
+from worker.stream.websocket import KeepaliveRegistry, open_websocket
 
 MAX_FRAME_BYTES: Final = 1_000_000
 """Largest upstream message accepted, in bytes: a sink record must fit a 1 MiB Kinesis record."""
