@@ -362,3 +362,25 @@ async def test_a_cancelled_run_leaves_the_connection_to_close(upstream: Any) -> 
     assert transport.closed_with is None
     await stream.link.close(1001)
     assert transport.closed_with == 1001
+
+
+async def test_a_connection_that_cannot_take_the_open_message_is_dropped_and_retried(
+    upstream: Any,
+) -> None:
+    """Closed before its subscribe message could be sent: not kept (its keepalive would hold
+    it open otherwise), dropped, and a new connection subscribes."""
+    subscribe = parse_profile(
+        {"open_message": '{"from":{next_seq}}', "resume": "open_message"}, secrets_prefix=None
+    )
+
+    class Closing(FakeTransport):
+        def send_text(self, text: str) -> None:
+            raise ConnectionError("closed")
+
+    first, second = Closing([]), FakeTransport([[1]])
+    upstream(first, second)
+    stream = Stream(profile=subscribe)
+    await run_until(stream, 1)
+    assert first.closed_with == 1006  # aborted
+    assert second.sent == ['{"from":1}']
+    assert "open message" in stream.kinds(UpstreamEventKind.RETRYING)[0].error
