@@ -17,12 +17,22 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 
 from streamlease import rules
 from streamlease.settings import Settings
 from worker.session import Session, SessionState
+
+
+class Deadline(Protocol):
+    """A fencing deadline as whoever must not act past it sees it (sinks, before they send)."""
+
+    def remaining_seconds(self) -> float:
+        """Seconds before the deadline (0 or less: passed). It may move later, never earlier
+        while the holder still delivers."""
+        ...
 
 
 class RenewalTracker(Protocol):
@@ -51,6 +61,12 @@ class Fence(Protocol):
 
     def remaining_seconds(self) -> float:
         """Seconds left before the deadline (negative: past it)."""
+        ...
+
+    @property
+    def sink_deadline(self) -> Deadline:
+        """The deadline the sink checks before it sends this holder's batches: one object for
+        every stream of a session, so a store checks it once for all of them."""
         ...
 
     def extend(self, sent_mono: float) -> float | None:
@@ -106,6 +122,10 @@ class LeaseFence:
     def remaining_seconds(self) -> float:
         return self._deadline - time.monotonic()
 
+    @property
+    def sink_deadline(self) -> Deadline:
+        return self  # its own: no other stream shares it
+
     def extend(self, sent_mono: float) -> float | None:
         """Move the deadline to ``sent_mono + lease − margin``; returns the deadline in force,
         or None when the answer came after the deadline it would set (it revives nothing)."""
@@ -130,6 +150,27 @@ class LeaseFence:
         self._renewals.untrack(self._stream_id, self._epoch)
 
 
+class SessionDeadline:
+    """A session's deadline as sinks see it (one object per session, shared by its streams)."""
+
+    __slots__ = ("__weakref__", "session")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def remaining_seconds(self) -> float:
+        """Seconds before the session's deadline (-inf once it is not live)."""
+        session = self.session  # asked for every batch: kept flat
+        if session.state is not SessionState.LIVE:
+            return -math.inf
+        return session.deadline_mono - time.monotonic()
+
+
+_SESSION_DEADLINES: Final[weakref.WeakKeyDictionary[Session, SessionDeadline]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 class SessionFence:
     """The fence of a stream attached to a session: the session's deadline, and a slot."""
 
@@ -140,7 +181,15 @@ class SessionFence:
         self.slot = slot
         self._epoch = epoch
         self._finished = False
+        shared = _SESSION_DEADLINES.get(session)
+        if shared is None:
+            shared = _SESSION_DEADLINES[session] = SessionDeadline(session)
+        self._shared = shared
         session.slots.hold(slot, epoch, last_seq)
+
+    @property
+    def sink_deadline(self) -> Deadline:
+        return self._shared
 
     @property
     def deadline_mono(self) -> float:
@@ -152,10 +201,7 @@ class SessionFence:
         return not self.session.live
 
     def remaining_seconds(self) -> float:
-        session = self.session  # asked once per batch, by the holder and by the sink: kept flat
-        if session.state is not SessionState.LIVE:
-            return -math.inf
-        return session.deadline_mono - time.monotonic()
+        return self._shared.remaining_seconds()
 
     def extend(self, sent_mono: float) -> float | None:
         return None  # the session's renewals move the deadline
@@ -164,8 +210,10 @@ class SessionFence:
         await self.session.wait_renewed(timeout_seconds)
 
     def checkpoint(self, seq: int) -> None:
-        if not self._finished and self.session.live:
-            self.session.slots.hold(self.slot, self._epoch, seq)
+        # Once per acknowledged batch: the slot entry is replaced whole, as SlotTable.hold does.
+        session = self.session
+        if not self._finished and session.state is SessionState.LIVE:
+            session.slots.hold(self.slot, self._epoch, seq)
 
     def stop_renewing(self) -> None:
         return  # the session renews on; the slot keeps the checkpoint until the release

@@ -48,7 +48,11 @@ class SlotTable:
 
     def hold(self, slot: int, epoch: int, seq: int) -> None:
         """The stream in ``slot`` is held at ``epoch`` and acknowledged up to ``seq``."""
-        self._set(slot, (epoch, seq))
+        entries = self._entries
+        if slot < len(entries):  # every acknowledged batch comes here: the common case first
+            entries[slot] = (epoch, seq)
+        else:
+            self._set(slot, (epoch, seq))
 
     def cancel(self, slot: int, *, landed_unknown: bool = False) -> None:
         """The acquire for ``slot`` did not win. ``landed_unknown``: its answer was lost, so

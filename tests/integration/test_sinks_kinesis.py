@@ -190,15 +190,26 @@ async def test_a_write_after_the_deadline_sends_nothing(
     assert [r.seq for r in cut.value.unsent or []] == [1]
 
 
-class PassesWhileTaken:
-    """A deadline that passes after ``checks`` looks: while the sink takes a write's records."""
+class Ticking:
+    """A monotonic clock that moves a second each time it is read: the sink's clock while it
+    takes a batch's records into a call, so the deadline passes halfway through."""
 
-    def __init__(self, checks: int) -> None:
-        self.checks = checks
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+class Fixed:
+    """A deadline ``seconds`` after the first time it is asked (read once per call)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
     def remaining_seconds(self) -> float:
-        self.checks -= 1
-        return 1.0 if self.checks >= 0 else -1.0
+        return self.seconds
 
 
 async def test_a_write_whose_deadline_passes_while_its_records_are_taken_sends_none_of_them(
@@ -207,9 +218,9 @@ async def test_a_write_whose_deadline_passes_while_its_records_are_taken_sends_n
     """The write fails naming all its records unsent, so none may be sent: the two taken into
     the batch before the deadline passed would otherwise be stored and then sent again."""
     recording = RecordingClient(client)
-    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
+    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0, clock=Ticking())
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await write(sink, "s", [1, 2, 3, 4], PassesWhileTaken(2))
+        await write(sink, "s", [1, 2, 3, 4], Fixed(3.5))
     await sink.close()
     assert recording.calls == []
     assert [r.seq for r in cut.value.unsent or []] == [1, 2, 3, 4]

@@ -460,6 +460,10 @@ class FakeSessionFence:
     def remaining_seconds(self) -> float:
         return self.deadline_mono - time.monotonic()
 
+    @property
+    def sink_deadline(self) -> FakeSessionFence:
+        return self
+
     def extend(self, sent_mono: float) -> float | None:
         return None
 

@@ -22,12 +22,14 @@ import asyncio
 import base64
 import contextlib
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple, Protocol, runtime_checkable
 
 from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.schema import PayloadEncoding, SinkField
+from worker.fence import Deadline as Deadline
 
 try:
     import orjson
@@ -85,15 +87,6 @@ class BatchHeader:
     def encoded(self) -> bytes:
         """The header's fields as the start of a JSON object (``{"stream_id":...,``)."""
         return self._json
-
-
-class Deadline(Protocol):
-    """The fencing deadline of the holder whose records a batch carries."""
-
-    def remaining_seconds(self) -> float:
-        """Seconds before the deadline (0 or less: passed). It may move later, never earlier
-        while the holder still delivers."""
-        ...
 
 
 class NoDeadline:
@@ -182,15 +175,17 @@ class BufferedSink(ABC):
         """Take ``batch`` for the next store. Raises :class:`SinkError` after :meth:`close`."""
         if self._closed:
             raise SinkError("sink is closed")
-        self._pending.append(batch)
+        pending = self._pending
+        pending.append(batch)
         self._pending_records += len(batch.records)
-        if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(
-                self._flush_forever(), name=f"{type(self).__name__} flusher"
-            )
+        if len(pending) == 1:  # the flusher may be waiting for a first batch
+            if self._flusher is None:
+                self._flusher = asyncio.get_running_loop().create_task(
+                    self._flush_forever(), name=f"{type(self).__name__} flusher"
+                )
+            self._wakeup.set()
         if self._pending_records >= self._flush_records:
             self._full.set()
-        self._wakeup.set()
 
     async def close(self) -> None:
         """Store what was accepted, then refuse more. Cancelling ``close`` abandons the rest
@@ -245,6 +240,31 @@ class BufferedSink(ABC):
                 batch.owner.batch_stored(batch)
             else:
                 batch.owner.batch_failed(batch, outcome)
+
+
+class DeadlineClock:
+    """Whether a batch may still be sent, asked right before it is: each distinct deadline is
+    read once (the streams of one session share one), then only the clock is.
+
+    Reading a deadline gives the seconds left; the instant it passes is kept and compared with
+    ``time.monotonic()`` for every batch after. A deadline moves only later while its holder
+    delivers, so the kept instant is never too late. One clock per store (or per thread).
+    """
+
+    __slots__ = ("_clock", "_deadline", "_passes_at")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: monotonic seconds (injectable for tests)."""
+        self._clock = clock
+        self._deadline: Deadline | None = None
+        self._passes_at = 0.0
+
+    def open(self, deadline: Deadline) -> bool:
+        """True while ``deadline`` has not passed."""
+        if deadline is not self._deadline:
+            self._deadline = deadline
+            self._passes_at = self._clock() + deadline.remaining_seconds()
+        return self._clock() < self._passes_at
 
 
 def deadline_passed(unsent: Sequence[SinkRecord]) -> SinkDeadlinePassed:

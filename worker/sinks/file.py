@@ -15,6 +15,7 @@ from streamlease.errors import SinkError
 from worker.sinks.base import (
     LINGER_SECONDS,
     BufferedSink,
+    DeadlineClock,
     SinkBatch,
     deadline_passed,
     encode_record,
@@ -92,9 +93,10 @@ class FileSink(BufferedSink):
         await asyncio.to_thread(self._close_all)
 
     def _append_all(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+        clock = DeadlineClock()
         outcomes: list[SinkError | None] = []
         for batch in batches:
-            if batch.deadline.remaining_seconds() <= 0:
+            if not clock.open(batch.deadline):
                 outcomes.append(deadline_passed(batch.records))
                 continue
             header = batch.header

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
@@ -34,6 +35,7 @@ from streamlease.settings import Settings
 from worker.sinks.base import (
     LINGER_SECONDS,
     BufferedSink,
+    DeadlineClock,
     SinkBatch,
     SinkRecord,
     encode_record,
@@ -113,7 +115,8 @@ class KinesisSink(BufferedSink):
     """Writes records to ``settings.kinesis_stream_name``, partition key = stream id.
 
     ``client`` defaults to ``streamlease.aws.client("kinesis", settings)``; its calls run in a
-    thread. Raises :class:`ConfigError` when no stream name is configured.
+    thread. ``rand`` (uniform in [0, 1)) and ``clock`` (monotonic seconds) are injectable for
+    tests. Raises :class:`ConfigError` when no stream name is configured.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class KinesisSink(BufferedSink):
         backoff_max_seconds: float = 2.0,
         rand: Callable[[], float] = random.random,
         linger_seconds: float = LINGER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not settings.kinesis_stream_name:
             raise ConfigError("the kinesis sink needs STREAMLEASE_KINESIS_STREAM_NAME")
@@ -138,6 +142,7 @@ class KinesisSink(BufferedSink):
         )
         self._backoff = (backoff_base_seconds, backoff_max_seconds)
         self._rand = rand
+        self._clock = clock
 
     async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
         """Send ``batches`` (see the module docstring); one outcome per batch."""
@@ -155,10 +160,10 @@ class KinesisSink(BufferedSink):
                 continue
             pending.extend(batch.entries)
         while pending:
-            await self._send(self._take_call(pending), pending)
+            await self._send(self._take_call(pending, DeadlineClock(self._clock)), pending)
         return [batch.outcome for batch in taken]
 
-    def _take_call(self, pending: deque[_Entry]) -> list[_Entry]:
+    def _take_call(self, pending: deque[_Entry], clock: DeadlineClock) -> list[_Entry]:
         call: list[_Entry] = []
         size = 0
         while pending and len(call) < MAX_BATCH_RECORDS:
@@ -167,7 +172,7 @@ class KinesisSink(BufferedSink):
             if batch.outcome is not None:  # failed: send nothing more of it
                 pending.popleft()
                 continue
-            if batch.source.deadline.remaining_seconds() <= 0:
+            if not clock.open(batch.source.deadline):
                 pending.popleft()
                 batch.fail("fencing deadline passed before the records were sent", deadline=True)
                 # Its records already taken into this call are not sent either: the batch

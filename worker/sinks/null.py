@@ -8,7 +8,13 @@ but the storage itself.
 from __future__ import annotations
 
 from streamlease.errors import SinkError
-from worker.sinks.base import LINGER_SECONDS, BufferedSink, SinkBatch, deadline_passed
+from worker.sinks.base import (
+    LINGER_SECONDS,
+    BufferedSink,
+    DeadlineClock,
+    SinkBatch,
+    deadline_passed,
+)
 
 
 class NullSink(BufferedSink):
@@ -24,9 +30,10 @@ class NullSink(BufferedSink):
     async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
         """Count ``batches``; one past its deadline fails with :class:`SinkDeadlinePassed`."""
         self.stores += 1
+        clock = DeadlineClock()
         outcomes: list[SinkError | None] = []
         for batch in batches:
-            if batch.deadline.remaining_seconds() <= 0:
+            if not clock.open(batch.deadline):
                 outcomes.append(deadline_passed(batch.records))
                 continue
             self.records += len(batch.records)

@@ -60,6 +60,32 @@ class Delivery:
     :class:`~worker.sinks.BatchOwner` of its batches and the gate's
     :class:`~worker.fence.Pausable`."""
 
+    __slots__ = (
+        "_backpressure",
+        "_ending",
+        "_fence",
+        "_fenced_since",
+        "_gaps_counted",
+        "_gate",
+        "_in_flight",
+        "_malformed_counted",
+        "_metrics",
+        "_missing_counted",
+        "_on_fenced",
+        "_reading",
+        "_retry_timer",
+        "_sequencer",
+        "_settled",
+        "_sink",
+        "_sink_deadline",
+        "_stopped",
+        "_waiting",
+        "_waiting_bytes",
+        "acked_seq",
+        "header",
+        "progress",
+    )
+
     def __init__(
         self,
         header: BatchHeader,
@@ -81,6 +107,7 @@ class Delivery:
         """Highest seq the sink acknowledged: the checkpoint renewals and the release carry."""
         self._sequencer = progress.sequencer
         self._fence = fence
+        self._sink_deadline = fence.sink_deadline
         self._sink = sink
         self._metrics = metrics
         self._gate = gate
@@ -115,13 +142,14 @@ class Delivery:
         sequencer = self._sequencer
         before = sequencer.last_seq
         records = sequencer.take(messages, time.time_ns() // 1_000_000)
-        if len(records) != count or (records and records[-1].seq - before != count):
+        taken = len(records)
+        if taken != count or (taken and records[-1].seq - before != count):
             self._count_irregular()  # skipped frames or a gap: rare, counted apart
-        if not records or self._stopped:
+        if not taken or self._stopped:
             return
-        self._metrics.incr(WorkerMetric.MESSAGES_RECEIVED, len(records))
+        self._metrics.incr(WorkerMetric.MESSAGES_RECEIVED, taken)
         if self._in_flight is None and not self._waiting and self._fenced_since is None:
-            if self._fence.remaining_seconds() > 0:
+            if self._sink_deadline.remaining_seconds() > 0:
                 self._submit(records)
                 return
             self._past_deadline()
@@ -142,8 +170,8 @@ class Delivery:
         self._in_flight = None
         records = batch.records
         last = records[-1]
-        self.acked_seq = last.seq
-        self._fence.checkpoint(last.seq)
+        seq = self.acked_seq = last.seq
+        self._fence.checkpoint(seq)
         progress = self.progress
         progress.delivered += len(records)
         progress.last_message_at_ms = last.received_at_ms
@@ -268,7 +296,7 @@ class Delivery:
     def _submit_waiting(self) -> None:
         if self._retry_timer is not None or self._fenced_since is not None:
             return
-        if self._fence.remaining_seconds() <= 0:
+        if self._sink_deadline.remaining_seconds() <= 0:
             self._past_deadline()
             return
         records, self._waiting = self._waiting, []
@@ -280,7 +308,7 @@ class Delivery:
                 self._reading.resume_reading()
 
     def _submit(self, records: list[SinkRecord]) -> None:
-        batch = SinkBatch(self.header, records, self._fence, self)
+        batch = SinkBatch(self.header, records, self._sink_deadline, self)
         self._in_flight = batch
         try:
             self._sink.submit(batch)

@@ -103,6 +103,34 @@ class UpstreamLink:
     [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable for tests.
     """
 
+    __slots__ = (
+        "_clock",
+        "_close_code",
+        "_close_requested",
+        "_closed",
+        "_connected_at",
+        "_failures",
+        "_forget_secrets",
+        "_headers",
+        "_keepalive",
+        "_on_event",
+        "_paused",
+        "_policy",
+        "_profile",
+        "_rand",
+        "_resolver",
+        "_resume_from",
+        "_settings",
+        "_transport",
+        "_url",
+        "connects",
+        "end_reason",
+        "messages_received",
+        "retries",
+        "stream_id",
+        "upstream_ended",
+    )
+
     def __init__(
         self,
         stream_id: str,

@@ -234,7 +234,8 @@ class WebSocketTransport(asyncio.Protocol):
         if writes:
             self._write(writes)
         self.active = True
-        frames = self._handshake(events) if self._opened is not None else cast(list[Frame], events)
+        # Once open, every event is a frame (typing.cast would cost a call per read).
+        frames: list[Frame] = events if self._opened is None else self._handshake(events)  # type: ignore[assignment]
         batch: list[Frame] = []
         for frame in frames:
             opcode = frame.opcode
