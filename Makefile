@@ -9,13 +9,15 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 CDK := node_modules/.bin/cdk
 
-# Lambda code asset, built without Docker: wheels for the Lambda platform (arm64, CPython 3.12)
-# next to the two packages the handlers import. The dependency install is redone only when the
-# lock changes, the zip only when their sources change.
+# Lambda code asset, built without Docker by cdk/lambda_asset.py: wheels for the Lambda platform
+# (arm64, CPython 3.12) without the SDK the runtime has, next to the two packages the handlers
+# import, compiled by a Python 3.12 (LAMBDA_PYTHON; found on PATH, in pyenv or uv if unset) and
+# zipped reproducibly. The dependency install is redone only when the lock changes, the zip only
+# when their sources change.
 LAMBDA_DEPS := build/lambda-deps
 LAMBDA_DEPS_STAMP := $(LAMBDA_DEPS)/.installed
-LAMBDA_DIR := build/lambda
 LAMBDA_ZIP := build/lambda.zip
+LAMBDA_PYTHON ?=
 LAMBDA_SOURCES := $(shell find streamlease lambdas -not -path '*/__pycache__*' 2>/dev/null)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
@@ -75,20 +77,12 @@ deploy: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## deploy both stacks to the AWS ac
 destroy: $(STAMP) $(NODE_STAMP) ## delete both stacks (the table, queues and sink stream are retained)
 	$(CDK) destroy --all
 
-$(LAMBDA_DEPS_STAMP): requirements.lock | $(STAMP)
-	rm -rf $(LAMBDA_DEPS)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile --target $(LAMBDA_DEPS) \
-		--implementation cp --python-version 3.12 --only-binary=:all: \
-		--platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 \
-		-c requirements.lock 'aws-lambda-powertools[tracer]' pydantic boto3
+$(LAMBDA_DEPS_STAMP): requirements.lock cdk/lambda_asset.py | $(STAMP)
+	$(PY) -m cdk.lambda_asset --install-deps --deps $(LAMBDA_DEPS)
 	@touch $@
 
-$(LAMBDA_ZIP): $(LAMBDA_DEPS_STAMP) $(LAMBDA_SOURCES)
-	rm -rf $(LAMBDA_DIR) && mkdir -p $(LAMBDA_DIR)
-	cp -R $(LAMBDA_DEPS)/. streamlease lambdas $(LAMBDA_DIR)/
-	rm -f $(LAMBDA_DIR)/.installed
-	find $(LAMBDA_DIR) -name __pycache__ -type d -prune -exec rm -rf {} +
-	$(PY) -c 'import shutil, sys; shutil.make_archive(sys.argv[1], "zip", sys.argv[2])' $(basename $@) $(LAMBDA_DIR)
+$(LAMBDA_ZIP): $(LAMBDA_DEPS_STAMP) $(LAMBDA_SOURCES) cdk/lambda_asset.py
+	$(PY) -m cdk.lambda_asset --deps $(LAMBDA_DEPS) --out $@ $(if $(LAMBDA_PYTHON),--python $(LAMBDA_PYTHON))
 
 lambda: $(LAMBDA_ZIP) ## build the Lambda code asset (build/lambda.zip) for synth and deploy
 

@@ -31,11 +31,13 @@ from local.worker_process import PRODUCTION_LEASE_SECONDS
 Section = Callable[[BenchContext], list[Table]]
 
 SECTIONS: Final = {
+    "lambda": "bench.lambda_imports",
     "failover": "bench.failover",
     "throughput": "bench.throughput",
     "write_cost": "bench.write_cost",
     "scale": "bench.scale",
     "rebalance": "bench.rebalance",
+    "cost": "bench.cost",
 }
 """Section name → module with ``run(ctx) -> list[Table]``, in the order they run."""
 

@@ -216,6 +216,7 @@ def run(ctx: BenchContext) -> list[Table]:
     heartbeats = QUICK_WINDOW_HEARTBEATS if ctx.quick else WINDOW_HEARTBEATS
     scale = cost_scale(ctx)
     results = {p: measure(ctx, p, sizes, heartbeats, scale) for p in RENEWAL_PRESETS}
+    ctx.shared["write_cost_windows"] = results  # the cost section prices them
     return [
         cost_table(results, scale, heartbeats),
         breakdown_table(results, scale),

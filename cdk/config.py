@@ -6,8 +6,10 @@ parts it needs as constructor arguments and reads nothing else.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 from streamlease import telemetry
 from streamlease.errors import ConfigError
@@ -21,7 +23,18 @@ class NetworkingMode(StrEnum):
     PUBLIC = "public"
     """Public subnets, a public IP per task, no NAT gateway (cheapest; no inbound rule is open)."""
     PRIVATE = "private"
-    """Private subnets behind one NAT gateway per availability zone."""
+    """Private subnets: AWS APIs through VPC endpoints (gateway endpoints for DynamoDB and S3,
+    interface endpoints for the rest), upstreams through ``nat_gateways`` NAT gateways."""
+
+
+class SinkCapacity(StrEnum):
+    """How the Kinesis sink stream is billed and scaled."""
+
+    ON_DEMAND = "on-demand"
+    """Per stream-hour and per GB; scales by itself (no throttling to plan for)."""
+    PROVISIONED = "provisioned"
+    """Per shard-hour and per 25 KB PUT payload unit, ``sink_shards`` shards of 1 MB/s and
+    1,000 records/s each: cheaper for steady traffic."""
 
 
 class BillingMode(StrEnum):
@@ -37,6 +50,16 @@ class CpuArchitecture(StrEnum):
 
     X86_64 = "x86_64"
     ARM64 = "arm64"
+
+
+HEADROOM_FACTOR: Final = 1.5
+"""The fleet at ``max_tasks`` holds this many times ``expected_streams`` with one task lost."""
+
+
+def min_max_tasks(expected_streams: int, capacity_per_worker: int) -> int:
+    """The fewest tasks whose capacity, less one task, holds :data:`HEADROOM_FACTOR` ×
+    ``expected_streams``."""
+    return math.ceil(HEADROOM_FACTOR * expected_streams / capacity_per_worker) + 1
 
 
 @dataclass(frozen=True)
@@ -62,7 +85,13 @@ class DeploymentConfig:
     liveness: Liveness = Liveness.SESSION
     """``session`` (one renewal per worker) or ``stream`` (one per held stream). Changing it on a
     running fleet needs a stop of the old fleet first: workers refuse to mix modes."""
-    capacity_per_worker: int = 100
+    capacity_per_worker: int = 150
+    """Streams one task holds at most. The default is sized by ``make bench``'s cost section for a
+    0.25 vCPU arm64 task at 10 messages/s per stream: the worker measured ~0.6 ms of CPU per
+    stream-second there (~60 µs a message with the Kinesis sink), and the rule keeps the streams
+    at half the task's vCPU at capacity (a Graviton vCPU is slower than the bench's core;
+    reconnect storms and takeovers come on top); memory ~60 KiB a stream. Scale it by the rate:
+    ~600 at 1 message/s (the checkpoint vector's limit is 8,000)."""
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0
@@ -74,15 +103,28 @@ class DeploymentConfig:
     metrics_namespace: str = telemetry.NAMESPACE_DEFAULT
 
     # --- worker service ---
+    expected_streams: int = 1000
+    """Streams the deployment is sized for: ``max_tasks`` must hold 1.5 × this with one task
+    lost (:func:`min_max_tasks`)."""
     min_tasks: int = 2
-    max_tasks: int = 10
+    max_tasks: int = 11
     target_load_fraction: float = 0.7
     """Scaling keeps wanted streams per task at this fraction of ``capacity_per_worker``."""
-    worker_cpu: int = 512
+    worker_cpu: int = 256
     """Fargate CPU units per task (1024 = one vCPU)."""
-    worker_memory_mib: int = 1024
-    worker_architecture: CpuArchitecture = CpuArchitecture.X86_64
+    worker_memory_mib: int = 512
+    worker_architecture: CpuArchitecture = CpuArchitecture.ARM64
+    fargate_spot: bool = False
+    """Run the tasks beyond ``min_tasks`` on Fargate Spot (x86_64, or arm64 on platform 1.4.0
+    and later, which the service pins as LATEST; a Spot task gets a 2-minute notice, the 120 s
+    stop timeout drains it within that)."""
     networking: NetworkingMode = NetworkingMode.PUBLIC
+    nat_gateways: int = 2
+    """Private networking: NAT gateways for upstream traffic, one per AZ (2), or 1 outside
+    production (cheaper; an AZ outage then cuts every upstream)."""
+    sink_capacity: SinkCapacity = SinkCapacity.ON_DEMAND
+    sink_shards: int = 1
+    """Shards of a provisioned sink stream: 1 MB/s and 1,000 records/s of writes each."""
 
     # --- state ---
     billing: BillingMode = BillingMode.ON_DEMAND
@@ -114,6 +156,19 @@ class DeploymentConfig:
             problems.append(str(exc))
         if not 1 <= self.min_tasks <= self.max_tasks:
             problems.append("tasks need 1 <= min_tasks <= max_tasks")
+        elif self.expected_streams < 0:
+            problems.append("expected_streams must not be negative")
+        elif self.max_tasks < min_max_tasks(self.expected_streams, self.capacity_per_worker):
+            problems.append(
+                f"max_tasks must be at least"
+                f" {min_max_tasks(self.expected_streams, self.capacity_per_worker)}: with one task"
+                f" lost the fleet must hold {HEADROOM_FACTOR:g} × expected_streams"
+                f" ({self.expected_streams}) at {self.capacity_per_worker} streams per task"
+            )
+        if self.nat_gateways not in (1, 2):
+            problems.append("nat_gateways must be 1 or 2")
+        if self.sink_shards < 1:
+            problems.append("sink_shards must be at least 1")
         if not 0 < self.target_load_fraction < 1:
             problems.append("target_load_fraction must be between 0 and 1 (exclusive)")
         if self.command_max_receives < 1:
@@ -124,6 +179,14 @@ class DeploymentConfig:
             problems.append("API throttling limits must be positive")
         if problems:
             raise ValueError("invalid deployment configuration: " + "; ".join(problems))
+
+    @property
+    def renewal_lag_alarm_ms(self) -> int:
+        """How late (ms) a renewal may be sent before the renewal-lag alarm counts it: half the
+        room a holder has between its heartbeat and its fencing deadline, ``(lease − fence
+        margin − heartbeat) / 2``. A renewal later than that room fences its holder."""
+        room = self.lease_seconds - Settings.fence_margin_seconds - self.heartbeat_seconds
+        return round(room * 1000 / 2)
 
     @property
     def target_streams_per_task(self) -> float:

@@ -6,27 +6,83 @@ its own (:mod:`local.lambda_context`).
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import threading
+from http import HTTPStatus
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
+from aws_lambda_powertools.event_handler.openapi.models import (
+    Operation,
+    Parameter,
+    ParameterInType,
+)
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas import http_errors, runtime
+from lambdas.http_errors import ApiError
 from lambdas.routes import streams, workers
+from lambdas.tracing import tracer
 from streamlease.telemetry import API_SERVICE
 
 logger = Logger(service=API_SERVICE, level=runtime.current().settings.log_level)
-tracer = Tracer(service=API_SERVICE)  # active only inside Lambda
 
 app = APIGatewayRestResolver(enable_validation=True)
 app.include_router(streams.router)
 app.include_router(workers.router)
 http_errors.register(app)
+
+
+@functools.cache
+def query_parameters() -> dict[tuple[str, str], frozenset[str]]:
+    """(method, route in OpenAPI form) → the query parameters the route declares, read from
+    the OpenAPI document the routes generate (so a new parameter needs no second list)."""
+    known: dict[tuple[str, str], frozenset[str]] = {}
+    for path, item in (app.get_openapi_schema().paths or {}).items():
+        for method in ("get", "put", "post", "delete", "patch"):
+            operation = getattr(item, method, None)
+            if isinstance(operation, Operation):
+                known[(method.upper(), path)] = frozenset(
+                    p.name
+                    for p in operation.parameters or []
+                    if isinstance(p, Parameter) and p.in_ is ParameterInType.query
+                )
+    return known
+
+
+def refuse_unknown_query_parameters(
+    resolver: APIGatewayRestResolver, next_middleware: NextMiddleware
+) -> Response[Any]:
+    """A query parameter the route does not declare is a 400 naming it, on every route.
+
+    Ignoring it would be worse than any error: ``GET /streams?conection_state=rejected``
+    would list every stream, and a script that stops what a filter lists would stop them all.
+    """
+    event = resolver.current_event
+    given = set(event.query_string_parameters or {})
+    given |= set(event.multi_value_query_string_parameters or {})
+    if given:
+        request = resolver.request
+        declared = query_parameters().get((request.method, request.route), frozenset())
+        unknown = sorted(given - declared)
+        if unknown:
+            name = http_errors.field_name(unknown[0])
+            takes = ", ".join(sorted(declared)) or "none"
+            raise ApiError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid_request",
+                f"unknown query parameter {name!r}; this route takes: {takes}",
+                name,
+            )
+    return next_middleware(resolver)
+
+
+app.use(middlewares=[refuse_unknown_query_parameters])
 
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -52,7 +108,8 @@ def with_plain_path(event: dict[str, Any]) -> dict[str, Any]:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
-@tracer.capture_lambda_handler
+# Responses carry streams' upstream URLs: they stay out of the trace's metadata.
+@tracer.capture_lambda_handler(capture_response=False)
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = http_errors.precheck(event, runtime.current().settings.max_body_bytes)
     if refused is not None:

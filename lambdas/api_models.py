@@ -149,12 +149,35 @@ class StreamView(BaseModel):
     takeovers: int = Field(description="Acquisitions of a lease its holder did not release.")
     connection_state: ConnectionState | None = Field(
         description=(
-            "How the holder's upstream connection is doing: connecting, connected, retrying, "
-            "rejected (the upstream refuses it: held, retried slowly, nothing flows) or ended "
-            "(the upstream finished it); null while nobody holds it."
+            "How the holder's upstream connection is doing: connecting, connected, ended (the "
+            "upstream finished it), or a trouble state in which nothing is delivered: retrying "
+            "(reconnecting with backoff), rejected (the upstream refuses it: held, retried "
+            "slowly), stalled (connected, but no frame for the stream's idle threshold), "
+            "malformed (frames arrive, none deliverable; last_error says why) or sink_failing "
+            "(the sink keeps refusing its records); null while nobody holds it."
         )
     )
     connection_since: str | None = Field(description="When the connection state last changed.")
+    frames_received: int | None = Field(
+        description="Frames received from the upstream during the current holding; null until "
+        "its holder first reports (it reports with each connection-state change and at least "
+        "every few minutes)."
+    )
+    frames_delivered: int | None = Field(
+        description="Messages of the current holding the sink acknowledged."
+    )
+    frames_malformed: int | None = Field(
+        description="Frames of the current holding that could not be delivered (no sequence "
+        "number where the profile says, out of bounds, ...)."
+    )
+    seq_gaps: int | None = Field(description="Sequence gaps seen during the current holding.")
+    progress_at: str | None = Field(
+        description="When the holder wrote the counts above (they may trail by a few minutes)."
+    )
+    last_message_at: str | None = Field(
+        description="When the last delivered message was received (as of the last report, by "
+        "this holder or an earlier one); null when none was reported."
+    )
     last_error: str | None
     last_error_at: str | None
     last_error_active: bool = Field(
@@ -204,6 +227,7 @@ class StreamView(BaseModel):
             takeovers=stream.takeovers,
             connection_state=stream.connection_state,
             connection_since=stream.connection_since,
+            **_progress_fields(stream),
             last_error=stream.last_error,
             last_error_at=stream.last_error_at,
             last_error_active=stream.last_error_active,
@@ -216,6 +240,21 @@ class StreamView(BaseModel):
             created_by=stream.created_by,
             updated_by=stream.updated_by,
         )
+
+
+def _progress_fields(stream: Stream) -> dict[str, Any]:
+    """The progress fields of a view: counts of the current holding only (an earlier holder's
+    would be read as this one's), the last message of any."""
+    current = stream.current_progress
+    last = stream.progress.last_message_at_ms if stream.progress else None
+    return {
+        "frames_received": current.received if current else None,
+        "frames_delivered": current.delivered if current else None,
+        "frames_malformed": current.malformed if current else None,
+        "seq_gaps": current.gaps if current else None,
+        "progress_at": iso_ms(current.at_ms) if current else None,
+        "last_message_at": iso_ms(last) if last else None,
+    }
 
 
 class StreamList(BaseModel):

@@ -1,11 +1,13 @@
 """The auditor Lambda (every minute): how many streams are wanted, owned and orphaned.
 
 Publishes ``StartedStreams``, ``OwnedStreams``, ``OrphanedStreams``, ``OldestOrphanAgeSeconds``,
-``LiveWorkers`` and the owned streams per connection state (``ConnectingStreams``,
-``ConnectedStreams``, ``RetryingStreams``, ``RejectedStreams``) as EMF metrics, zeros included,
-so alarms and scaling see the truth even when every worker is dead. Cheap by construction: one
-query of the fleet index and one of the STARTED partition of ``by-state-expiry`` reading three
-small projected attributes (owner, expiry, connection state); no scan, no stream payloads.
+``LiveWorkers``, the owned streams per connection state (``ConnectingStreams``,
+``ConnectedStreams``, ``RetryingStreams``, ``RejectedStreams``, ``StalledStreams``,
+``MalformedStreams``, ``SinkFailingStreams``) and in any trouble state (``TroubleStreams``) as
+EMF metrics, zeros included, so alarms and scaling see the truth even when every worker is
+dead. Cheap by construction: one query of the fleet index and one of the STARTED partition of
+``by-state-expiry`` reading three small projected attributes (owner, expiry, connection
+state); no scan, no stream payloads.
 
 Definitions at wall time ``now``: a STARTED stream is *orphaned* when it has no owner, when its
 per-stream lease has lapsed (``0 < lease_expires_at_ms < now``), or when it is attached to a
@@ -28,12 +30,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas import runtime
 from lambdas.metrics import MetricEmitter
+from lambdas.tracing import tracer
 from streamlease import dynamo
 from streamlease.lease_store import wall_ms
 from streamlease.schema import (
     BY_STATE_EXPIRY,
     PK,
     SESSION_HELD_MS,
+    TROUBLE_STATES,
     ConnectionState,
     DesiredState,
     StreamAttr,
@@ -64,6 +68,11 @@ class Audit:
     connected_streams: int = 0
     retrying_streams: int = 0
     rejected_streams: int = 0
+    stalled_streams: int = 0
+    malformed_streams: int = 0
+    sink_failing_streams: int = 0
+    trouble_streams: int = 0
+    """Owned streams in any of ``TROUBLE_STATES``."""
 
     def metrics(self) -> dict[str, float]:
         """The numbers under their metric names."""
@@ -77,10 +86,15 @@ class Audit:
             AuditorMetric.CONNECTED_STREAMS: self.connected_streams,
             AuditorMetric.RETRYING_STREAMS: self.retrying_streams,
             AuditorMetric.REJECTED_STREAMS: self.rejected_streams,
+            AuditorMetric.STALLED_STREAMS: self.stalled_streams,
+            AuditorMetric.MALFORMED_STREAMS: self.malformed_streams,
+            AuditorMetric.SINK_FAILING_STREAMS: self.sink_failing_streams,
+            AuditorMetric.TROUBLE_STREAMS: self.trouble_streams,
         }
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE)
+@tracer.capture_lambda_handler
 def _handle(event: Any, context: LambdaContext) -> dict[str, Any]:
     audit = run_audit(runtime.current(), wall_ms())
     metrics.emit(audit.metrics(), units={AuditorMetric.OLDEST_ORPHAN_AGE_SECONDS: "Seconds"})
@@ -132,6 +146,10 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
         connected_streams=states[ConnectionState.CONNECTED],
         retrying_streams=states[ConnectionState.RETRYING],
         rejected_streams=states[ConnectionState.REJECTED],
+        stalled_streams=states[ConnectionState.STALLED],
+        malformed_streams=states[ConnectionState.MALFORMED],
+        sink_failing_streams=states[ConnectionState.SINK_FAILING],
+        trouble_streams=sum(states[state] for state in TROUBLE_STATES),
     )
 
 

@@ -14,10 +14,11 @@ from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease.schema import Command, CommandType
-from streamlease.telemetry import ApiMetric
+from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE, ApiMetric
 
 if TYPE_CHECKING:
     from types_boto3_sqs import SQSClient
+    from types_boto3_sqs.type_defs import SendMessageRequestTypeDef
 
 
 def send_command(
@@ -27,18 +28,25 @@ def send_command(
     *,
     logger: Logger,
     on_failure: Callable[[str], None] | None = None,
+    trace_header: str | None = None,
 ) -> bool:
-    """Send ``command`` to ``queue_url``; True when SQS accepted it.
+    """Send ``command`` to ``queue_url``; True when SQS accepted it. ``trace_header``: the
+    X-Ray trace header it carries to the worker (the ``AWSTraceHeader`` attribute).
 
     Never raises for a send that fails: logs ``command send failed`` (no message body, no URL)
     and calls ``on_failure(metric_name)`` if given.
     """
+    request: SendMessageRequestTypeDef = {"QueueUrl": queue_url, "MessageBody": command.to_json()}
+    if trace_header:
+        request["MessageSystemAttributes"] = {
+            TRACE_MESSAGE_ATTRIBUTE: {"DataType": "String", "StringValue": trace_header}
+        }
     reason: str
     if not queue_url:
         reason = "no queue configured"
     else:
         try:
-            sqs.send_message(QueueUrl=queue_url, MessageBody=command.to_json())
+            sqs.send_message(**request)
         except ClientError as exc:
             reason = str(exc.response.get("Error", {}).get("Code", "ClientError"))
         except BotoCoreError as exc:

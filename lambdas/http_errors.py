@@ -219,6 +219,12 @@ def register(app: APIGatewayRestResolver) -> None:
         return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "internal error", None)
 
 
+def field_name(name: str) -> str:
+    """A field or parameter name as an error names it: cut to a bounded length (it may be
+    anything a client sent)."""
+    return name if len(name) <= _MAX_FIELD_CHARS else name[:_MAX_FIELD_CHARS] + "..."
+
+
 def describe_validation_errors(errors: Sequence[Any]) -> tuple[str | None, str]:
     """``(field, message)`` for pydantic-style errors: the first field at fault, all messages.
 
@@ -232,8 +238,8 @@ def describe_validation_errors(errors: Sequence[Any]) -> tuple[str | None, str]:
     for error in list(errors)[:_MAX_REPORTED_ERRORS]:
         loc = [str(p) for p in (error.get("loc") or ()) if not isinstance(p, int)]
         field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
-        if field is not None and len(field) > _MAX_FIELD_CHARS:
-            field = field[:_MAX_FIELD_CHARS] + "..."
+        if field is not None:
+            field = field_name(field)
         kind = error.get("type", "")
         if kind == "extra_forbidden":
             text = "unknown field"

@@ -15,6 +15,15 @@ gone is covered too. The tombstones stay for the workers' sweeps, which delete t
 
 Idempotent: a redelivered event finds nothing left to release and sends nothing. The local
 supervisor calls this same handler with :func:`stopped_task_event` when a worker process exits.
+
+Every stopped task is also counted: ``UnplannedTaskStops`` is 1 for a task that stopped
+outside a deployment or scale-in (:func:`is_planned_stop`), 0 otherwise. One such stop is a
+crash the reaper just cleaned up after; several within minutes are a crash loop, which the
+deployment's alarm watches (the circuit breaker only watches deployments).
+The event is read through Powertools' ``EventBridgeEvent`` data class (a dict wrapper: no
+validation library is imported on this cold-start path); Powertools has no class for the ECS
+task state change's ``detail``, so its three fields are read here. Handoffs carry this run's
+trace header, so the workers' acquires join the reaper's trace.
 """
 
 from __future__ import annotations
@@ -26,11 +35,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lambdas import runtime
 from lambdas.commands import handoff_command, send_command
 from lambdas.metrics import MetricEmitter
+from lambdas.tracing import command_trace_header, tracer
 from streamlease import checkpoints, dynamo, rules
 from streamlease.errors import StoreError
 from streamlease.model import LeaseView
@@ -52,6 +63,13 @@ metrics = MetricEmitter(REAPER_SERVICE)
 DETAIL_TYPE: Final = "ECS Task State Change"
 STOPPED: Final = "STOPPED"
 _MAX_ERROR_CHARS: Final = 200
+PLANNED_STOP_CODES: Final = frozenset({"UserInitiated", "SpotInterruption", "TerminationNotice"})
+"""ECS stop codes of a stop someone or something planned: ``ecs stop-task``, a Spot
+reclaim, Fargate's maintenance retiring the task (each with notice and a graceful drain)."""
+SCHEDULER_STOP_CODE: Final = "ServiceSchedulerInitiated"
+SCALING_REASON_PREFIX: Final = "Scaling activity initiated by"
+"""How ECS's service scheduler words a stop of a deployment or a scale-in; it words a failed
+health check otherwise ("Task failed container health checks")."""
 _PARALLEL_RELEASES: Final = 16
 
 
@@ -74,9 +92,14 @@ def stopped_task_event(
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE)
-def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    detail = event.get("detail") if isinstance(event, dict) else None
-    if not isinstance(detail, dict) or event.get("detail-type") != DETAIL_TYPE:
+@tracer.capture_lambda_handler
+@event_source(data_class=EventBridgeEvent)
+def _handle(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
+    try:
+        detail_type, detail = event.detail_type, event.detail
+    except KeyError:
+        detail_type, detail = None, None
+    if not isinstance(detail, dict) or detail_type != DETAIL_TYPE:
         logger.info("event ignored", reason="not an ECS task state change")
         return {"ignored": "not an ECS task state change"}
     if detail.get("lastStatus") != STOPPED:
@@ -86,7 +109,24 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.warning("event ignored", reason="no task ARN")
         return {"ignored": "no task ARN"}
     stop_code = str(detail.get("stopCode") or "unknown")[:64]
-    return reap(task_arn, task_id_of(task_arn), stop_code)
+    result = reap(task_arn, task_id_of(task_arn), stop_code)
+    # Counted once the reap succeeded: a failed one raises and EventBridge delivers the event
+    # again, and one crash counted once per delivery would look like a crash loop.
+    planned = is_planned_stop(stop_code, str(detail.get("stoppedReason") or ""))
+    metrics.emit({ReaperMetric.UNPLANNED_TASK_STOPS: 0 if planned else 1})
+    if not planned:
+        logger.warning("task stopped unplanned", task_id=task_id_of(task_arn), stop_code=stop_code)
+    return result
+
+
+def is_planned_stop(stop_code: str, stopped_reason: str) -> bool:
+    """True when a worker task stopped because it was meant to: a deployment or scale-in
+    (the service scheduler's "Scaling activity initiated by ..."), an operator's StopTask, a
+    Spot or Fargate maintenance notice. A crash (``EssentialContainerExited``), a task that
+    failed to start, a failed health check, or anything unknown is unplanned."""
+    if stop_code in PLANNED_STOP_CODES:
+        return True
+    return stop_code == SCHEDULER_STOP_CODE and stopped_reason.startswith(SCALING_REASON_PREFIX)
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -103,6 +143,7 @@ def reap(task_arn: str, task_id: str, stop_code: str) -> dict[str, Any]:
     event is delivered again (only the remaining ones will be found then).
     """
     rt = runtime.current()
+    trace_header = command_trace_header()
     vectors = _tombstone_sessions(rt, task_arn, task_id)
     held = _leases_of(rt.dynamodb, rt.settings.table_name, set(vectors), task_id)
     # A task held up to its capacity of streams; each is a write and a send, so they go in
@@ -110,7 +151,9 @@ def reap(task_arn: str, task_id: str, stop_code: str) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=_PARALLEL_RELEASES) as pool:
         outcomes = list(
             pool.map(
-                lambda lease: _reap_lease(rt, lease, vectors.get(str(lease.owner)), stop_code),
+                lambda lease: _reap_lease(
+                    rt, lease, vectors.get(str(lease.owner)), stop_code, trace_header
+                ),
                 held,
             )
         )
@@ -165,9 +208,14 @@ def _tombstone_sessions(
 
 
 def _reap_lease(
-    rt: runtime.Runtime, lease: LeaseView, vector: bytes | None, stop_code: str
+    rt: runtime.Runtime,
+    lease: LeaseView,
+    vector: bytes | None,
+    stop_code: str,
+    trace_header: str | None,
 ) -> _Outcome:
-    """Release one lease of the dead task and, for a STARTED stream, send its handoff."""
+    """Release one lease of the dead task and, for a STARTED stream, send its handoff (with
+    ``trace_header``, this run's)."""
     assert lease.owner is not None
     entry = checkpoints.entry_at(vector, lease.slot) if lease.slot is not None else None
     message = f"worker {lease.owner} stopped holding the lease (ECS {stop_code})"
@@ -192,6 +240,7 @@ def _reap_lease(
         rt.settings.queue_url,
         handoff_command(lease.stream_id, stream.generation),
         logger=logger,
+        trace_header=trace_header,
     )
     return _Outcome.HANDED_OFF if sent else _Outcome.SEND_FAILED
 

@@ -11,6 +11,7 @@ import threading
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from lambdas.stream_listing import StreamListing
 from lambdas.stream_repo import StreamRepo
 from streamlease import aws
 from streamlease.lease_store import LeaseStore
@@ -45,6 +46,11 @@ class Runtime:
         return StreamRepo(
             self.dynamodb, self.settings.table_name, clock_skew_ms=self.settings.clock_skew_ms
         )
+
+    @cached_property
+    def listing(self) -> StreamListing:
+        """Pages of streams (``GET /streams``)."""
+        return StreamListing(self.dynamodb, self.settings.table_name)
 
     @cached_property
     def leases(self) -> LeaseStore:

@@ -1,4 +1,5 @@
-"""Control-plane writes and reads of stream items: create, start, stop, delete, get, list.
+"""Control-plane writes and reads of stream items: create, start, stop, delete, get (listing
+is :mod:`lambdas.stream_listing`).
 
 Every write is one conditional request with ``ReturnValuesOnConditionCheckFailure=ALL_OLD``, so a
 failed condition says why without a second read, and concurrent callers cannot lose an update:
@@ -16,7 +17,6 @@ drop the new stream's records, and a command or holder of the old stream can nev
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo, rules
@@ -24,7 +24,6 @@ from streamlease.errors import StateConflict, StreamNotFound
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, is_tombstone, iso_ms
 from streamlease.schema import (
-    BY_STATE,
     PK,
     TOMBSTONE_KEEPS,
     DesiredState,
@@ -38,9 +37,6 @@ if TYPE_CHECKING:
 
 _A = StreamAttr
 
-LISTING_ORDER: Final = (DesiredState.STARTED, DesiredState.STOPPED)
-"""The ``by-state`` partitions an unfiltered listing walks, in this order."""
-
 _NEW_STREAM_EPOCH_BASE: Final = -1
 """``if_not_exists(lease_epoch, -1) + 1``: 0 for a new id, the tombstone's epoch + 1 otherwise."""
 
@@ -53,23 +49,6 @@ class StreamConflict(StateConflict):
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
         self.field = field
-
-
-@dataclass(frozen=True)
-class ListPosition:
-    """Where a listing goes on: in the ``by-state`` partition ``state``, after stream id
-    ``after`` (None: from the start of that partition)."""
-
-    state: DesiredState
-    after: str | None = None
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of a listing; ``next`` is where the next page starts, None after the last."""
-
-    streams: list[Stream]
-    next: ListPosition | None
 
 
 class StreamRepo:
@@ -297,85 +276,6 @@ class StreamRepo:
         if plain is None or is_tombstone(plain):
             raise StreamNotFound(stream_id)
         return Stream.from_item(plain)
-
-    def page(self, state: DesiredState | None, limit: int, position: ListPosition | None) -> Page:
-        """Up to ``limit`` streams in stream-id order, ``state`` ones only if given, from
-        ``position`` (None: the start).
-
-        Keys come from Queries of the ``by-state`` index (keys only; one key more than the room
-        left tells whether a partition goes on), the items from one BatchGetItem. Unfiltered,
-        the STARTED partition is listed first, then STOPPED: the page that reaches the end of
-        STARTED goes on with STOPPED (one more Query, once per listing), so a short listing is
-        one page and an empty table one empty page. A stream whose state changed between the
-        two reads is left out (it is listed in the other partition, or is gone). A page may
-        hold fewer than ``limit`` streams while ``next`` is not None. ``position.state`` must
-        be ``state`` when one is given. Raises :class:`StoreError`.
-        """
-        here = position or ListPosition(state or LISTING_ORDER[0])
-        partitions = [here.state] if state is not None else list(LISTING_ORDER)
-        shown: list[tuple[DesiredState, str]] = []
-        next_position: ListPosition | None = None
-        after = here.after
-        for partition in partitions[partitions.index(here.state) :]:
-            room = limit - len(shown)
-            ids, last_read = self._ids(partition, after, room + 1)
-            if ids and room == 0:  # the page is full and this partition has more
-                next_position = ListPosition(partition)
-                break
-            shown += [(partition, stream_id) for stream_id in ids[:room]]
-            if len(ids) > room:
-                next_position = ListPosition(partition, ids[room - 1])
-                break
-            if last_read is not None:  # a read limit cut the query short
-                next_position = ListPosition(partition, last_read)
-                break
-            after = None
-        return Page(streams=self._streams(shown), next=next_position)
-
-    def _ids(
-        self, state: DesiredState, after: str | None, limit: int
-    ) -> tuple[list[str], str | None]:
-        """Up to ``limit`` ids of the ``state`` partition after ``after`` (None: from the
-        start), in order, and the last id read when DynamoDB stopped short of ``limit``."""
-        names = {"#state": _A.DESIRED_STATE}
-        values: dict[str, Any] = {":state": state.value}
-        condition = "#state = :state"
-        if after is not None:
-            condition += " AND #id > :after"
-            names["#id"] = _A.STREAM_ID
-            values[":after"] = after
-        response = dynamo.call(
-            self._client.query,
-            TableName=self._table,
-            IndexName=BY_STATE.name,
-            KeyConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=dynamo.serialize(values),
-            Limit=limit,
-        )
-        ids = [str(dynamo.plain(key)[_A.STREAM_ID]) for key in response.get("Items", [])]
-        last = response.get("LastEvaluatedKey")
-        if last is None or len(ids) >= limit:
-            return ids, None
-        return ids, str(dynamo.plain(last)[_A.STREAM_ID])
-
-    def _streams(self, keys: list[tuple[DesiredState, str]]) -> list[Stream]:
-        """The items of ``keys`` (state partition, stream id) still in that state, in order."""
-        if not keys:
-            return []
-        found = dynamo.batch_get(
-            self._client,
-            self._table,
-            [{PK: stream_key(stream_id)} for _, stream_id in keys],
-            [PK, *stream_attributes()],
-        )
-        by_key = {str(item[PK]): item for item in found if not is_tombstone(item)}
-        streams = []
-        for state, stream_id in keys:
-            item = by_key.get(stream_key(stream_id))
-            if item is not None and item.get(_A.DESIRED_STATE) == state.value:
-                streams.append(Stream.from_item(item))
-        return streams
 
     # --- plumbing ----------------------------------------------------------------------------
 

@@ -5,12 +5,13 @@
 integration would send (REST API, payload format 1.0): ``resource`` and ``pathParameters`` from
 the API's resource templates (the OpenAPI document the routes generate), the path as sent
 (percent-encoded) with decoded path parameters, single- and multi-value headers, decoded query
-parameters, the body (base64 when it is not UTF-8), and a request context with
-a fixed IAM identity standing in for the SigV4 caller. Like API Gateway, an unknown resource or
-method (any method: ``TRACE``, ``CONNECT`` or one made up) is answered with the JSON
-``403 {"message": "Missing Authentication Token"}`` without calling the function, a function
-that fails or answers malformed output is a ``502``, and HTTP errors of its own (a malformed
-request line) are JSON too, never an HTML page.
+parameters, the body (base64 when it is not UTF-8), an ``X-Amzn-Trace-Id`` as API Gateway
+with tracing on sends it (the caller's if it has a valid root, else a new sampled trace), and a
+request context with a fixed IAM identity standing in for the SigV4 caller. Like API Gateway,
+an unknown resource or method (any method: ``TRACE``, ``CONNECT`` or one made up) is answered
+with the JSON ``403 {"message": "Missing Authentication Token"}`` without calling the function,
+a function that fails or answers malformed output is a ``502``, and HTTP errors of its own (a
+malformed request line) are JSON too, never an HTML page.
 
 The handler runs under one lock: one execution environment handles one event at a time, and the
 Powertools resolver keeps per-event state on its module-level app.
@@ -23,6 +24,7 @@ import base64
 import binascii
 import datetime as dt
 import json
+import re
 import signal
 import sys
 import threading
@@ -37,8 +39,11 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from aws_xray_sdk.core.models.traceid import TraceId
+
 from local.lambda_context import ACCOUNT_ID, LambdaContext
 from streamlease.settings import Settings
+from streamlease.telemetry import TRACE_HTTP_HEADER
 
 Handler = Callable[[dict[str, Any], Any], Mapping[str, Any]]
 
@@ -169,12 +174,13 @@ def build_event(
     """The REST proxy event (payload 1.0) API Gateway sends for ``request`` on ``resource``."""
     parts = urlsplit(request.target)
     path = parts.path or "/"  # REST APIs pass the path percent-encoded as it was sent
-    headers = list(request.headers)
+    headers = [(n, v) for n, v in request.headers if not _foreign_trace_header(n, v)]
     present = {name.lower() for name, _ in headers}
     for name, value in (
         ("X-Forwarded-For", request.source_ip),
         ("X-Forwarded-Port", str(request.port)),
         ("X-Forwarded-Proto", "http"),
+        (TRACE_HTTP_HEADER, f"Root={TraceId().to_id()};Sampled=1"),
     ):
         if name.lower() not in present:
             headers.append((name, value))
@@ -218,6 +224,16 @@ def build_event(
         "body": body,
         "isBase64Encoded": is_base64,
     }
+
+
+_TRACE_ROOT: Final = re.compile(r"(?:^|;)\s*Root=1-[0-9a-f]{8}-[0-9a-f]{24}(?:;|$)")
+"""An X-Ray trace header's root, which the X-Ray SDK's own header parser does not check."""
+
+
+def _foreign_trace_header(name: str, value: str) -> bool:
+    """True for an ``X-Amzn-Trace-Id`` without a valid root: API Gateway replaces such a header
+    with one of its own (a new trace), and so does the local API."""
+    return name.lower() == TRACE_HTTP_HEADER.lower() and not _TRACE_ROOT.search(value)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo, rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
-from streamlease.model import Lease, LeaseView, Stream, is_tombstone, iso_ms
-from streamlease.progress import Progress
+from streamlease.model import Lease, LeaseView, Stream, StreamProgress, is_tombstone, iso_ms
 from streamlease.schema import (
     BY_OWNER,
     BY_STATE_EXPIRY,
@@ -72,12 +71,12 @@ _NAMES: Final = {
 }
 """Every attribute this module names, by placeholder."""
 _PROGRESS: Final = (
-    ("#frx", "frames_received"),
-    ("#fdl", "frames_delivered"),
-    ("#fml", "frames_malformed"),
-    ("#gaps", "seq_gaps"),
+    ("#frx", "received"),
+    ("#fdl", "delivered"),
+    ("#fml", "malformed"),
+    ("#gaps", "gaps"),
 )
-"""Progress counters: placeholder and :class:`Progress` field."""
+"""Progress counters: placeholder and :class:`StreamProgress` field."""
 _NEW_HOLDING_REMOVES: Final = (*(name for name, _ in _PROGRESS), "#lmsg", "#pat")
 """What an acquisition removes: the previous holding's progress."""
 
@@ -317,7 +316,7 @@ class LeaseStore:
         last_seq: int | None = None,
         last_error: str | None = None,
         stop: bool = False,
-        progress: Progress | None = None,
+        progress: StreamProgress | None = None,
         now_ms: int | None = None,
     ) -> Stream | None:
         """Give the lease up: clear owner, slot and expiry; optional final checkpoint, error and
@@ -341,7 +340,7 @@ class LeaseStore:
             sets += ["#err = :err", "#errat = :iso"]
             values[":err"] = last_error[:500]
         if progress is not None:
-            sets += _progress_sets(progress, values, now)
+            sets += _progress_sets(progress, values)
         if stop:
             sets += [
                 "#state = :stopped",
@@ -379,7 +378,7 @@ class LeaseStore:
         state: ConnectionState,
         error: str | None = None,
         *,
-        progress: Progress | None = None,
+        progress: StreamProgress | None = None,
         now_ms: int | None = None,
     ) -> None:
         """Record a change of the connection state (and, with it, ``last_error``: a short,
@@ -394,23 +393,17 @@ class LeaseStore:
             sets += ["#err = :err", "#errat = :iso"]
             values[":err"] = error[:500]
         if progress is not None:
-            sets += _progress_sets(progress, values, now)
+            sets += _progress_sets(progress, values)
         self._record_holding(stream_id, owner, epoch, sets, values)
 
     def record_progress(
-        self,
-        stream_id: str,
-        owner: str,
-        epoch: int,
-        progress: Progress,
-        *,
-        now_ms: int | None = None,
+        self, stream_id: str, owner: str, epoch: int, progress: StreamProgress
     ) -> None:
-        """Record the holding's progress counters (no index attribute changes: one write unit
-        for an item under 1 KB). Raises :class:`LeaseLost` if the lease is no longer ours."""
-        now = self._clock_ms() if now_ms is None else now_ms
+        """Record the holding's progress counters, as of ``progress.at_ms`` (no index attribute
+        changes: one write unit for an item under 1 KB). Raises :class:`LeaseLost` if the lease
+        is no longer ours."""
         values: dict[str, Any] = {}
-        sets = _progress_sets(progress, values, now)
+        sets = _progress_sets(progress, values)
         self._record_holding(stream_id, owner, epoch, sets, values)
 
     def _record_holding(
@@ -641,8 +634,9 @@ class LeaseStore:
         )
 
 
-def _progress_sets(progress: Progress, values: dict[str, Any], now_ms: int) -> list[str]:
-    """``SET`` clauses writing ``progress`` (and when), their values added to ``values``."""
+def _progress_sets(progress: StreamProgress, values: dict[str, Any]) -> list[str]:
+    """``SET`` clauses writing ``progress`` (and when it was taken), their values added to
+    ``values``."""
     sets = []
     for name, field in _PROGRESS:
         sets.append(f"{name} = :{name[1:]}")
@@ -651,7 +645,7 @@ def _progress_sets(progress: Progress, values: dict[str, Any], now_ms: int) -> l
         sets.append("#lmsg = :lmsg")
         values[":lmsg"] = progress.last_message_at_ms
     sets.append("#pat = :pat")
-    values[":pat"] = now_ms
+    values[":pat"] = progress.at_ms
     return sets
 
 

@@ -81,6 +81,39 @@ def is_tombstone(item: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True)
+class StreamProgress:
+    """What a holder reported about its holding of a stream: frames received, delivered (the
+    sink acknowledged them), malformed (undeliverable) and sequence gaps since it acquired the
+    stream, when the last delivered message was received and when this was written (epoch ms).
+
+    Written with each connection-state change and at most every few minutes besides, so the
+    counts may trail the holder's own by that much."""
+
+    received: int
+    delivered: int
+    malformed: int
+    gaps: int
+    last_message_at_ms: int | None
+    """None: no message delivered yet."""
+    at_ms: int
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> StreamProgress | None:
+        """The progress in a stream item; None when no holder has written any."""
+        at = item.get(StreamAttr.PROGRESS_AT_MS)
+        if at is None:
+            return None
+        return cls(
+            received=_int(item.get(StreamAttr.FRAMES_RECEIVED)),
+            delivered=_int(item.get(StreamAttr.FRAMES_DELIVERED)),
+            malformed=_int(item.get(StreamAttr.FRAMES_MALFORMED)),
+            gaps=_int(item.get(StreamAttr.SEQ_GAPS)),
+            last_message_at_ms=_opt_int(item.get(StreamAttr.LAST_MESSAGE_AT_MS)),
+            at_ms=_int(at),
+        )
+
+
+@dataclass(frozen=True)
 class Stream:
     """A stream item: what should run, who owns it and how far it got."""
 
@@ -105,6 +138,18 @@ class Stream:
     connection_since: str | None = None
     profile: Mapping[str, Any] | None = None
     """The connection profile as stored (:mod:`streamlease.profile`); None: the default."""
+    progress: StreamProgress | None = None
+    """The last progress a holder wrote (of this holding or an earlier one: see
+    :attr:`current_progress`)."""
+
+    @property
+    def current_progress(self) -> StreamProgress | None:
+        """:attr:`progress` when it describes the current holding: the stream is held and the
+        holder wrote it after acquiring (its counters start at the acquisition); else None."""
+        progress = self.progress
+        if self.owner is None or progress is None or progress.at_ms < self.acquired_at_ms:
+            return None
+        return progress
 
     @property
     def last_error_active(self) -> bool:
@@ -147,6 +192,7 @@ class Stream:
             connection_state=_connection(item.get(StreamAttr.CONNECTION_STATE)),
             connection_since=_str(item.get(StreamAttr.CONNECTION_SINCE)),
             profile=_plain_map(item.get(StreamAttr.PROFILE)),
+            progress=StreamProgress.from_item(item),
         )
 
 

@@ -20,6 +20,7 @@ from typing import Any, Final, get_type_hints
 
 from streamlease.errors import ConfigError
 from streamlease.schema import Liveness
+from streamlease.telemetry import TraceExport
 
 ENV_PREFIX: Final = "STREAMLEASE_"
 MAX_CAPACITY: Final = 8_000
@@ -142,6 +143,10 @@ class Settings:
     sink_dir: str = ".local/sink"
     sink_max_attempts: int = 5
     """Attempts per record before a sink write fails with ``SinkError`` (Kinesis: throttling)."""
+    kinesis_aggregation: bool = True
+    """Pack the messages bound for one shard into KPL aggregated records (read them with the
+    KCL or a deaggregation module; :mod:`streamlease.kinesis_records`). Off: one Kinesis record
+    of JSON per message."""
 
     # --- worker process ---
     shutdown_budget_seconds: float = 100.0
@@ -153,6 +158,14 @@ class Settings:
     """If set, append lease events (acquired/renewed/fenced/released) as JSONL here, in the format
     of :mod:`streamlease.lease_events` (tests and the local stack read it)."""
     log_level: str = "INFO"
+    trace_export: TraceExport = TraceExport.OFF
+    """Where the worker's spans go: ``off``, ``otlp`` (the collector at
+    ``trace_otlp_endpoint``; on AWS the ADOT collector beside it) or ``file`` (``trace_file``)."""
+    trace_otlp_endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    trace_file: str = ""
+    trace_sample_ratio: float = 0.05
+    """Share of the acquisitions no caller's trace covers (orphans, takeovers, handoffs between
+    workers) that start a trace of their own; a command's trace header decides for its own."""
 
     # --- control plane ---
     max_body_bytes: int = 8192
@@ -199,6 +212,10 @@ class Settings:
                 f"{var('capacity')} must be at most {MAX_CAPACITY}: a session's checkpoint vector"
                 " (up to 2 slots of 20 bytes a stream) must fit one DynamoDB item"
             )
+        if not 0 <= self.trace_sample_ratio <= 1:
+            problems.append(f"{var('trace_sample_ratio')} must be from 0 to 1")
+        if self.trace_export is TraceExport.FILE and not self.trace_file:
+            problems.append(f"{var('trace_export')}=file needs {var('trace_file')}")
         if not isinstance(self.liveness, Liveness):
             problems.append(f"{var('liveness')} must be one of {', '.join(Liveness)}")
         if problems:

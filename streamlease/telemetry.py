@@ -6,7 +6,10 @@ use the same dimension or they never see data. No stream id is ever a dimension.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
+
+from streamlease.schema import ConnectionState
 
 NAMESPACE_DEFAULT: Final = "Streamlease"
 SERVICE_DIMENSION: Final = "service"
@@ -49,7 +52,29 @@ class AuditorMetric:
     CONNECTED_STREAMS: Final = "ConnectedStreams"
     RETRYING_STREAMS: Final = "RetryingStreams"
     REJECTED_STREAMS: Final = "RejectedStreams"
-    """Owned but refused by their upstream: nothing flows (an alarm watches it)."""
+    """Owned but refused by their upstream: nothing flows."""
+    STALLED_STREAMS: Final = "StalledStreams"
+    """Connected, but no frame for their idle threshold: the feed went quiet."""
+    MALFORMED_STREAMS: Final = "MalformedStreams"
+    """Frames arrive, none can be delivered (e.g. no seq where the profile says)."""
+    SINK_FAILING_STREAMS: Final = "SinkFailingStreams"
+    """Frames arrive, the sink keeps refusing them."""
+    TROUBLE_STREAMS: Final = "TroubleStreams"
+    """Owned streams in any trouble state (``schema.TROUBLE_STATES``, retrying included):
+    the count ``streamlease watch`` heads its view with."""
+
+
+STREAMS_BY_CONNECTION_STATE: Final = {
+    ConnectionState.CONNECTING: AuditorMetric.CONNECTING_STREAMS,
+    ConnectionState.CONNECTED: AuditorMetric.CONNECTED_STREAMS,
+    ConnectionState.RETRYING: AuditorMetric.RETRYING_STREAMS,
+    ConnectionState.REJECTED: AuditorMetric.REJECTED_STREAMS,
+    ConnectionState.STALLED: AuditorMetric.STALLED_STREAMS,
+    ConnectionState.MALFORMED: AuditorMetric.MALFORMED_STREAMS,
+    ConnectionState.SINK_FAILING: AuditorMetric.SINK_FAILING_STREAMS,
+}
+"""The auditor's count of owned streams in each connection state (an owned stream is never
+``ended``: that one is released and STOPPED)."""
 
 
 class ApiMetric:
@@ -63,3 +88,38 @@ class ReaperMetric:
     """Emitted by the reaper."""
 
     LEASES_RELEASED: Final = "LeasesReleased"
+    UNPLANNED_TASK_STOPS: Final = "UnplannedTaskStops"
+    """Worker tasks that stopped outside a deployment or scale-in (crashed, failed to start,
+    failed their health check): 1 per such stop, 0 per planned one. Repeated, a crash loop."""
+
+
+# --- traces ------------------------------------------------------------------------------------
+
+TRACE_HTTP_HEADER: Final = "X-Amzn-Trace-Id"
+"""The X-Ray trace header of an HTTP request (API Gateway passes it to the API function)."""
+TRACE_MESSAGE_ATTRIBUTE: Final = "AWSTraceHeader"
+"""The SQS message system attribute that carries the X-Ray trace header of whoever sent a
+command (the API, the reaper), so the worker's acquire joins that trace."""
+
+
+class TraceExport(StrEnum):
+    """Where a worker's spans go."""
+
+    OFF = "off"
+    """No spans: OpenTelemetry is not even imported."""
+    OTLP = "otlp"
+    """OTLP over HTTP to ``trace_otlp_endpoint`` (on AWS the collector beside the worker)."""
+    FILE = "file"
+    """One JSON object per span, appended to ``trace_file`` (local runs and tests)."""
+
+
+class SpanName:
+    """Spans of a stream's start in the worker, in the trace of the call that asked for it."""
+
+    ACQUIRE: Final = "stream.acquire"
+    """The conditional write that takes the stream (outcome: won, owned, stopped, ...)."""
+    CONNECT: Final = "stream.connect"
+    """Opening the upstream connection (TCP, TLS, WebSocket handshake)."""
+    FIRST_BATCH: Final = "stream.first_batch"
+    """From the acquire to the first batch the sink acknowledged: how long the stream took to
+    start delivering."""

@@ -32,6 +32,7 @@ from worker.holdings import Holdings
 from worker.logs import describe, logger
 from worker.renewal import Renewals
 from worker.session import Session
+from worker.tracing import StreamTrace
 
 
 class Outcome(StrEnum):
@@ -113,10 +114,17 @@ class Acquirer:
         return None
 
     async def try_acquire(
-        self, stream_id: str, *, source: str, dead: DeadHolding | None = None
+        self,
+        stream_id: str,
+        *,
+        source: str,
+        dead: DeadHolding | None = None,
+        trace_header: str | None = None,
     ) -> Outcome:
-        """Try to take ``stream_id``; ``source`` (command, orphan, takeover) is for logs only.
-        ``dead``: take it from a dead session at that epoch instead of acquiring it free.
+        """Try to take ``stream_id``; ``source`` (command, orphan, takeover) is for logs and
+        traces only. ``dead``: take it from a dead session at that epoch instead of acquiring it
+        free. ``trace_header``: the X-Ray trace header of the command that asked for it (the
+        acquire span joins that trace).
 
         Never raises for a DynamoDB failure (``UNANSWERED``).
         """
@@ -129,6 +137,15 @@ class Acquirer:
             return Outcome.NO_ROOM
         if not self._holdings.reserve(stream_id):
             return Outcome.NO_ROOM
+        with ctx.tracing.acquire(stream_id, trace_header, source=source) as trace:
+            outcome = await self._take(stream_id, source, dead, trace)
+            trace.outcome(outcome.value)
+        return outcome
+
+    async def _take(
+        self, stream_id: str, source: str, dead: DeadHolding | None, trace: StreamTrace
+    ) -> Outcome:
+        """The acquire write for a reserved ``stream_id``, then its holder if it was won."""
         try:
             if self._sessions:
                 lease, fence = await self._acquire_in_session(stream_id, dead)
@@ -147,7 +164,7 @@ class Acquirer:
         except asyncio.CancelledError:
             self._holdings.cancel_reservation(stream_id)
             raise
-        self._start(lease, fence, source)
+        self._start(lease, fence, source, trace)
         return Outcome.WON
 
     async def _acquire_in_session(
@@ -230,9 +247,10 @@ class Acquirer:
         except Exception as exc:  # lost, unanswered, or it never won: nothing to give back
             logger.debug("late acquire not given back", error=describe(exc))
 
-    def _start(self, lease: Lease, fence: Fence, source: str) -> None:
+    def _start(self, lease: Lease, fence: Fence, source: str, trace: StreamTrace) -> None:
         ctx = self._ctx
         holder = StreamHolder(lease, ctx, fence, acquired_mono=time.monotonic())
+        holder.trace = trace
         ctx.events.record(
             LeaseEventKind.ACQUIRED,
             lease.stream_id,

@@ -71,6 +71,7 @@ from worker.signals import install_signal_handlers
 from worker.sinks import Sink, load_sink
 from worker.stream.keepalive import keepalive_from
 from worker.takeover import Takeover
+from worker.tracing import Tracing
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
@@ -135,6 +136,7 @@ class Worker:
             secrets=Secrets(settings),
             connections=ConnectionReport(progress_seconds=settings.progress_seconds),
             keepalive=keepalive_from(settings.ping_interval_seconds, settings.ping_timeout_seconds),
+            tracing=Tracing.from_settings(settings),
         )
         self.uses_sessions = settings.liveness is Liveness.SESSION
         self.view = FleetView()
@@ -395,6 +397,7 @@ class Worker:
         except Exception as exc:
             logger.warning("sink close failed", error=describe(exc))
         self.ctx.events.close()
+        self.ctx.tracing.shutdown()
         logger.info("worker stopped")
 
     async def _revoke_session(self) -> None:

@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease import rules
 from streamlease.schema import COMMAND_MAX_RECEIVES, Command, CommandType
+from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
 from worker.acquisition import Acquirer, Outcome
 from worker.blocking import run_in_daemon_thread
 from worker.context import WorkerContext
@@ -87,7 +88,7 @@ class CommandQueue:
             QueueUrl=self._url,
             MaxNumberOfMessages=count,
             WaitTimeSeconds=self._wait,
-            MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            MessageSystemAttributeNames=["ApproximateReceiveCount", TRACE_MESSAGE_ATTRIBUTE],
         )
         messages = response.get("Messages", [])
         if abandoned.is_set() and messages:
@@ -211,7 +212,9 @@ class CommandPoller:
             return
         try:
             outcome = await self._acquirer.try_acquire(
-                command.stream_id, source=command.type.value.lower()
+                command.stream_id,
+                source=command.type.value.lower(),
+                trace_header=message.get("Attributes", {}).get(TRACE_MESSAGE_ATTRIBUTE),
             )
         except Exception as exc:  # leave the message; it comes back after the visibility timeout
             logger.warning("command failed", stream_id=command.stream_id, error=describe(exc))

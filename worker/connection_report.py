@@ -2,7 +2,7 @@
 
 Every holder tells the report of its connection's changes (:meth:`ConnectionReport.note`:
 connected, retrying, rejected, with the failure as ``last_error``) and lets it watch its
-progress (:meth:`ConnectionReport.track`, a :class:`~worker.stream.progress.StreamProgress`).
+progress (:meth:`ConnectionReport.track`, a :class:`~worker.stream.progress.ProgressWatch`).
 One task per worker (:meth:`ConnectionReport.run`) looks at every held stream about once a
 second and writes, conditionally on still holding it:
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import random
 import time
@@ -35,11 +36,10 @@ from typing import Any, Final
 
 from streamlease.errors import LeaseLost, StoreError
 from streamlease.lease_store import LeaseStore
-from streamlease.model import Lease
-from streamlease.progress import Progress
+from streamlease.model import Lease, StreamProgress
 from streamlease.schema import ConnectionState
 from worker.logs import describe, logger
-from worker.stream.progress import State, StreamProgress
+from worker.stream.progress import ProgressWatch, State
 
 REPEAT_SECONDS: Final = 60.0
 """The same state with the same ``last_error`` text is written again at most this often."""
@@ -57,7 +57,7 @@ PROGRESS_SECONDS: Final = 300.0
 class _Entry:
     lease: Lease
     on_lost: Callable[[], None]
-    progress: StreamProgress | None = None
+    progress: ProgressWatch | None = None
     link: State = (ConnectionState.CONNECTING, None)
     """The connection's own state, as last noted."""
     noted: bool = False
@@ -66,7 +66,7 @@ class _Entry:
     tried_at: float = -math.inf
     unanswered: State | None = None
     """The state whose write got no answer (tried again after :data:`RETRY_SECONDS`)."""
-    progress_written: Progress | None = None
+    progress_written: StreamProgress | None = None
     progress_due: float = math.inf
 
 
@@ -94,7 +94,7 @@ class ConnectionReport:
         self._changed = asyncio.Event()
         self._next_scan = 0.0
 
-    def track(self, lease: Lease, progress: StreamProgress, on_lost: Callable[[], None]) -> None:
+    def track(self, lease: Lease, progress: ProgressWatch, on_lost: Callable[[], None]) -> None:
         """Watch ``progress`` of ``lease``'s stream from now on (its holder started)."""
         entry = self._entry(lease, on_lost)
         entry.progress = progress
@@ -174,7 +174,7 @@ class ConnectionReport:
             progress = entry.progress
             if progress is not None and now >= entry.progress_due:
                 snapshot = progress.snapshot()
-                if snapshot != entry.progress_written:
+                if _changed(snapshot, entry.progress_written):
                     writes.append(self._write_progress(store, entry, snapshot))
         if writes:
             limit = asyncio.Semaphore(self._parallel)
@@ -219,7 +219,9 @@ class ConnectionReport:
         if progress is not None:
             entry.progress_written = progress  # its own schedule keeps its phase
 
-    async def _write_progress(self, store: LeaseStore, entry: _Entry, progress: Progress) -> None:
+    async def _write_progress(
+        self, store: LeaseStore, entry: _Entry, progress: StreamProgress
+    ) -> None:
         lease = entry.lease
         entry.progress_due = time.monotonic() + self._progress_seconds
         try:
@@ -240,3 +242,8 @@ class ConnectionReport:
         if state is not None:
             entry.unanswered = state
         logger.info("connection state not written", stream_id=lease.stream_id, error=describe(exc))
+
+
+def _changed(progress: StreamProgress, written: StreamProgress | None) -> bool:
+    """Whether ``progress`` counts anything ``written`` did not (when each was taken aside)."""
+    return written is None or dataclasses.replace(written, at_ms=progress.at_ms) != progress

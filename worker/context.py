@@ -20,6 +20,7 @@ from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import Sink
 from worker.stream.keepalive import Keepalive
+from worker.tracing import Tracing
 
 if TYPE_CHECKING:
     from worker.secrets import Secrets
@@ -65,6 +66,8 @@ class WorkerContext:
     """Pings silent upstream connections (a service task; None: no keepalive)."""
     secrets: Secrets | None = None
     """Resolves the secrets of streams' handshake headers (None: no profile may use them)."""
+    tracing: Tracing = field(default_factory=Tracing)
+    """Spans of streams' starts (off unless the settings say where they go)."""
     loop_lag_seconds: float = 0.0
     """How late the event loop last woke up (measured every second)."""
 

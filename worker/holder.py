@@ -37,8 +37,9 @@ from worker.secrets import Secrets
 from worker.sinks import BatchHeader
 from worker.stream.delivery import Delivery
 from worker.stream.link import HeadersSource, UpstreamEvent, UpstreamEventKind, UpstreamLink
-from worker.stream.progress import StreamProgress
+from worker.stream.progress import ProgressWatch
 from worker.stream.sequence import Sequencer
+from worker.tracing import UNTRACED, StreamTrace
 
 _T = TypeVar("_T")
 
@@ -117,9 +118,10 @@ class StreamHolder:
         self._interruptible = False
         self._interrupting = False
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._trace = UNTRACED
         profile = self._profile(lease)
         sequencer = Sequencer(profile.seq_path, lease.last_seq)
-        self.progress = StreamProgress(sequencer, profile.idle_seconds)
+        self.progress = ProgressWatch(sequencer, profile.idle_seconds)
         self.delivery = Delivery(
             BatchHeader(lease.stream_id, lease.epoch, lease.owner),
             self.progress,
@@ -163,6 +165,16 @@ class StreamHolder:
     def deadline_mono(self) -> float:
         """Until when this holder may deliver (monotonic seconds)."""
         return self.fence.deadline_mono
+
+    @property
+    def trace(self) -> StreamTrace:
+        """This start's place in a trace (set by the acquire): its first batch is recorded."""
+        return self._trace
+
+    @trace.setter
+    def trace(self, trace: StreamTrace) -> None:
+        self._trace = trace
+        self.delivery.on_first_stored = trace.first_batch if trace.traced else None
 
     @property
     def acked_seq(self) -> int:

@@ -1,11 +1,12 @@
 """Secrets a stream's handshake headers refer to, read from AWS Secrets Manager when connecting.
 
 A profile's header value ``secret:<name>`` (or ``{secret:<name>}`` inside a value) names a
-secret; its value is read here, just before a connection attempt, kept for a short while
-(:data:`CACHE_SECONDS`) so a fleet of streams sharing one secret does not read it per stream,
-and read again at once after the upstream refused a handshake (a rotated secret is picked up on
-the next attempt). A value is never logged, stored, put in an error text or returned to anyone
-but the handshake.
+secret; its value is read just before a connection attempt through Powertools Parameters
+(``SecretsProvider.get`` with ``max_age``, on the worker's own boto3 client), which keeps it for
+:data:`CACHE_SECONDS` so a fleet of streams sharing one secret does not read it per stream. After
+the upstream refused a handshake the secret is read again at once (``force_fetch``), so a
+rotated secret is picked up on the next attempt. A value is never logged, stored, put in an
+error text or returned to anyone but the caller that resolves it.
 
 Only names under ``Settings.secrets_prefix`` are read (the IAM policy allows no more; the
 check here makes a stray reference an explicit refusal instead of an access error).
@@ -14,12 +15,15 @@ check here makes a stray reference an explicit refusal instead of an access erro
 from __future__ import annotations
 
 import asyncio
-import json
-import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
-from botocore.exceptions import BotoCoreError, ClientError
+from aws_lambda_powertools.utilities.parameters import SecretsProvider
+from aws_lambda_powertools.utilities.parameters.exceptions import (
+    GetParameterError,
+    TransformParameterError,
+)
+from botocore.exceptions import ClientError
 
 from streamlease import aws
 from streamlease.errors import UpstreamRejected
@@ -30,7 +34,7 @@ from worker.stream.link import HeadersUnavailable
 if TYPE_CHECKING:
     from types_boto3_secretsmanager import SecretsManagerClient
 
-CACHE_SECONDS: Final = 30.0
+CACHE_SECONDS: Final = 30
 """How long a secret's value is reused before it is read again."""
 _PERMANENT: Final = frozenset({"ResourceNotFoundException", "AccessDeniedException"})
 
@@ -41,13 +45,16 @@ class SecretUnavailable(HeadersUnavailable):
 
 
 class Secrets:
-    """Resolves a profile's headers, with a short cache per secret reference."""
+    """Resolves secret references, with a short cache per secret."""
 
     def __init__(self, settings: Settings, client: SecretsManagerClient | None = None) -> None:
         """``client``: a boto3 Secrets Manager client (default: built on first use)."""
         self._settings = settings
         self._client = client
-        self._cache: dict[str, tuple[str, float]] = {}
+        self._provider: SecretsProvider | None = None
+        self._stale: set[str] = set()
+        """References (their text) to read afresh on their next use: the upstream refused
+        them."""
 
     async def headers(self, profile: Profile) -> list[tuple[str, str]]:
         """The profile's handshake headers with every secret resolved.
@@ -55,51 +62,62 @@ class Secrets:
         Raises :class:`UpstreamRejected` for a reference that can never be read (missing,
         denied, outside the prefix, no such JSON key), :class:`SecretUnavailable` otherwise.
         """
-        refs = profile.secrets
-        resolved = {ref.text: await self._value(ref) for ref in refs}
+        resolved = await self.resolve(profile.secrets)
         return [(name, value.render(resolved)) for name, value in profile.headers]
+
+    async def resolve(self, refs: Iterable[SecretRef]) -> dict[str, str]:
+        """Each reference's value by its text (``name`` or ``name#key``); raises as
+        :meth:`headers` does."""
+        return {ref.text: await self._value(ref) for ref in refs}
 
     def forget(self, refs: Sequence[SecretRef]) -> None:
         """Read these secrets again next time (the upstream refused what they gave)."""
-        for ref in refs:
-            self._cache.pop(ref.text, None)
+        self._stale.update(ref.text for ref in refs)
 
     async def _value(self, ref: SecretRef) -> str:
-        cached = self._cache.get(ref.text)
-        now = time.monotonic()
-        if cached is not None and now - cached[1] < CACHE_SECONDS:
-            return cached[0]
         prefix = self._settings.secrets_prefix
         if not prefix or not ref.secret_name().startswith(prefix):
             raise UpstreamRejected(f"secret {ref.name!r} is outside the allowed prefix")
-        value = await asyncio.to_thread(self._read, ref)
-        self._cache[ref.text] = (value, now)
-        return value
-
-    def _read(self, ref: SecretRef) -> str:
-        if self._client is None:
-            self._client = aws.client("secretsmanager", self._settings)
-        try:
-            response = self._client.get_secret_value(SecretId=ref.name)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", "ClientError"))
-            if code in _PERMANENT:
-                raise UpstreamRejected(f"secret {ref.name!r} cannot be read ({code})") from None
-            raise SecretUnavailable(f"secret {ref.name!r} not read ({code})") from None
-        except BotoCoreError as exc:
-            raise SecretUnavailable(
-                f"secret {ref.name!r} not read ({type(exc).__name__})"
-            ) from None
-        text = response.get("SecretString")
-        if not isinstance(text, str):
-            raise UpstreamRejected(f"secret {ref.name!r} has no text value")
+        fresh = ref.text in self._stale
+        self._stale.discard(ref.text)
+        value = await asyncio.to_thread(self._read, ref, fresh)
         if ref.key is None:
-            return text
-        try:
-            document = json.loads(text)
-            value = document[ref.key]
-        except (ValueError, TypeError, KeyError):
-            raise UpstreamRejected(f"secret {ref.name!r} has no JSON key {ref.key!r}") from None
-        if not isinstance(value, str):
+            if not isinstance(value, str):
+                raise UpstreamRejected(f"secret {ref.name!r} has no text value")
+            return value
+        field = value.get(ref.key) if isinstance(value, dict) else None
+        if field is None:
+            raise UpstreamRejected(f"secret {ref.name!r} has no JSON key {ref.key!r}")
+        if not isinstance(field, str):
             raise UpstreamRejected(f"secret {ref.name!r} key {ref.key!r} is not text")
-        return value
+        return field
+
+    def _read(self, ref: SecretRef, fresh: bool) -> Any:
+        """The secret's text, or its JSON document when ``ref`` names a key (from the cache
+        unless ``fresh`` or older than :data:`CACHE_SECONDS`)."""
+        provider = self._provider
+        if provider is None:
+            client = self._client or aws.client("secretsmanager", self._settings)
+            provider = self._provider = SecretsProvider(boto3_client=client)
+        try:
+            return provider.get(
+                ref.name,
+                max_age=CACHE_SECONDS,
+                transform=None if ref.key is None else "json",
+                force_fetch=fresh,
+            )
+        except TransformParameterError:
+            raise UpstreamRejected(f"secret {ref.name!r} has no JSON key {ref.key!r}") from None
+        except GetParameterError as exc:
+            raise _classified(ref, exc.__context__) from None
+
+
+def _classified(ref: SecretRef, cause: BaseException | None) -> Exception:
+    """The error a failed read means for the stream: refused for good, or worth a retry.
+    Powertools wraps the SDK's error; the original is the wrapper's context."""
+    if isinstance(cause, ClientError):
+        code = str(cause.response.get("Error", {}).get("Code", "ClientError"))
+        if code in _PERMANENT:
+            return UpstreamRejected(f"secret {ref.name!r} cannot be read ({code})")
+        return SecretUnavailable(f"secret {ref.name!r} not read ({code})")
+    return SecretUnavailable(f"secret {ref.name!r} not read ({type(cause).__name__})")

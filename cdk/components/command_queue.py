@@ -12,6 +12,21 @@ _COMMAND_RETENTION = Duration.days(1)
 _DEAD_LETTER_RETENTION = Duration.days(14)
 
 
+def dead_letter_queue(
+    scope: Construct, construct_id: str, *, removal_policy: RemovalPolicy
+) -> sqs.Queue:
+    """An encrypted, TLS-only queue that keeps what lands in it as long as SQS allows, for an
+    operator to read."""
+    return sqs.Queue(
+        scope,
+        construct_id,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        retention_period=_DEAD_LETTER_RETENTION,
+        removal_policy=removal_policy,
+    )
+
+
 class CommandQueue(Construct):
     """An encrypted, TLS-only SQS queue whose poison messages move to a dead-letter queue."""
 
@@ -24,13 +39,8 @@ class CommandQueue(Construct):
         max_receives: int,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.dead_letter_queue = sqs.Queue(
-            self,
-            "DeadLetterQueue",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=_DEAD_LETTER_RETENTION,
-            removal_policy=RemovalPolicy.RETAIN,
+        self.dead_letter_queue = dead_letter_queue(
+            self, "DeadLetterQueue", removal_policy=RemovalPolicy.RETAIN
         )
         self.queue = sqs.Queue(
             self,

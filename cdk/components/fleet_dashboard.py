@@ -1,41 +1,34 @@
-"""The operator's CloudWatch dashboard: demand, ownership, churn, throughput and dependencies."""
+"""The operator's CloudWatch dashboard: the alarms, then the graphs of
+:data:`cdk.components.dashboard_widgets.ROWS`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from aws_cdk import Aws, Duration
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from cdk.components.dashboard_widgets import ROWS, Graph, Series, Source
 from cdk.components.fleet_alarms import TABLE_OPERATIONS
 from cdk.components.fleet_metrics import ONE_MINUTE, FleetMetrics
-from streamlease.telemetry import AuditorMetric, WorkerMetric
 
 _WIDTH = 8
 _HEIGHT = 6
 
-
-def _graph(
-    title: str, left: Sequence[cloudwatch.IMetric], **kwargs: object
-) -> cloudwatch.GraphWidget:
-    return cloudwatch.GraphWidget(
-        title=title,
-        left=list(left),
-        width=_WIDTH,
-        height=_HEIGHT,
-        **kwargs,  # type: ignore[arg-type]
-    )
+_MetricOf = Callable[[str, str], cloudwatch.Metric]
+"""A source's metric by (name, statistic), over one minute."""
 
 
 class FleetDashboard(Construct):
-    """One dashboard with everything the fleet's health is judged by, top to bottom:
-    alarms; wanted vs owned streams, orphans, fleet size; per-task load and lease churn;
-    throughput and upstream health; the API, the functions, the queue and the table."""
+    """One dashboard with everything the fleet's health is judged by: the alarms' states, then
+    one graph widget per :class:`~cdk.components.dashboard_widgets.Graph` (a graph naming an
+    alarm draws that alarm's threshold)."""
 
     def __init__(
         self,
@@ -48,150 +41,77 @@ class FleetDashboard(Construct):
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
         table: dynamodb.ITableV2,
-        alarms: Sequence[cloudwatch.IAlarm],
+        sink_stream: kinesis.IStream,
+        alarms: Mapping[str, cloudwatch.Alarm],
     ) -> None:
         super().__init__(scope, construct_id)
-        worker = metrics.worker
-        auditor = metrics.auditor
+        self._functions = functions
+        self._table = table
+        self._alarms = alarms
+
+        def aws(metric: Callable[..., cloudwatch.Metric]) -> _MetricOf:
+            return lambda name, statistic: metric(name, statistic=statistic, period=ONE_MINUTE)
+
+        self._sources: dict[Source, _MetricOf] = {
+            Source.AUDITOR: lambda name, stat: metrics.auditor(name, statistic=stat),
+            Source.WORKER: lambda name, stat: metrics.worker(name, statistic=stat),
+            Source.REAPER: lambda name, stat: metrics.reaper(name, statistic=stat),
+            Source.TASKS: lambda name, stat: metrics.container_insights(name, statistic=stat),
+            Source.SERVICE: lambda name, stat: metrics.service(name, statistic=stat),
+            Source.SINK: aws(sink_stream.metric),
+            Source.API: aws(api.metric),
+            Source.QUEUE: aws(queue.metric),
+            Source.DEAD_LETTERS: aws(dead_letter_queue.metric),
+            Source.TABLE: aws(table.metric),
+        }
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
         self.dashboard.add_widgets(
-            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24, height=3)
+            cloudwatch.AlarmStatusWidget(
+                title="Alarms", alarms=list(alarms.values()), width=24, height=3
+            )
         )
-        self.dashboard.add_widgets(
-            _graph(
-                "Streams: wanted vs owned",
-                [
-                    auditor(AuditorMetric.STARTED_STREAMS),
-                    auditor(AuditorMetric.OWNED_STREAMS),
-                ],
-            ),
-            _graph(
-                "Orphaned streams and oldest orphan age (s)",
-                [auditor(AuditorMetric.ORPHANED_STREAMS)],
-                right=[auditor(AuditorMetric.OLDEST_ORPHAN_AGE_SECONDS)],
-            ),
-            _graph(
-                "Fleet: running tasks and live workers",
-                [metrics.running_tasks(), auditor(AuditorMetric.LIVE_WORKERS)],
-            ),
-        )
-        self.dashboard.add_widgets(
-            _graph(
-                "Owned streams by connection state",
-                [
-                    auditor(AuditorMetric.CONNECTED_STREAMS),
-                    auditor(AuditorMetric.CONNECTING_STREAMS),
-                    auditor(AuditorMetric.RETRYING_STREAMS),
-                    auditor(AuditorMetric.REJECTED_STREAMS),
-                ],
-            ),
-        )
-        self.dashboard.add_widgets(
-            _graph(
-                "Active connections per task",
-                [
-                    worker(WorkerMetric.ACTIVE_CONNECTIONS, statistic=stat).with_(
-                        label=f"{stat.lower()} per task"
-                    )
-                    for stat in ("Average", "Maximum", "Minimum")
-                ],
-            ),
-            _graph(
-                "Lease churn",
-                [
-                    worker(WorkerMetric.LEASES_ACQUIRED),
-                    worker(WorkerMetric.TAKEOVERS),
-                    worker(WorkerMetric.HANDOFFS),
-                    worker(WorkerMetric.LEASES_LOST),
-                    worker(WorkerMetric.SESSIONS_EXPIRED),
-                    worker(WorkerMetric.STREAMS_ENDED),
-                ],
-            ),
-            _graph(
-                "Renewal and event-loop lag (ms, p99)",
-                [
-                    worker(WorkerMetric.RENEWAL_LAG_MS, statistic="p99"),
-                    worker(WorkerMetric.EVENT_LOOP_LAG_MS, statistic="p99"),
-                ],
-            ),
-        )
-        self.dashboard.add_widgets(
-            _graph(
-                "Messages per second",
-                [
-                    cloudwatch.MathExpression(
-                        expression="received / PERIOD(received)",
-                        using_metrics={"received": worker(WorkerMetric.MESSAGES_RECEIVED)},
-                        label="messages/s",
-                        period=ONE_MINUTE,
-                    )
-                ],
-            ),
-            _graph(
-                "Upstream reconnects, sequence gaps, sink errors",
-                [
-                    worker(WorkerMetric.RECONNECTS),
-                    worker(WorkerMetric.SEQ_GAPS),
-                    worker(WorkerMetric.SINK_ERRORS),
-                ],
-            ),
-            _graph(
-                "Command queue: oldest message age (s) and dead letters",
-                [queue.metric_approximate_age_of_oldest_message(period=ONE_MINUTE)],
-                right=[
-                    dead_letter_queue.metric_approximate_number_of_messages_visible(
-                        statistic="Maximum", period=ONE_MINUTE, label="dead letters"
-                    )
-                ],
-            ),
-        )
-        self.dashboard.add_widgets(
-            _graph(
-                "API requests, 4xx and 5xx",
-                [
-                    api.metric_count(statistic="Sum", period=ONE_MINUTE),
-                    api.metric_client_error(statistic="Sum", period=ONE_MINUTE),
-                    api.metric_server_error(statistic="Sum", period=ONE_MINUTE),
-                ],
-            ),
-            _graph(
-                "API latency (ms)",
-                [
-                    api.metric_latency(statistic=stat, period=ONE_MINUTE, label=f"latency {stat}")
-                    for stat in ("p50", "p99")
-                ],
-            ),
-            _graph(
-                "Control-plane function errors",
-                [
-                    fn.metric_errors(statistic="Sum", period=ONE_MINUTE, label=label)
-                    for label, fn in functions.items()
-                ],
-            ),
-        )
-        self.dashboard.add_widgets(
-            _graph(
-                "DynamoDB throttled requests and conditional-check failures",
-                [
-                    table.metric_throttled_requests_for_operations(
-                        operations=list(TABLE_OPERATIONS), period=ONE_MINUTE, label="throttled"
-                    )
-                ],
-                right=[
-                    table.metric_conditional_check_failed_requests(
-                        statistic="Sum", period=ONE_MINUTE, label="conditional-check failures"
-                    )
-                ],
-            ),
-            _graph(
-                "DynamoDB consumed capacity (units)",
-                [
-                    table.metric_consumed_write_capacity_units(statistic="Sum", period=ONE_MINUTE),
-                    table.metric_consumed_read_capacity_units(statistic="Sum", period=ONE_MINUTE),
-                ],
-            ),
-        )
+        for row in ROWS:
+            self.dashboard.add_widgets(*(self._widget(graph) for graph in row))
         self.url = (
             f"https://{Aws.REGION}.console.aws.amazon.com/cloudwatch/home?region={Aws.REGION}"
             f"#dashboards:name={self.dashboard.dashboard_name}"
         )
+
+    def _widget(self, graph: Graph) -> cloudwatch.GraphWidget:
+        left = [m for series in graph.left for m in self._metrics(series)]
+        if graph.per_second:
+            left = [
+                cloudwatch.MathExpression(
+                    expression="m / PERIOD(m)",
+                    using_metrics={"m": metric},
+                    label=series.label or series.metric,
+                    period=ONE_MINUTE,
+                )
+                for series, metric in zip(graph.left, left, strict=True)
+            ]
+        annotations = [self._alarms[graph.alarm].to_annotation()] if graph.alarm else None
+        return cloudwatch.GraphWidget(
+            title=graph.title,
+            left=left,
+            right=[m for series in graph.right for m in self._metrics(series)],
+            left_annotations=annotations,
+            width=_WIDTH,
+            height=_HEIGHT,
+        )
+
+    def _metrics(self, series: Series) -> Sequence[cloudwatch.IMetric]:
+        """The CloudWatch metrics of one series (one per function for ``FUNCTIONS``)."""
+        if series.source is Source.FUNCTIONS:
+            return [
+                fn.metric(series.metric, statistic=series.statistic, period=ONE_MINUTE, label=name)
+                for name, fn in self._functions.items()
+            ]
+        if series.source is Source.TABLE and series.metric == "ThrottledRequests":
+            # Reported per operation only: summed over the ones streamlease performs.
+            return [
+                self._table.metric_throttled_requests_for_operations(
+                    operations=list(TABLE_OPERATIONS), period=ONE_MINUTE, label=series.label
+                )
+            ]
+        metric = self._sources[series.source](series.metric, series.statistic)
+        return [metric.with_(label=series.label) if series.label else metric]

@@ -10,10 +10,12 @@ from streamlease import telemetry
 
 ONE_MINUTE = Duration.minutes(1)
 CONTAINER_INSIGHTS_NAMESPACE = "ECS/ContainerInsights"
+ECS_NAMESPACE = "AWS/ECS"
 
 
 class FleetMetrics:
-    """Factory of the metrics the worker and the auditor publish (Powertools EMF).
+    """Factory of the metrics the worker and the Lambdas publish (Powertools EMF), and of the
+    worker service's ECS metrics.
 
     Powertools adds a ``service`` dimension to every metric, so each metric here carries the
     emitter's service name from :mod:`streamlease.telemetry`; without it an alarm or scaling
@@ -37,20 +39,45 @@ class FleetMetrics:
         """An auditor metric (``telemetry.AuditorMetric``), published once a minute."""
         return self._custom(name, telemetry.AUDITOR_SERVICE, statistic, period)
 
+    def reaper(
+        self, name: str, *, statistic: str = "Sum", period: Duration = ONE_MINUTE
+    ) -> cloudwatch.Metric:
+        """A reaper metric (``telemetry.ReaperMetric``), published once per stopped task."""
+        return self._custom(name, telemetry.REAPER_SERVICE, statistic, period)
+
     def running_tasks(
         self, *, statistic: str = "Average", period: Duration = ONE_MINUTE
     ) -> cloudwatch.Metric:
         """Running tasks of the worker service, from Container Insights (no L2 helper has it)."""
+        return self.container_insights(
+            "RunningTaskCount", statistic=statistic, period=period
+        ).with_(label="running tasks")
+
+    def container_insights(
+        self, name: str, *, statistic: str = "Average", period: Duration = ONE_MINUTE
+    ) -> cloudwatch.Metric:
+        """A Container Insights metric of the worker service."""
+        return self._of_service(CONTAINER_INSIGHTS_NAMESPACE, name, statistic, period)
+
+    def service(
+        self, name: str, *, statistic: str = "Average", period: Duration = ONE_MINUTE
+    ) -> cloudwatch.Metric:
+        """An ``AWS/ECS`` metric of the worker service (``CPUUtilization``,
+        ``MemoryUtilization``: percent of what the tasks reserved)."""
+        return self._of_service(ECS_NAMESPACE, name, statistic, period)
+
+    def _of_service(
+        self, namespace: str, name: str, statistic: str, period: Duration
+    ) -> cloudwatch.Metric:
         return cloudwatch.Metric(
-            namespace=CONTAINER_INSIGHTS_NAMESPACE,
-            metric_name="RunningTaskCount",
+            namespace=namespace,
+            metric_name=name,
             dimensions_map={
                 "ClusterName": self._cluster.cluster_name,
                 "ServiceName": self._service.service_name,
             },
             statistic=statistic,
             period=period,
-            label="running tasks",
         )
 
     def _custom(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
@@ -10,15 +12,28 @@ from constructs import Construct
 from cdk.config import NetworkingMode
 
 _MAX_AZS = 2
+INTERFACE_ENDPOINTS: Final = {
+    "Kinesis": ec2.InterfaceVpcEndpointAwsService.KINESIS_STREAMS,
+    "Sqs": ec2.InterfaceVpcEndpointAwsService.SQS,
+    "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+    "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
+    "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
+    "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
+}
+"""What a private worker task calls besides DynamoDB and S3 (gateway endpoints): the sink, the
+command queue, its logs and metrics (EMF is logs), the image pull and the streams' secrets.
+Task credentials come from the ECS agent, so STS is not among them."""
 
 
 class Network(Construct):
     """A two-AZ VPC for the worker tasks.
 
     ``PUBLIC``: public subnets only, tasks get a public IP, no NAT gateway (no inbound rule is ever
-    opened; the security group only allows egress). ``PRIVATE``: tasks in private subnets behind a
-    NAT gateway per AZ. Either way a DynamoDB gateway endpoint keeps the lease traffic (the bulk
-    of AWS calls) off the internet path, and a flow log records every flow.
+    opened; the security group only allows egress). ``PRIVATE``: tasks in private subnets; every
+    AWS API they call has a VPC endpoint (:data:`INTERFACE_ENDPOINTS`, and gateway endpoints
+    for DynamoDB and S3, where ECR keeps image layers), so only upstream traffic crosses the
+    ``nat_gateways`` NAT gateways. Either way a DynamoDB gateway endpoint keeps the lease traffic
+    off the internet path, and a flow log records every flow.
     """
 
     def __init__(
@@ -28,6 +43,7 @@ class Network(Construct):
         *,
         mode: NetworkingMode,
         log_retention: logs.RetentionDays,
+        nat_gateways: int = _MAX_AZS,
     ) -> None:
         super().__init__(scope, construct_id)
         subnets = [ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC)]
@@ -41,12 +57,25 @@ class Network(Construct):
             self,
             "Vpc",
             max_azs=_MAX_AZS,
-            nat_gateways=_MAX_AZS if mode is NetworkingMode.PRIVATE else 0,
+            nat_gateways=nat_gateways if mode is NetworkingMode.PRIVATE else 0,
             subnet_configuration=subnets,
         )
         self.vpc.add_gateway_endpoint(
             "DynamoDbEndpoint", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB
         )
+        self.interface_endpoints: list[ec2.InterfaceVpcEndpoint] = []
+        if mode is NetworkingMode.PRIVATE:
+            self.vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
+            self.interface_endpoints = [
+                self.vpc.add_interface_endpoint(
+                    f"{name}Endpoint",
+                    service=service,
+                    subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+                    private_dns_enabled=True,
+                    open=False,  # HTTPS from the workers only: allow_clients
+                )
+                for name, service in INTERFACE_ENDPOINTS.items()
+            ]
         flow_logs = logs.LogGroup(
             self, "FlowLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY
         )
@@ -63,3 +92,8 @@ class Network(Construct):
             )
         )
         self.assign_public_ip = mode is NetworkingMode.PUBLIC
+
+    def allow_clients(self, clients: ec2.IConnectable) -> None:
+        """Let ``clients`` (the workers' security group) reach the interface endpoints."""
+        for endpoint in self.interface_endpoints:
+            endpoint.connections.allow_default_port_from(clients, "workers call AWS APIs")

@@ -1,50 +1,93 @@
-"""Table grants whose index wildcard is acknowledged to cdk-nag, next to the grant itself."""
+"""Least-privilege data grants: exactly the actions each principal calls, on exactly the resources.
+
+Each principal's DynamoDB access is a :class:`TableAccess`: item actions on the table, and per
+index the reads it makes there (every Query and Scan of streamlease goes to an index), so no
+grant needs an ``index/*`` wildcard. The SQS and Kinesis actions are listed beside them. When
+code starts calling another action, its principal's entry here changes with it
+(``tests/infra/test_grants.py`` lists them per principal).
+
+IAM authorizes SQS's batch calls (``ChangeMessageVisibilityBatch``) by the single action's name.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
-import jsii
-from aws_cdk import Acknowledgment, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
-from constructs import IConstruct, IValidation
 
-INDEX_WILDCARD_REASON = (
-    "The table grant helpers scope index access as '<table ARN>/index/*': every index of this one "
-    "table (the schema's by-state-expiry, by-owner, fleet and by-state) and nothing else."
+from streamlease.schema import BY_OWNER, BY_STATE, BY_STATE_EXPIRY, FLEET
+
+GET: Final = "dynamodb:GetItem"
+BATCH_GET: Final = "dynamodb:BatchGetItem"
+PUT: Final = "dynamodb:PutItem"
+UPDATE: Final = "dynamodb:UpdateItem"
+DELETE: Final = "dynamodb:DeleteItem"
+QUERY: Final = "dynamodb:Query"
+SCAN: Final = "dynamodb:Scan"
+
+
+@dataclass(frozen=True)
+class TableAccess:
+    """The DynamoDB actions one principal calls: on the table's items, and on each index."""
+
+    items: tuple[str, ...] = ()
+    indexes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+API_TABLE: Final = TableAccess(
+    items=(GET, BATCH_GET, UPDATE),
+    indexes={BY_STATE.name: (QUERY,), FLEET.name: (QUERY,)},
 )
+"""The API: streams written by conditional updates (create, start/stop, delete's tombstone), read
+one by one or in batches (a listing page, the sessions holding them); listings page through
+``by-state``; ``GET /workers`` reads the fleet."""
+REAPER_TABLE: Final = TableAccess(
+    items=(GET, UPDATE),
+    indexes={FLEET.name: (QUERY,), BY_OWNER.name: (SCAN,)},
+)
+"""The reaper: the fleet's sessions, tombstones (updates) and their re-reads, the dead task's
+leases from a scan of the sparse ``by-owner`` index, and their releases."""
+AUDITOR_TABLE: Final = TableAccess(
+    items=(BATCH_GET,),
+    indexes={FLEET.name: (QUERY,), BY_STATE_EXPIRY.name: (QUERY,)},
+)
+"""The auditor: reads only; the fleet, the STARTED streams, and a batch of orphans' times."""
+WORKER_TABLE: Final = TableAccess(
+    items=(GET, PUT, UPDATE, DELETE),
+    indexes={FLEET.name: (QUERY,), BY_STATE_EXPIRY.name: (QUERY,), BY_OWNER.name: (QUERY,)},
+)
+"""The worker: its session (created once with a conditional put, renewed, tombstoned), the
+fleet's tombstones deleted, every lease write, re-reads of lost answers; orphans and expiring
+leases from ``by-state-expiry``, its own streams from ``by-owner``."""
+
+SEND_COMMANDS: Final = ("sqs:SendMessage",)
+"""The API and the reaper send start and handoff commands."""
+WORKER_COMMANDS: Final = (
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
+    "sqs:SendMessage",
+)
+"""The worker polls commands, deletes handled ones, gives others back, sends handoffs."""
+WORKER_SINK: Final = ("kinesis:PutRecords",)
 
 
-def grant_table_data(table: dynamodb.ITableV2, role: iam.IRole, *, write: bool) -> iam.Grant:
-    """Grant ``role`` the data actions on ``table`` and its indexes: read, or read and write.
-
-    cdk-nag reports the index wildcard (AwsSolutions-IAM5) under the table ARN as CloudFormation
-    sees it in the role's stack, which for a table of another stack is known only once CDK has
-    resolved cross-stack references. The acknowledgement is therefore added in ``role``'s
-    validation, which runs after that resolution and before the policy checks.
-    """
-    grant = table.grant_read_write_data(role) if write else table.grant_read_data(role)
-    role.node.add_validation(_IndexWildcardAcknowledgement(role, table))
-    return grant
-
-
-@jsii.implements(IValidation)
-class _IndexWildcardAcknowledgement:
-    def __init__(self, role: IConstruct, table: dynamodb.ITableV2) -> None:
-        self._role = role
-        self._table = table
-
-    def validate(self) -> list[str]:
-        resolved = Stack.of(self._role).resolve(self._table.table_arn)
-        Validations.of(self._role).acknowledge(
-            Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::{nag_spelling(resolved)}/index/*]",
-                reason=INDEX_WILDCARD_REASON,
-            )
+def grant_table(table: dynamodb.ITableV2, role: iam.IGrantable, access: TableAccess) -> None:
+    """Grant ``role`` exactly ``access`` on ``table`` and its named indexes."""
+    if access.items:
+        iam.Grant.add_to_principal(
+            grantee=role, actions=list(access.items), resource_arns=[table.table_arn]
         )
-        return []
+    for index, actions in sorted(access.indexes.items()):
+        iam.Grant.add_to_principal(
+            grantee=role,
+            actions=list(actions),
+            resource_arns=[f"{table.table_arn}/index/{index}"],
+        )
 
 
 def nag_spelling(node: Any) -> str:

@@ -24,10 +24,18 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from cdk.components.table_grants import grant_table_data, nag_spelling
+from cdk.components.table_grants import (
+    WORKER_COMMANDS,
+    WORKER_SINK,
+    WORKER_TABLE,
+    grant_table,
+    nag_spelling,
+)
+from cdk.components.trace_collector import add_trace_collector
 from cdk.config import CpuArchitecture
 from streamlease import telemetry
 from streamlease.settings import SettingValue, settings_environment
+from streamlease.telemetry import TraceExport
 
 STOP_TIMEOUT_SECONDS = 120
 """What ECS waits between SIGTERM and SIGKILL (the Fargate maximum)."""
@@ -40,15 +48,29 @@ _PLATFORMS = {
 }
 
 
+def _spot_strategy(
+    on_demand_base: int | None,
+) -> list[ecs.CapacityProviderStrategy] | None:
+    """Fargate for the first ``on_demand_base`` tasks, then one Fargate Spot task for each
+    Fargate one (None: Fargate only, the service's launch type)."""
+    if on_demand_base is None:
+        return None
+    return [
+        ecs.CapacityProviderStrategy(capacity_provider="FARGATE", base=on_demand_base, weight=1),
+        ecs.CapacityProviderStrategy(capacity_provider="FARGATE_SPOT", weight=1),
+    ]
+
+
 class WorkerFleet(Construct):
     """The cluster (Container Insights on) and a Fargate service of worker tasks.
 
     Deployments never drop below the running count (min healthy 100 %, max 200 %) and roll back
     on the circuit breaker; a stopped task gets ``STOP_TIMEOUT_SECONDS`` to release its leases.
-    The task role may use exactly the lease table and its indexes, the command queue, the
-    sink stream and (when ``secrets_prefix`` is set) the Secrets Manager secrets whose names
-    start with it — what streams' handshake headers may refer to. The desired count is left to
-    the scaling policy.
+    The task role may call exactly the actions the worker uses on the lease table and its
+    indexes, the command queue and the sink stream (:mod:`cdk.components.table_grants`), and
+    (when ``secrets_prefix`` is set) read the Secrets Manager secrets whose names start with it
+    — what streams' handshake headers may refer to. The desired count is left to the scaling
+    policy.
     """
 
     def __init__(
@@ -71,11 +93,18 @@ class WorkerFleet(Construct):
         settings: Mapping[str, SettingValue],
         log_retention: logs.RetentionDays,
         secrets_prefix: str = "",
+        spot_beyond_tasks: int | None = None,
     ) -> None:
+        """``spot_beyond_tasks``: None runs every task on Fargate; N runs the first N on Fargate
+        and the rest on Fargate Spot and Fargate alike."""
         super().__init__(scope, construct_id)
         asset_platform, cpu_architecture = _PLATFORMS[architecture]
         self.cluster = ecs.Cluster(
-            self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED
+            self,
+            "Cluster",
+            vpc=vpc,
+            container_insights_v2=ecs.ContainerInsights.ENABLED,
+            enable_fargate_capacity_providers=spot_beyond_tasks is not None,
         )
         self.task_definition = ecs.FargateTaskDefinition(
             self,
@@ -99,6 +128,7 @@ class WorkerFleet(Construct):
                 "aws_region": Aws.REGION,
                 "metrics_namespace": metrics_namespace,
                 "shutdown_budget_seconds": STOP_TIMEOUT_SECONDS - SHUTDOWN_MARGIN_SECONDS,
+                "trace_export": TraceExport.OTLP.value,
                 **settings,
             }
         )
@@ -129,11 +159,11 @@ class WorkerFleet(Construct):
                 max_buffer_size=Size.mebibytes(25),
             ),
         )
+        self.trace_collector = add_trace_collector(self, self.task_definition, self.log_group)
         task_role = self.task_definition.task_role
-        grant_table_data(table, task_role, write=True)
-        queue.grant_consume_messages(task_role)
-        queue.grant_send_messages(task_role)
-        sink_stream.grant_write(task_role)
+        grant_table(table, task_role, WORKER_TABLE)
+        queue.grant(task_role, *WORKER_COMMANDS)
+        sink_stream.grant(task_role, *WORKER_SINK)
         if secrets_prefix:
             self._grant_secrets(task_role, secrets_prefix)
 
@@ -158,6 +188,7 @@ class WorkerFleet(Construct):
             platform_version=ecs.FargatePlatformVersion.LATEST,
             propagate_tags=ecs.PropagatedTagSource.SERVICE,
             enable_ecs_managed_tags=True,
+            capacity_provider_strategies=_spot_strategy(spot_beyond_tasks),
         )
 
         Validations.of(self.task_definition).acknowledge(

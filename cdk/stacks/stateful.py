@@ -47,7 +47,7 @@ class StatefulStack(Stack):
             visibility_timeout_seconds=config.command_visibility_timeout_seconds,
             max_receives=config.command_max_receives,
         )
-        sink = SinkStream(self, "Sink")
+        sink = SinkStream(self, "Sink", capacity=config.sink_capacity, shards=config.sink_shards)
 
         _pin(leases.table.node.default_child, "LeaseTable")
         _pin(commands.queue.node.default_child, "CommandQueue")
@@ -61,4 +61,5 @@ class StatefulStack(Stack):
 
         CfnOutput(self, "TableName", value=self.table.table_name)
         CfnOutput(self, "SinkStreamName", value=self.sink_stream.stream_name)
+        CfnOutput(self, "CommandQueueUrl", value=self.queue.queue_url)
         CfnOutput(self, "DeadLetterQueueUrl", value=self.dead_letter_queue.queue_url)

@@ -24,7 +24,13 @@ from cdk.components.fleet_metrics import FleetMetrics
 from cdk.components.fleet_scaling import FleetScaling
 from cdk.components.network import Network
 from cdk.components.service_function import ServiceFunction
-from cdk.components.table_grants import grant_table_data
+from cdk.components.table_grants import (
+    API_TABLE,
+    AUDITOR_TABLE,
+    REAPER_TABLE,
+    SEND_COMMANDS,
+    grant_table,
+)
 from cdk.components.worker_fleet import WorkerFleet
 from cdk.config import DeploymentConfig
 from streamlease import telemetry
@@ -113,11 +119,11 @@ class StatelessStack(Stack):
             "streamlease auditor: publishes wanted, owned and orphaned stream counts",
             timeout=Duration.seconds(50),
         )
-        grant_table_data(table, api.role, write=True)
-        queue.grant_send_messages(api.role)
-        grant_table_data(table, reaper.role, write=True)
-        queue.grant_send_messages(reaper.role)
-        grant_table_data(table, auditor.role, write=False)
+        grant_table(table, api.role, API_TABLE)
+        queue.grant(api.role, *SEND_COMMANDS)
+        grant_table(table, reaper.role, REAPER_TABLE)
+        queue.grant(reaper.role, *SEND_COMMANDS)
+        grant_table(table, auditor.role, AUDITOR_TABLE)
         api_fn, reaper_fn, auditor_fn = api.function, reaper.function, auditor.function
 
         control_api = ControlApi(
@@ -131,7 +137,13 @@ class StatelessStack(Stack):
         )
 
         # --- data plane ----------------------------------------------------------------------
-        network = Network(self, "Network", mode=config.networking, log_retention=log_retention)
+        network = Network(
+            self,
+            "Network",
+            mode=config.networking,
+            log_retention=log_retention,
+            nat_gateways=config.nat_gateways,
+        )
         fleet = WorkerFleet(
             self,
             "Workers",
@@ -153,7 +165,9 @@ class StatelessStack(Stack):
             },
             log_retention=log_retention,
             secrets_prefix=config.secrets_prefix,
+            spot_beyond_tasks=config.min_tasks if config.fargate_spot else None,
         )
+        network.allow_clients(fleet.security_group)
         metrics = FleetMetrics(
             namespace=config.metrics_namespace, cluster=fleet.cluster, service=fleet.service
         )
@@ -167,7 +181,9 @@ class StatelessStack(Stack):
             running_tasks=metrics.running_tasks(),
             target_streams_per_task=config.target_streams_per_task,
         )
-        FleetEvents(self, "Events", cluster=fleet.cluster, reaper=reaper_fn, auditor=auditor_fn)
+        fleet_events = FleetEvents(
+            self, "Events", cluster=fleet.cluster, reaper=reaper_fn, auditor=auditor_fn
+        )
 
         # --- operations ----------------------------------------------------------------------
         functions = {"api": api_fn, "reaper": reaper_fn, "auditor": auditor_fn}
@@ -178,7 +194,13 @@ class StatelessStack(Stack):
             api=control_api.api,
             table=table,
             dead_letter_queue=dead_letter_queue,
+            sink_stream=sink_stream,
+            reaper_dead_letter_queue=fleet_events.reaper_dead_letters,
             functions=functions,
+            min_live_workers=config.min_tasks,
+            max_tasks=config.max_tasks,
+            capacity_per_task=config.capacity_per_worker,
+            renewal_lag_limit_ms=config.renewal_lag_alarm_ms,
             email=config.alarm_email,
         )
         dashboard = FleetDashboard(
@@ -190,7 +212,8 @@ class StatelessStack(Stack):
             queue=queue,
             dead_letter_queue=dead_letter_queue,
             table=table,
-            alarms=alarms.alarms,
+            sink_stream=sink_stream,
+            alarms=alarms.by_name,
         )
 
         CfnOutput(self, "ApiUrl", value=control_api.api.url, description="streamlease --api URL")

@@ -30,10 +30,11 @@ from lambdas.http_errors import ApiError
 from lambdas.identity import caller_identity
 from lambdas.metrics import MetricEmitter
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
+from lambdas.tracing import command_trace_header
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
 from streamlease.profile import ProfileError, parse_profile
-from streamlease.schema import DesiredState
+from streamlease.schema import ConnectionState, DesiredState
 from streamlease.telemetry import API_SERVICE, ApiMetric
 from streamlease.url_policy import parse_upstream_url
 
@@ -89,6 +90,7 @@ def _hint_start(stream: Stream) -> None:
         start_command(stream.stream_id, stream.generation),
         logger=logger,
         on_failure=lambda name: metrics.emit({name: 1}),
+        trace_header=command_trace_header(router.current_event.headers),
     )
 
 
@@ -211,9 +213,11 @@ def get_stream(id: StreamId) -> Response[Any]:
     summary="List streams",
     description=(
         "One page of streams in stream-id order, optionally only those in one desired state "
-        "(without a filter: STARTED streams, then STOPPED ones). Pass next_token back unchanged "
-        "for the next page; it is opaque and null after the last page. A page may be shorter "
-        "than limit (even empty) while next_token is not null."
+        "(without a filter: STARTED streams, then STOPPED ones). With connection_state, only "
+        "the streams whose holder reports that state (e.g. rejected, stalled), in index order "
+        "rather than id order. Pass next_token back unchanged, with the same filters, for the "
+        "next page; it is opaque and null after the last page. A page may be shorter than "
+        "limit (even empty) while next_token is not null. An unknown query parameter is a 400."
     ),
     operation_id="listStreams",
     tags=["streams"],
@@ -224,6 +228,10 @@ def get_stream(id: StreamId) -> Response[Any]:
 )
 def list_streams(
     state: Annotated[DesiredState | None, Query(description="Only streams in this state.")] = None,
+    connection_state: Annotated[
+        ConnectionState | None,
+        Query(description="Only streams whose connection is in this state (e.g. rejected)."),
+    ] = None,
     limit: Annotated[
         int | None, Query(ge=1, description="Page size; at most the page_size_max setting.")
     ] = None,
@@ -233,7 +241,7 @@ def list_streams(
             max_length=MAX_TOKEN_CHARS,
             description=(
                 "Opaque: the next_token of the previous page, passed back unchanged with the "
-                "same state filter."
+                "same filters."
             ),
         ),
     ] = None,
@@ -248,12 +256,12 @@ def list_streams(
     position = None
     if next_token:
         try:
-            position = decode_token(next_token, state)
+            position = decode_token(next_token, state, connection_state)
         except TokenInvalid as exc:
             raise ApiError(
                 HTTPStatus.BAD_REQUEST, "invalid_request", str(exc), "next_token"
             ) from None
-    page = rt.repo.page(state, limit or page_max, position)
+    page = rt.listing.page(state, limit or page_max, position, connection_state)
     now = wall_ms()
     sessions = _sessions_of(page.streams)
     body = StreamList(

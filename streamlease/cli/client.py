@@ -106,14 +106,21 @@ class ApiClient:
         self.request("DELETE", f"/streams/{_segment(stream_id)}")
 
     def list_streams(
-        self, *, state: str | None = None, page_size: int = PAGE_LIMIT
+        self,
+        *,
+        state: str | None = None,
+        connection_state: str | None = None,
+        page_size: int = PAGE_LIMIT,
     ) -> Iterator[dict[str, Any]]:
-        """``GET /streams``, following ``next_token`` until the last page."""
+        """``GET /streams`` (only ``state`` / ``connection_state`` ones when given), following
+        ``next_token`` until the last page."""
         token: str | None = None
         while True:
             query: dict[str, str] = {"limit": str(page_size)}
             if state:
                 query["state"] = state
+            if connection_state:
+                query["connection_state"] = connection_state
             if token:
                 query["next_token"] = token
             page = self.request("GET", "/streams", query=query)[1]

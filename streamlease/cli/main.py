@@ -36,12 +36,15 @@ from streamlease.cli.render import (
     stream_detail,
     stream_lines,
     table,
+    trouble_of,
+    trouble_summary,
     worker_row,
 )
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.transport import HttpTransport, Transport, TransportError
 from streamlease.cli.watch import watch
 from streamlease.errors import ConfigError, StreamleaseError
+from streamlease.schema import ConnectionState
 from streamlease.settings import env_name
 
 PROG: Final = "streamlease"
@@ -128,6 +131,14 @@ def build_parser() -> _Parser:
     ls = command("ls", "list streams")
     ls.add_argument(
         "--state", type=str.upper, choices=("STARTED", "STOPPED"), help="only streams in this state"
+    )
+    ls.add_argument(
+        "--connection-state",
+        type=str.lower,
+        choices=[state.value for state in ConnectionState],
+        metavar="STATE",
+        help="only streams whose connection is in this state: "
+        + ", ".join(state.value for state in ConnectionState),
     )
     command("workers", "list live workers")
     live = command("watch", "live view of streams and workers (Ctrl-C to leave)")
@@ -260,8 +271,14 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
         stream = client.get_stream(args.id)
         _emit(io, stream, stream_detail(stream, now_ms(), colour=colour))
     elif command == "ls":
-        streams = list(client.list_streams(state=args.state))
-        lines = stream_lines(streams, now_ms(), colour=colour) if streams else ["no streams"]
+        streams = list(
+            client.list_streams(state=args.state, connection_state=args.connection_state)
+        )
+        lines = ["no streams"]
+        if streams:
+            troubled_first = sorted(streams, key=lambda s: trouble_of(s) is None)
+            lines = stream_lines(troubled_first, now_ms(), colour=colour)
+            lines += [summary] if (summary := trouble_summary(streams)) else []
         _emit(io, {"streams": streams}, lines)
     elif command == "workers":
         workers = client.list_workers()

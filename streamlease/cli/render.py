@@ -1,8 +1,8 @@
 """Human-readable output of the CLI: tables, durations, worker names, connection states.
 
 A stream's connection state (``connection_state``, ``connection_since``, ``last_error_active``)
-comes from newer APIs only; where a field is missing the text is ``-``, as for any other value
-an API does not send.
+and progress (``frames_*``, ``seq_gaps``, ``last_message_at``) come from newer APIs only; where
+a field is missing the text is ``-``, as for any other value an API does not send.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from streamlease.schema import ConnectionState, DesiredState
+from streamlease.schema import TROUBLE_STATES, ConnectionState, DesiredState
 
 NONE: Final = "-"
 ELLIPSIS: Final = "…"
@@ -108,23 +108,75 @@ def age_ms(iso: Any, at_ms: int) -> int | None:
     return max(0, at_ms - int(moment.timestamp() * 1000))
 
 
-def is_rejected(stream: Mapping[str, Any]) -> bool:
-    """True for a started stream its upstream refuses: owned, but nothing flows."""
-    return (
-        stream.get("desired_state") == DesiredState.STARTED
-        and stream.get("connection_state") == ConnectionState.REJECTED
-    )
+TROUBLE_MEANINGS: Final = {
+    ConnectionState.RETRYING: "reconnecting with backoff, nothing flows meanwhile",
+    ConnectionState.REJECTED: "the upstream refuses it, nothing flows",
+    ConnectionState.STALLED: "connected, but the upstream has sent nothing for a while",
+    ConnectionState.MALFORMED: "frames arrive but none can be delivered",
+    ConnectionState.SINK_FAILING: "the sink keeps refusing its records, nothing is delivered",
+}
+"""What each trouble state means to an operator, in words ``get`` shows."""
+
+
+def trouble_of(stream: Mapping[str, Any]) -> ConnectionState | None:
+    """The trouble state of a started stream (one of ``TROUBLE_STATES``: held, nothing
+    delivered), or None."""
+    state = stream.get("connection_state")
+    if stream.get("desired_state") != DesiredState.STARTED or state not in TROUBLE_STATES:
+        return None
+    return ConnectionState(str(state))
 
 
 def connection_text(stream: Mapping[str, Any], at_ms: int) -> str:
-    """``connected 3m05s``: the connection state and how long it has lasted. A rejected stream
-    is in capitals (``REJECTED 12s``) to stand out; ``-`` when the API does not say."""
+    """``connected 3m05s``: the connection state and how long it has lasted. A trouble state
+    is in capitals (``REJECTED 12s``, ``STALLED 2m05s``) to stand out; ``-`` when the API does
+    not say."""
     state = stream.get("connection_state")
     if not state:
         return NONE
-    text = str(state).upper() if state == ConnectionState.REJECTED else str(state)
+    text = str(state).upper() if state in TROUBLE_STATES else str(state)
     age = age_ms(stream.get("connection_since"), at_ms)
     return text if age is None else f"{text} {seconds_text(age)}"
+
+
+def count_text(count: Any) -> str:
+    """A count in at most five characters: ``1204``, ``12.3k``, ``4.1M``; ``-`` for None."""
+    if not isinstance(count, int):
+        return NONE
+    if count < 10_000:
+        return str(count)
+    if count < 100_000:  # cut, never rounded up: 99,999 is 99.9k
+        return f"{count // 100 / 10:.1f}k"
+    if count < 1_000_000:
+        return f"{count // 1000}k"
+    return f"{count // 100_000 / 10:.1f}M"
+
+
+PROGRESS_KEYS: Final = ("frames_received", "frames_delivered", "frames_malformed", "seq_gaps")
+
+
+def frames_text(stream: Mapping[str, Any]) -> str:
+    """``1204/1200/4/1``: frames received, delivered, malformed and gaps of the current
+    holding; ``-`` until its holder has reported."""
+    if stream.get("frames_received") is None:
+        return NONE
+    return "/".join(count_text(stream.get(key)) for key in PROGRESS_KEYS)
+
+
+def last_message_text(stream: Mapping[str, Any], at_ms: int) -> str:
+    """``12s ago``: when the last delivered message was received; ``-`` when none was."""
+    age = age_ms(stream.get("last_message_at"), at_ms)
+    return NONE if age is None else f"{seconds_text(age)} ago"
+
+
+def trouble_summary(streams: Iterable[Mapping[str, Any]]) -> str:
+    """``3 streams in trouble: rejected 1, stalled 2``; ``""`` when none is."""
+    states = [state for state in map(trouble_of, streams) if state is not None]
+    if not states:
+        return ""
+    counts = ", ".join(f"{state} {states.count(state)}" for state in sorted(set(states)))
+    noun = "stream" if len(states) == 1 else "streams"
+    return f"{len(states)} {noun} in trouble: {counts}"
 
 
 def last_error_text(stream: Mapping[str, Any]) -> str:
@@ -194,9 +246,11 @@ STREAM_HEADERS: Final = (
     "EPOCH",
     "LAST_SEQ",
     "TAKEOVERS",
+    "RCVD/DLVD/BAD/GAPS",
+    "LAST_MSG",
     "LAST_ERROR",
 )
-STREAM_RIGHT: Final = "EPOCH,LAST_SEQ,TAKEOVERS"
+STREAM_RIGHT: Final = "EPOCH,LAST_SEQ,TAKEOVERS,RCVD/DLVD/BAD/GAPS"
 LAST_ERROR_CHARS: Final = 48
 
 
@@ -212,6 +266,8 @@ def stream_row(stream: Mapping[str, Any], at_ms: int | None = None) -> list[str]
         cell(stream.get("epoch")),
         cell(stream.get("last_seq")),
         cell(stream.get("takeovers")),
+        frames_text(stream),
+        last_message_text(stream, now_ms() if at_ms is None else at_ms),
         clip(last_error_text(stream), LAST_ERROR_CHARS),
     ]
 
@@ -219,15 +275,15 @@ def stream_row(stream: Mapping[str, Any], at_ms: int | None = None) -> list[str]
 def stream_lines(
     streams: Sequence[Mapping[str, Any]], at_ms: int, *, colour: bool = False
 ) -> list[str]:
-    """The ``ls`` table; rejected streams in red when ``colour``."""
+    """The ``ls`` table; streams in trouble in red when ``colour``."""
     lines = table(STREAM_HEADERS, [stream_row(s, at_ms) for s in streams], right=STREAM_RIGHT)
     rows = zip(lines[1:], streams, strict=True)
     return [lines[0], *(row_colour(line, stream, colour) for line, stream in rows)]
 
 
 def row_colour(line: str, stream: Mapping[str, Any], enabled: bool) -> str:
-    """A table line painted for its stream: red when rejected, else as it is."""
-    return paint(line, RED, enabled) if is_rejected(stream) else line
+    """A table line painted for its stream: red when in trouble, else as it is."""
+    return paint(line, RED, enabled) if trouble_of(stream) else line
 
 
 WORKER_HEADERS: Final = ("WORKER", "STATE", "STREAMS", "HEARTBEAT", "HOST", "PID", "VERSION")
@@ -273,8 +329,8 @@ def stream_detail(
     stream: Mapping[str, Any], at_ms: int | None = None, *, colour: bool = False
 ) -> list[str]:
     """``get`` output: one ``label: value`` line per field, the URL redacted, the lease left and
-    the connection (as of wall time ``at_ms``, default now) added; a rejected connection in red
-    and a past error dimmed when ``colour``."""
+    the connection and the holder's progress (as of wall time ``at_ms``, default now) added; a
+    connection in trouble in red and a past error dimmed when ``colour``."""
     at = now_ms() if at_ms is None else at_ms
     lines = []
     for label, key in DETAIL_FIELDS:
@@ -291,11 +347,32 @@ def stream_detail(
         if key == "owner":
             lines.append(f"{'lease left:':<15}{lease_text(stream)}")
             lines.append(f"{'connection:':<15}{connection_detail(stream, at, colour)}")
+            lines.append(f"{'progress:':<15}{progress_detail(stream, at)}")
+            lines.append(f"{'last message:':<15}{last_message_detail(stream, at)}")
     return lines
 
 
+def progress_detail(stream: Mapping[str, Any], at_ms: int) -> str:
+    """``received 1204, delivered 1200, malformed 4, gaps 1 (reported 2.0s ago)``."""
+    if stream.get("frames_received") is None:
+        return NONE
+    labels = ("received", "delivered", "malformed", "gaps")
+    text = ", ".join(
+        f"{label} {cell(stream.get(key))}" for label, key in zip(labels, PROGRESS_KEYS, strict=True)
+    )
+    age = age_ms(stream.get("progress_at"), at_ms)
+    return text if age is None else f"{text} (reported {seconds_text(age)} ago)"
+
+
+def last_message_detail(stream: Mapping[str, Any], at_ms: int) -> str:
+    """``2026-…Z (12s ago)``: when the last delivered message was received."""
+    at = stream.get("last_message_at")
+    age = age_ms(at, at_ms)
+    return NONE if age is None else f"{at} ({seconds_text(age)} ago)"
+
+
 def connection_detail(stream: Mapping[str, Any], at_ms: int, colour: bool = False) -> str:
-    """``connected since 2026-…Z (3m05s)``; for a rejected stream, what that means."""
+    """``connected since 2026-…Z (3m05s)``; for a stream in trouble, what that means."""
     state = stream.get("connection_state")
     if not state:
         return NONE
@@ -304,8 +381,9 @@ def connection_detail(stream: Mapping[str, Any], at_ms: int, colour: bool = Fals
     text = str(state) if not since else f"{state} since {since}"
     if age is not None:
         text += f" ({seconds_text(age)})"
-    if is_rejected(stream):
-        text = paint(f"{text}: the upstream refuses it, nothing flows", RED, colour)
+    trouble = trouble_of(stream)
+    if trouble is not None:
+        text = paint(f"{text}: {TROUBLE_MEANINGS[trouble]}", RED, colour)
     return text
 
 

@@ -22,11 +22,11 @@ from streamlease.cli.render import (
     STREAM_HEADERS,
     STREAM_RIGHT,
     WORKER_HEADERS,
-    is_rejected,
     paint,
     row_colour,
     stream_row,
     table,
+    trouble_of,
     worker_row,
 )
 from streamlease.cli.transport import TransportError
@@ -104,8 +104,9 @@ def stream_rate(rates: RateTracker, stream: dict[str, Any]) -> float | None:
 
 
 def trouble_rank(stream: dict[str, Any], owned: list[dict[str, Any]]) -> int:
-    """0: rejected, 1: wanted but not owned, 2: the rest (a stable sort keeps id order)."""
-    if is_rejected(stream):
+    """0: in trouble (held, nothing delivered), 1: wanted but not owned, 2: the rest (a stable
+    sort keeps id order)."""
+    if trouble_of(stream):
         return 0
     if stream.get("desired_state") == DesiredState.STARTED and stream not in owned:
         return 1
@@ -129,11 +130,11 @@ def render_frame(
     colour: bool = False,
 ) -> list[str]:
     """The lines of one frame: none wider than ``width`` columns and, with ``height``, fewer
-    than ``height`` lines (the last line's newline must not scroll the screen). Rejected
-    streams come first, then orphaned ones, then the rest, each group in the given order.
+    than ``height`` lines (the last line's newline must not scroll the screen). Streams in
+    trouble come first, then orphaned ones, then the rest, each group in the given order.
 
     ``now`` is wall-clock seconds (the clock and connection ages); ``retrying`` says that a
-    failed poll will be tried again; ``colour`` paints rejected streams red.
+    failed poll will be tried again; ``colour`` paints streams in trouble red.
     """
     wall = time.time() if now is None else now
     clock = time.strftime("%H:%M:%S", time.localtime(wall))
@@ -146,17 +147,17 @@ def render_frame(
     started = [s for s in streams if s.get("desired_state") == DesiredState.STARTED]
     owned = [s for s in started if s.get("owner") and (s.get("lease_remaining_ms") or 0) > 0]
     expired = [s for s in started if s.get("owner") and s not in owned]
-    rejected = [s for s in owned if is_rejected(s)]
+    troubled = [s for s in owned if trouble_of(s)]
     known = [r for r in (stream_rate(rates, s) for s in started) if r is not None]
     total = f"{sum(known):.1f}" if known else NONE
-    rejected_text = f"rejected {len(rejected)}" + (" (owned, not flowing)" if rejected else "")
+    trouble_text = f"trouble {len(troubled)}" + (" (owned, not delivering)" if troubled else "")
     headline = (
-        f"streams {len(streams)}  wanted {len(started)}  owned {len(owned)}  {rejected_text}  "
+        f"streams {len(streams)}  wanted {len(started)}  owned {len(owned)}  {trouble_text}  "
         f"orphaned {len(started) - len(owned)} ({len(expired)} lease expired)  "
         f"workers {len(workers)}  msgs/s {total}"
     )[:width]
-    if rejected and rejected_text in headline:
-        headline = headline.replace(rejected_text, paint(rejected_text, RED, colour), 1)
+    if troubled and trouble_text in headline:
+        headline = headline.replace(trouble_text, paint(trouble_text, RED, colour), 1)
     lines.append(headline)
     lines.append("")
     # Rows left for the two tables: this header, a blank line, each table's header and its
@@ -226,7 +227,7 @@ def watch(
 
     ``once`` prints a single frame without screen control codes and returns 1 if the API could
     not be read. On a terminal (``terminal``, default: ``out.isatty()``) lines fit its width,
-    rejected streams are red unless ``colour`` is off, and a live view fits its height too.
+    streams in trouble are red unless ``colour`` is off, and a live view fits its height too.
     ``sleep``, ``terminal_size`` and ``clock`` (monotonic seconds) are seams for tests. The
     redraw is a plain ANSI clear-screen, which every terminal and tmux handle.
     """

@@ -76,3 +76,15 @@ def resources_in(statement: dict[str, Any]) -> list[Any]:
     """The statement's resources as a list."""
     resource = statement["Resource"]
     return resource if isinstance(resource, list) else [resource]
+
+
+def container_of(template: TemplateJson, name: str = "worker") -> dict[str, Any]:
+    """The task definition's container named ``name`` (the worker, unless another is asked)."""
+    containers = properties_of(template, "AWS::ECS::TaskDefinition")["ContainerDefinitions"]
+    (container,) = [c for c in containers if c["Name"] == name]
+    return dict(container)
+
+
+def environment_of(template: TemplateJson, name: str = "worker") -> dict[str, Any]:
+    """The environment variables of the container named ``name``."""
+    return {e["Name"]: e["Value"] for e in container_of(template, name)["Environment"]}

@@ -95,7 +95,9 @@ def test_log_retention_accepts_only_cloudwatch_periods() -> None:
 
 def test_scaling_target_is_below_capacity_for_every_allowed_fraction() -> None:
     """Target streams per task = capacity × fraction, strictly below capacity."""
-    config = DeploymentConfig(capacity_per_worker=40, target_load_fraction=0.75)
+    config = DeploymentConfig(
+        capacity_per_worker=40, target_load_fraction=0.75, expected_streams=100, max_tasks=5
+    )
     assert config.target_streams_per_task == 30
 
 

@@ -215,6 +215,57 @@ def test_task_stopped_events_of_this_cluster_go_to_the_reaper(stateless_json: Te
     assert [t["Arn"] for t in rule["Targets"]] == [{"Fn::GetAtt": [reaper_id, "Arn"]}]
 
 
+def test_undeliverable_task_stopped_events_go_to_the_reapers_dead_letter_queue(
+    stateless_json: TemplateJson,
+) -> None:
+    """The reaper's target retries for minutes, then puts the event in a dead-letter queue."""
+    (rule,) = [
+        body["Properties"]
+        for body in resources_of(stateless_json, "AWS::Events::Rule").values()
+        if "EventPattern" in body["Properties"]
+    ]
+    (target,) = rule["Targets"]
+    queue_id = _reaper_dead_letter_queue(stateless_json)
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [queue_id, "Arn"]}}
+    assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 300
+
+
+def test_failed_reaper_runs_go_to_an_on_failure_destination(stateless_json: TemplateJson) -> None:
+    """Lambda retries a failing reaper run, then records it in the same dead-letter queue."""
+    reaper_id, _ = _function(stateless_json, "ReaperFunction")
+    configs = resources_of(stateless_json, "AWS::Lambda::EventInvokeConfig")
+    (config,) = [c["Properties"] for c in configs.values() if reaper_id in flat(c)]
+    queue_id = _reaper_dead_letter_queue(stateless_json)
+    assert config["DestinationConfig"]["OnFailure"]["Destination"] == {
+        "Fn::GetAtt": [queue_id, "Arn"]
+    }
+    assert config["MaximumRetryAttempts"] == 2
+    reaper_actions = set().union(
+        *map(actions_of, statements_of(stateless_json, "ReaperFunctionRole"))
+    )
+    assert "sqs:SendMessage" in reaper_actions
+
+
+def test_checkov_is_told_why_the_reaper_has_no_function_dead_letter_queue(
+    stateless_json: TemplateJson,
+) -> None:
+    """checkov's function-DLQ check (CKV_AWS_116) reads only DeadLetterConfig: the reaper's
+    on-failure destination is named in its skip, so the finding is gone with a reason."""
+    _, body = _function(stateless_json, "ReaperFunction")
+    (skip,) = body["Metadata"]["checkov"]["skip"]
+    assert skip["id"] == "CKV_AWS_116"
+    assert "on-failure destination" in skip["comment"]
+
+
+def _reaper_dead_letter_queue(template: TemplateJson) -> str:
+    (queue_id,) = [
+        logical_id
+        for logical_id in resources_of(template, "AWS::SQS::Queue")
+        if logical_id.startswith("EventsReaperDeadLetters")
+    ]
+    return queue_id
+
+
 def test_auditor_runs_every_minute(stateless_json: TemplateJson) -> None:
     """A schedule rule invokes the auditor once a minute."""
     auditor_id, _ = _function(stateless_json, "AuditorFunction")

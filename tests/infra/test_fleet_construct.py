@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aws_cdk import Stack
@@ -12,6 +13,8 @@ from template_support import (
     Synthesized,
     TemplateJson,
     actions_of,
+    container_of,
+    environment_of,
     flat,
     properties_of,
     resources_in,
@@ -20,30 +23,22 @@ from template_support import (
 )
 
 from cdk.components.network import Network
+from cdk.components.trace_collector import COLLECTOR_IMAGE
 from cdk.config import DeploymentConfig, NetworkingMode
 from streamlease import telemetry
-from streamlease.settings import env_name
-
-
-def _container(template: TemplateJson) -> dict[str, Any]:
-    (container,) = properties_of(template, "AWS::ECS::TaskDefinition")["ContainerDefinitions"]
-    return dict(container)
-
-
-def _environment(template: TemplateJson) -> dict[str, Any]:
-    return {e["Name"]: e["Value"] for e in _container(template)["Environment"]}
+from streamlease.settings import Settings, env_name
 
 
 def test_container_gets_two_minutes_to_drain(stateless_json: TemplateJson) -> None:
     """ECS waits 120 s between SIGTERM and SIGKILL; the worker's budget stays inside it."""
-    assert _container(stateless_json)["StopTimeout"] == 120
-    budget = float(_environment(stateless_json)[env_name("shutdown_budget_seconds")])
+    assert container_of(stateless_json)["StopTimeout"] == 120
+    budget = float(environment_of(stateless_json)[env_name("shutdown_budget_seconds")])
     assert 0 < budget < 120
 
 
 def test_container_health_check_runs_the_worker_probe(stateless_json: TemplateJson) -> None:
     """ECS replaces a task whose event loop stopped touching the health file."""
-    health = _container(stateless_json)["HealthCheck"]
+    health = container_of(stateless_json)["HealthCheck"]
     assert health["Command"] == ["CMD", "python", "-m", "worker.health"]
     assert health["Retries"] >= 2
     assert health["StartPeriod"] > 0
@@ -51,7 +46,7 @@ def test_container_health_check_runs_the_worker_probe(stateless_json: TemplateJs
 
 def test_container_logs_to_a_log_group_with_retention(stateless_json: TemplateJson) -> None:
     """awslogs, non-blocking, into an explicit log group that expires."""
-    logging = _container(stateless_json)["LogConfiguration"]
+    logging = container_of(stateless_json)["LogConfiguration"]
     assert logging["LogDriver"] == "awslogs"
     assert logging["Options"]["mode"] == "non-blocking"
     log_group = stateless_json["Resources"][logging["Options"]["awslogs-group"]["Ref"]]
@@ -62,7 +57,7 @@ def test_worker_environment_names_every_resource_and_setting(
     stateless_json: TemplateJson, config: DeploymentConfig
 ) -> None:
     """Table, queue, stream, Kinesis sink, region and lease/fleet settings, by their names."""
-    env = _environment(stateless_json)
+    env = environment_of(stateless_json)
     assert "LeaseTable" in flat(env[env_name("table_name")])
     assert "CommandQueue" in flat(env[env_name("queue_url")])
     assert "SinkStream" in flat(env[env_name("kinesis_stream_name")])
@@ -143,7 +138,8 @@ def test_private_networking_puts_tasks_behind_nat(small_stack: Stack) -> None:
 def test_task_role_reaches_exactly_the_table_its_indexes_the_queue_and_the_stream(
     stateless_json: TemplateJson,
 ) -> None:
-    """Every statement names one of the four resources; no wildcard resource, no other service."""
+    """Every statement names one of the four resources; no wildcard resource, no other service
+    (tests/infra/test_grants.py checks the actions on each)."""
     statements = statements_of(stateless_json, "WorkersTaskDefinitionTaskRole")
     by_service: dict[str, list[Any]] = {}
     for statement in statements:
@@ -152,10 +148,8 @@ def test_task_role_reaches_exactly_the_table_its_indexes_the_queue_and_the_strea
         assert len(services) == 1, statement
         by_service.setdefault(services.pop(), []).extend(resources_in(statement))
     assert set(by_service) == {"dynamodb", "sqs", "kinesis"}
-    table = [flat(r) for r in by_service["dynamodb"]]
-    assert len(table) == 2
-    assert all("LeaseTableArn" in r for r in table)
-    assert sum(r.endswith('"/index/*"]]}') for r in table) == 1
+    assert all("LeaseTable" in flat(r) for r in by_service["dynamodb"])
+    assert not any(flat(r).endswith('"/index/*"]]}') for r in by_service["dynamodb"])
     assert all("CommandQueueArn" in flat(r) for r in by_service["sqs"])
     assert all("DeadLetter" not in flat(r) for r in by_service["sqs"])
     assert all("SinkStreamArn" in flat(r) for r in by_service["kinesis"])
@@ -196,3 +190,32 @@ def _docker_assets(synthesized: Synthesized) -> list[dict[str, Any]]:
     artifact_id = synthesized.deployment.stateless.artifact_id
     manifest = synthesized.directory / f"{artifact_id}.assets.json"
     return list(json.loads(manifest.read_text())["dockerImages"].values())
+
+
+def test_a_trace_collector_beside_the_worker_sends_its_spans_to_xray(
+    stateless_json: TemplateJson,
+) -> None:
+    """The worker exports OTLP to localhost; the ADOT collector there (a pinned release, not
+    essential) receives it on that one port and exports traces to X-Ray only."""
+    collector = container_of(stateless_json, "trace-collector")
+    assert collector["Image"] == COLLECTOR_IMAGE
+    assert re.search(r":v\d+\.\d+\.\d+$", collector["Image"])
+    assert collector["Essential"] is False
+    (variable,) = collector["Environment"]
+    assert collector["Command"] == [f"--config=env:{variable['Name']}"]
+    config = variable["Value"]
+    assert "endpoint: 127.0.0.1:4318" in config
+    assert "exporters: [awsxray]" in config
+    assert "grpc" not in config
+    worker = environment_of(stateless_json)
+    assert worker[env_name("trace_export")] == "otlp"
+    assert env_name("trace_otlp_endpoint") not in worker  # the default: the collector's port
+    assert Settings().trace_otlp_endpoint == "http://127.0.0.1:4318/v1/traces"
+
+
+def test_the_task_role_may_send_trace_segments_and_nothing_else_to_xray(
+    stateless_json: TemplateJson,
+) -> None:
+    """The collector's one permission: PutTraceSegments (and telemetry records)."""
+    (statement,) = statements_of(stateless_json, "WorkersTraceSegments")
+    assert actions_of(statement) == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-from template_support import TemplateJson, flat, properties_of, resources_of
+from aws_cdk import Stack
+from aws_cdk import aws_sns as sns
+from aws_cdk.assertions import Annotations, Match, Template
+from template_support import Synthesized, TemplateJson, flat, properties_of, resources_of
 
+from cdk.components.dashboard_widgets import ROWS
+from cdk.components.fleet_alarms import subscribe
 from cdk.config import DeploymentConfig
 from streamlease import telemetry
-from streamlease.telemetry import AuditorMetric, WorkerMetric
+from streamlease.settings import Settings
+from streamlease.telemetry import AuditorMetric, ReaperMetric, WorkerMetric
 
 
 def _alarm(template: TemplateJson, logical_id_prefix: str) -> dict[str, Any]:
@@ -36,17 +43,170 @@ def test_orphan_alarm_fires_after_five_minutes_of_orphans(
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
 
 
-def test_rejected_streams_alarm_after_five_minutes(
+ALARM_IDS = (
+    "Orphans",
+    "StreamsInTrouble",
+    "LiveWorkersLow",
+    "CrashLoop",
+    "SinkErrors",
+    "SinkThrottling",
+    "RenewalLag",
+    "DeadLetters",
+    "LeasesLost",
+    "ApiServerErrors",
+    "TableThrottling",
+    "FunctionErrors",
+)
+
+
+def _watched(alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metrics an alarm watches: its own, or those of its math expression."""
+    if "MetricName" in alarm:
+        return [{k: alarm[k] for k in ("Namespace", "MetricName", "Dimensions")}]
+    return [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+
+
+def _is_auditors(metric: dict[str, Any]) -> bool:
+    return {"Name": telemetry.SERVICE_DIMENSION, "Value": telemetry.AUDITOR_SERVICE} in metric.get(
+        "Dimensions", []
+    )
+
+
+def test_every_auditor_alarm_fires_when_the_auditor_goes_quiet(
+    stateless_json: TemplateJson,
+) -> None:
+    """Missing auditor data is breaching: if the auditor stops, its alarms fire instead of
+    going quiet. (There are four: orphans, streams in trouble, live workers, headroom.)"""
+    alarms = resources_of(stateless_json, "AWS::CloudWatch::Alarm")
+    auditor_alarms = {
+        logical_id: body["Properties"]
+        for logical_id, body in alarms.items()
+        if any(_is_auditors(m) for m in _watched(body["Properties"]))
+    }
+    assert len(auditor_alarms) == 4
+    for logical_id, props in auditor_alarms.items():
+        assert props["TreatMissingData"] == "breaching", logical_id
+
+
+def test_streams_in_trouble_alarm_sums_the_auditors_per_state_counts(
     stateless_json: TemplateJson, config: DeploymentConfig
 ) -> None:
-    """Streams owned but refused by their upstream look healthy by ownership: their own alarm."""
-    alarm = _alarm(stateless_json, "AlarmsRejectedStreams")
-    assert (alarm["Namespace"], alarm["MetricName"]) == (
-        config.metrics_namespace,
+    """Rejected + stalled + malformed + sink failing > 0 in each of five minutes, without
+    FILL (no auditor data must stay no data, hence breaching)."""
+    alarm = _alarm(stateless_json, "AlarmsStreamsInTrouble")
+    watched = _watched(alarm)
+    assert {m["MetricName"] for m in watched} == {
         AuditorMetric.REJECTED_STREAMS,
-    )
-    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (60, 5)
+        AuditorMetric.STALLED_STREAMS,
+        AuditorMetric.MALFORMED_STREAMS,
+        AuditorMetric.SINK_FAILING_STREAMS,
+    }
+    assert all(_is_auditors(m) and m["Namespace"] == config.metrics_namespace for m in watched)
+    (expression,) = [m for m in alarm["Metrics"] if m.get("ReturnData", True)]
+    ids = {m["Id"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert set(expression["Expression"].split(" + ")) == ids
+    assert "FILL" not in expression["Expression"]
+    stats = {m["MetricStat"]["Period"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert stats == {60}
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (5, 5)
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert alarm["TreatMissingData"] == "breaching"
+
+
+def test_live_workers_below_the_scaling_minimum_alarm(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    """LiveWorkers (the auditor's minimum each minute) below min_tasks for five minutes."""
+    alarm = _alarm(stateless_json, "AlarmsLiveWorkersLow")
+    assert (alarm["MetricName"], alarm["Statistic"]) == (AuditorMetric.LIVE_WORKERS, "Minimum")
+    assert _is_auditors(alarm)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        config.min_tasks,
+        "LessThanThreshold",
+    )
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (60, 5, 5)
+    assert alarm["TreatMissingData"] == "breaching"
+
+
+def test_crash_loop_alarm_counts_the_reapers_unplanned_stops(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    """Three task stops outside deployments within 15 minutes; no stops, no data: quiet."""
+    alarm = _alarm(stateless_json, "AlarmsCrashLoop")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        config.metrics_namespace,
+        ReaperMetric.UNPLANNED_TASK_STOPS,
+        "Sum",
+    )
+    assert alarm["Dimensions"] == [
+        {"Name": telemetry.SERVICE_DIMENSION, "Value": telemetry.REAPER_SERVICE}
+    ]
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (900, 1)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        3,
+        "GreaterThanOrEqualToThreshold",
+    )
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_sink_errors_alarm_on_the_workers_metric(stateless_json: TemplateJson) -> None:
+    """Sink write failures in each of three minutes."""
+    alarm = _alarm(stateless_json, "AlarmsSinkErrors")
+    assert (alarm["MetricName"], alarm["Statistic"]) == (WorkerMetric.SINK_ERRORS, "Sum")
+    assert alarm["Dimensions"] == [
+        {"Name": telemetry.SERVICE_DIMENSION, "Value": telemetry.WORKER_SERVICE}
+    ]
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (60, 3, 3)
+    assert (alarm["Threshold"], alarm["TreatMissingData"]) == (0, "notBreaching")
+
+
+def test_sink_throttling_alarm_on_the_kinesis_stream(stateless_json: TemplateJson) -> None:
+    """Kinesis throttled writes to the sink stream in each of three minutes."""
+    alarm = _alarm(stateless_json, "AlarmsSinkThrottling")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "AWS/Kinesis",
+        "WriteProvisionedThroughputExceeded",
+        "Sum",
+    )
+    assert "SinkStream" in flat(alarm["Dimensions"])
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (60, 3, 3)
+    assert (alarm["Threshold"], alarm["TreatMissingData"]) == (0, "notBreaching")
+
+
+def test_renewal_lag_alarm_is_halfway_to_the_fencing_deadline(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    """Max RenewalLagMs above (lease − fence margin − heartbeat) / 2 in 2 of 3 minutes: 6.5 s
+    at the defaults (20 s lease, 2 s margin, 5 s heartbeat)."""
+    alarm = _alarm(stateless_json, "AlarmsRenewalLag")
+    assert (alarm["MetricName"], alarm["Statistic"]) == (WorkerMetric.RENEWAL_LAG_MS, "Maximum")
+    room_ms = config.lease_seconds - Settings().fence_margin_seconds - config.heartbeat_seconds
+    assert alarm["Threshold"] == room_ms * 1000 / 2 == 6500
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (60, 3, 2)
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_the_alarms_are_these(stateless_json: TemplateJson) -> None:
+    """One alarm of each name (room for more: the list is not exhaustive of the future)."""
+    for name in ALARM_IDS:
+        _alarm(stateless_json, f"Alarms{name}")
+
+
+def test_deploying_without_a_subscriber_warns(synthesized: Synthesized) -> None:
+    """cdk.json sets no alarmEmail: synth (and so deploy) prints a warning saying so."""
+    annotations = Annotations.from_stack(synthesized.deployment.stateless)
+    annotations.has_warning("*", Match.string_like_regexp("alarm topic has no subscriber"))
+
+
+def test_an_alarm_email_is_subscribed_and_nothing_is_warned(small_stack: Stack) -> None:
+    """With an address, the topic has its email subscription and there is no warning."""
+    topic = sns.Topic(small_stack, "Topic")
+    subscribe(topic, "ops@example.com")
+    template = Template.from_stack(small_stack)
+    template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"}
+    )
+    Annotations.from_stack(small_stack).has_no_warning("*", Match.any_value())
 
 
 def test_leases_lost_alarm_watches_the_workers_metric(
@@ -70,6 +230,19 @@ def test_dead_letter_alarm_fires_on_any_dead_letter(stateless_json: TemplateJson
     assert alarm["Namespace"] == "AWS/SQS"
     assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
     assert "CommandDeadLetterQueue" in flat(alarm["Dimensions"])
+    assert (alarm["Threshold"], alarm["EvaluationPeriods"]) == (0, 1)
+
+
+def test_reaper_dead_letter_alarm_fires_on_any_lost_task_event(
+    stateless_json: TemplateJson,
+) -> None:
+    """A task-stopped event the reaper could not handle alarms within a minute."""
+    alarm = _alarm(stateless_json, "AlarmsReaperDeadLetters")
+    assert (alarm["Namespace"], alarm["MetricName"]) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+    )
+    assert "EventsReaperDeadLetters" in flat(alarm["Dimensions"])
     assert (alarm["Threshold"], alarm["EvaluationPeriods"]) == (0, 1)
 
 
@@ -129,6 +302,21 @@ def _dashboard_body(template: TemplateJson) -> str:
         WorkerMetric.LEASES_LOST,
         WorkerMetric.MESSAGES_RECEIVED,
         WorkerMetric.RECONNECTS,
+        WorkerMetric.SINK_ERRORS,
+        WorkerMetric.RENEWAL_LAG_MS,
+        WorkerMetric.MALFORMED_FRAMES,
+        AuditorMetric.LIVE_WORKERS,
+        AuditorMetric.REJECTED_STREAMS,
+        AuditorMetric.STALLED_STREAMS,
+        AuditorMetric.MALFORMED_STREAMS,
+        AuditorMetric.SINK_FAILING_STREAMS,
+        AuditorMetric.RETRYING_STREAMS,
+        AuditorMetric.TROUBLE_STREAMS,
+        ReaperMetric.UNPLANNED_TASK_STOPS,
+        "CPUUtilization",
+        "MemoryUtilization",
+        "IncomingRecords",
+        "WriteProvisionedThroughputExceeded",
         "4XXError",
         "5XXError",
         "Latency",
@@ -150,10 +338,30 @@ def test_dashboard_custom_metrics_carry_their_emitters_service_dimension(
 ) -> None:
     """Every Streamlease-namespace metric on the dashboard names the service that emits it."""
     body = _dashboard_body(stateless_json)
-    worker = f'\\"service\\",\\"{telemetry.WORKER_SERVICE}\\"'
-    auditor = f'\\"service\\",\\"{telemetry.AUDITOR_SERVICE}\\"'
-    assert body.count('[\\"Streamlease\\"') == body.count(worker) + body.count(auditor)
-    assert body.count(worker) > 0 and body.count(auditor) > 0
+    services = (telemetry.WORKER_SERVICE, telemetry.AUDITOR_SERVICE, telemetry.REAPER_SERVICE)
+    counts = [body.count(f'\\"service\\",\\"{service}\\"') for service in services]
+    assert body.count('[\\"Streamlease\\"') == sum(counts)
+    assert all(counts)
+
+
+def test_dashboard_has_a_widget_per_graph_and_draws_alarm_thresholds(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    """Every graph of the shared widget list is on the dashboard (after the alarm row), and
+    the live-worker graph shows the minimum the alarm watches."""
+    body = json.loads(
+        "".join(
+            part if isinstance(part, str) else "x"
+            for part in properties_of(stateless_json, "AWS::CloudWatch::Dashboard")[
+                "DashboardBody"
+            ]["Fn::Join"][1]
+        )
+    )
+    titles = [w["properties"].get("title") for w in body["widgets"]]
+    assert titles == ["Alarms"] + [graph.title for row in ROWS for graph in row]
+    fleet = next(w for w in body["widgets"] if w["properties"].get("title", "").startswith("Fleet"))
+    annotations = fleet["properties"]["annotations"]["horizontal"]
+    assert [a["value"] for a in annotations] == [config.min_tasks]
 
 
 def test_outputs_api_and_dashboard_urls(stateless_json: TemplateJson) -> None:

@@ -184,3 +184,11 @@ def test_sink_stream_is_on_demand_and_encrypted(stateful_json: TemplateJson) -> 
     assert stream["StreamModeDetails"] == {"StreamMode": "ON_DEMAND"}
     assert stream["StreamEncryption"] == {"EncryptionType": "KMS", "KeyId": "alias/aws/kinesis"}
     assert "Name" not in stream
+
+
+def test_outputs_name_what_a_worker_outside_the_fleet_needs(stateful_json: TemplateJson) -> None:
+    """The README's `docker run` recipe reads the table, the command queue and the sink here."""
+    outputs = stateful_json["Outputs"]
+    assert outputs["TableName"]["Value"] == {"Ref": "LeaseTable"}
+    assert outputs["CommandQueueUrl"]["Value"] == {"Ref": "CommandQueue"}
+    assert outputs["SinkStreamName"]["Value"] == {"Ref": "SinkStream"}

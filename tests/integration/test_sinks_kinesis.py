@@ -1,11 +1,12 @@
 """The Kinesis sink against the moto server: batching, partition keys, retry of only the failed
-records, giving up with SinkError, and group commit across the batches of many streams."""
+records, giving up with SinkError, fencing, and group commit across the batches of many streams —
+each with aggregation on (KPL aggregated records, the default) and off (a JSON record per
+message)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from typing import Any
 
@@ -13,7 +14,8 @@ import pytest
 
 from streamlease import aws
 from streamlease.errors import SinkDeadlinePassed, SinkError
-from streamlease.schema import SinkField
+from streamlease.kinesis_records import StreamMessage, read_record
+from streamlease.kpl import hash_key
 from streamlease.settings import Settings
 from worker.sinks import (
     BatchHeader,
@@ -37,11 +39,24 @@ def record(seq: int) -> SinkRecord:
     return SinkRecord(seq, 1_700_000_000_000, b'{"seq":%d}' % seq)
 
 
+def big_record(seq: int) -> SinkRecord:
+    """A message too large to share an aggregated record (30 KB): one Kinesis record each,
+    aggregated or not, so a test can fail one record and name the message in it."""
+    payload = b'{"seq":%d,"pad":"%s"}' % (seq, b"x" * 30_000)
+    return SinkRecord(seq, 1_700_000_000_000, payload)
+
+
 async def write(
-    sink: KinesisSink, stream_id: str, seqs: list[int], deadline: Deadline = ALWAYS
+    sink: KinesisSink,
+    stream_id: str,
+    seqs: list[int],
+    deadline: Deadline = ALWAYS,
+    *,
+    big: bool = False,
 ) -> None:
     """One batch of ``stream_id``: submitted, and waited for until it is settled."""
-    await write_batch(sink, header(stream_id), [record(n) for n in seqs], deadline)
+    records = [big_record(n) if big else record(n) for n in seqs]
+    await write_batch(sink, header(stream_id), records, deadline)
 
 
 class RecordingClient:
@@ -59,6 +74,9 @@ class RecordingClient:
 
     delay_seconds = 0.0
     """How long each call takes on top of Kinesis (a slow sink)."""
+
+    def list_shards(self, **kwargs: Any) -> Any:
+        return self.real.list_shards(**kwargs)
 
     def put_records(self, *, StreamName: str, Records: list[dict[str, Any]]) -> dict[str, Any]:
         call = len(self.calls)
@@ -78,8 +96,9 @@ class RecordingClient:
         }
 
 
-def read_stream(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
-    """Every (partition key, record) in the Kinesis stream, shard by shard."""
+def read_stream(settings: Settings) -> list[StreamMessage]:
+    """Every message in the Kinesis stream, shard by shard, each Kinesis record read back
+    (deaggregated when aggregated); the partition key is always the stream id."""
     kinesis = aws.client("kinesis", settings)
     out = []
     for shard in kinesis.list_shards(StreamName=settings.kinesis_stream_name)["Shards"]:
@@ -90,17 +109,31 @@ def read_stream(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
         )["ShardIterator"]
         while iterator:
             page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            out += [(r["PartitionKey"], json.loads(r["Data"])) for r in page["Records"]]
+            for r in page["Records"]:
+                messages = read_record(r["Data"], r["PartitionKey"])
+                if len(messages) == 1:
+                    assert r["PartitionKey"] == messages[0].stream_id
+                out += messages
             iterator = page.get("NextShardIterator") if page["Records"] else None
     return out
 
 
-def seqs_by_stream(rows: list[tuple[str, dict[str, Any]]]) -> dict[str, list[int]]:
+def sent_seqs(call: list[dict[str, Any]]) -> list[int]:
+    """The seqs of the messages one recorded PutRecords call carried."""
+    return [m.seq for r in call for m in read_record(r["Data"], r["PartitionKey"])]
+
+
+def seqs_by_stream(messages: list[StreamMessage]) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
-    for key, body in rows:
-        assert key == body[SinkField.STREAM_ID]
-        found.setdefault(key, []).append(body[SinkField.SEQ])
+    for message in messages:
+        found.setdefault(message.stream_id, []).append(message.seq)
     return {key: sorted(seqs) for key, seqs in found.items()}
+
+
+@pytest.fixture(params=[True, False], ids=["aggregated", "record-per-message"])
+def aws_settings(aws_settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The moto server's resources, with aggregation on or off."""
+    return dataclasses.replace(aws_settings, kinesis_aggregation=request.param)
 
 
 @pytest.fixture
@@ -111,34 +144,45 @@ def client(aws_settings: Settings) -> Any:
 async def test_records_land_once_with_the_stream_id_as_partition_key(
     aws_settings: Settings, client: Any
 ) -> None:
-    """Each record is one Kinesis record: data is the encoded record, key is the stream id."""
-    sink = KinesisSink(aws_settings, client=client)
+    """Every message lands once, under its stream id, with its epoch, seq, time and payload;
+    aggregated, the three share one Kinesis record, else each is its own (the encoded record)."""
+    recording = RecordingClient(client)
+    sink = KinesisSink(aws_settings, client=recording)
+    sent = [(header("a:1"), record(1)), (header("b.2"), record(1)), (header("a:1"), record(2))]
     await asyncio.gather(write(sink, "a:1", [1, 2]), write(sink, "b.2", [1]))
     await sink.close()
-    rows = read_stream(aws_settings)
-    assert seqs_by_stream(rows) == {"a:1": [1, 2], "b.2": [1]}
-    assert {json.dumps(body, separators=(",", ":")).encode() for _, body in rows} == {
-        encode_record(header("a:1"), record(1)),
-        encode_record(header("b.2"), record(1)),
-        encode_record(header("a:1"), record(2)),
-    }
+    stored = read_stream(aws_settings)
+    assert seqs_by_stream(stored) == {"a:1": [1, 2], "b.2": [1]}
+    assert sorted(
+        (m.stream_id, m.epoch, m.seq, m.received_at_ms, m.payload, m.worker_id) for m in stored
+    ) == sorted(
+        (h.stream_id, h.epoch, r.seq, r.received_at_ms, r.payload, h.worker_id) for h, r in sent
+    )
+    if aws_settings.kinesis_aggregation:
+        assert [len(call) for call in recording.calls] == [1]
+        assert (sink.records, sink.messages) == (1, 3)
+    else:
+        assert {r["Data"] for r in recording.calls[0]} == {encode_record(h, r) for h, r in sent}
+        assert (sink.records, sink.messages) == (3, 3)
 
 
 async def test_only_the_failed_records_are_retried(aws_settings: Settings, client: Any) -> None:
-    """A partial failure resends just the throttled record; nothing is duplicated or lost."""
+    """A partial failure resends just the messages of the throttled record; nothing is
+    duplicated or lost."""
     recording = RecordingClient(client, fail_indexes={0: {1}})
     sink = KinesisSink(aws_settings, client=recording, backoff_base_seconds=0.01)
-    await write(sink, "s", [1, 2, 3, 4])
+    await write(sink, "s", [1, 2, 3, 4], big=True)
     await sink.close()
     assert [len(call) for call in recording.calls] == [4, 1]
-    assert json.loads(recording.calls[1][0]["Data"])[SinkField.SEQ] == 2
+    assert sent_seqs(recording.calls[1]) == [2]
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3, 4]}
 
 
-async def test_a_record_failing_every_attempt_fails_the_write(
+async def test_a_record_failing_every_attempt_fails_its_batch(
     aws_settings: Settings, client: Any
 ) -> None:
-    """After sink_max_attempts the write raises SinkError naming the Kinesis error code."""
+    """After sink_max_attempts the batch fails with SinkError naming the Kinesis error
+    code."""
     settings = dataclasses.replace(aws_settings, sink_max_attempts=3)
     recording = RecordingClient(client, fail_indexes={n: {0} for n in range(10)})
     sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.001)
@@ -162,7 +206,7 @@ async def test_no_retry_is_sent_after_the_deadline_and_the_unsent_are_named(
     aws_settings: Settings, client: Any
 ) -> None:
     """A slow sink whose calls keep partly failing: once the holder's deadline passes nothing
-    more is sent — not even a retry — and the write fails naming the records not stored, so
+    more is sent — not even a retry — and the batch fails naming the records not stored, so
     the holder neither acknowledges them nor sends the stored ones again."""
     settings = dataclasses.replace(aws_settings, sink_max_attempts=100)
     failing = {0: {2, 3}} | {n: {0, 1} for n in range(1, 100)}  # 3 and 4 never get through
@@ -171,14 +215,14 @@ async def test_no_retry_is_sent_after_the_deadline_and_the_unsent_are_named(
     sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.05)
     deadline = In(0.5)
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await write(sink, "s", [1, 2, 3, 4], deadline)
+        await write(sink, "s", [1, 2, 3, 4], deadline, big=True)
     await sink.close()
     assert recording.started and all(t < deadline.at for t in recording.started)
     assert [r.seq for r in cut.value.unsent or []] == [3, 4]
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2]}
 
 
-async def test_a_write_after_the_deadline_sends_nothing(
+async def test_a_batch_after_the_deadline_sends_nothing(
     aws_settings: Settings, client: Any
 ) -> None:
     recording = RecordingClient(client)
@@ -192,7 +236,7 @@ async def test_a_write_after_the_deadline_sends_nothing(
 
 class Ticking:
     """A monotonic clock that moves a second each time it is read: the sink's clock while it
-    takes a batch's records into a call, so the deadline passes halfway through."""
+    takes a batch's messages into a call, so a deadline passes halfway through."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -203,7 +247,7 @@ class Ticking:
 
 
 class Fixed:
-    """A deadline ``seconds`` after the first time it is asked (read once per call)."""
+    """A deadline ``seconds`` after the moment the sink reads it."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -212,15 +256,15 @@ class Fixed:
         return self.seconds
 
 
-async def test_a_write_whose_deadline_passes_while_its_records_are_taken_sends_none_of_them(
+async def test_a_batch_whose_deadline_passes_while_its_records_are_taken_sends_none_of_them(
     aws_settings: Settings, client: Any
 ) -> None:
-    """The write fails naming all its records unsent, so none may be sent: the two taken into
-    the batch before the deadline passed would otherwise be stored and then sent again."""
+    """The batch fails naming all its records unsent, so none may be sent: those taken into
+    the call before the deadline passed would otherwise be stored and then sent again."""
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording, linger_seconds=0, clock=Ticking())
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await write(sink, "s", [1, 2, 3, 4], Fixed(3.5))
+        await write(sink, "s", [1, 2, 3, 4], Fixed(2.5))
     await sink.close()
     assert recording.calls == []
     assert [r.seq for r in cut.value.unsent or []] == [1, 2, 3, 4]
@@ -255,10 +299,9 @@ async def test_the_batches_of_many_streams_share_putrecords_calls_of_at_most_500
         for n in range(60):
             group.create_task(write(sink, f"s{n}", list(range(1, 21))))
     await sink.close()
-    sizes = [len(call) for call in recording.calls]
-    assert sum(sizes) == 1200
-    assert max(sizes) <= 500
-    assert len(sizes) < 10
+    assert max(len(call) for call in recording.calls) <= 500
+    assert sum(len(sent_seqs(call)) for call in recording.calls) == 1200
+    assert len(recording.calls) < 10
     found = seqs_by_stream(read_stream(aws_settings))
     assert found == {f"s{n}": list(range(1, 21)) for n in range(60)}
 
@@ -281,7 +324,7 @@ async def test_batches_that_trickle_in_wait_for_each_other_briefly(
         for n in range(20):
             group.create_task(one(n))
     await sink.close()
-    assert [len(call) for call in recording.calls] == [20]
+    assert [len(sent_seqs(call)) for call in recording.calls] == [20]
 
 
 async def test_close_flushes_what_was_accepted_then_refuses(
@@ -296,3 +339,125 @@ async def test_close_flushes_what_was_accepted_then_refuses(
     with pytest.raises(SinkError):
         await write(sink, "s", [9])
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3]}
+
+
+async def test_an_aggregated_record_leaves_out_a_batch_whose_deadline_passed(
+    aws_settings: Settings, client: Any
+) -> None:
+    """Two batches share a call: the one whose deadline passes while its messages are taken
+    sends none of them (all named unsent); the other's are stored."""
+    recording = RecordingClient(client)
+    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0.05, clock=Ticking())
+    late = asyncio.create_task(write(sink, "late", [1, 2, 3, 4], Fixed(2.5)))
+    on_time = asyncio.create_task(write(sink, "ok", [1, 2, 3, 4]))
+    with pytest.raises(SinkDeadlinePassed) as cut:
+        await late
+    await on_time
+    await sink.close()
+    assert [r.seq for r in cut.value.unsent or []] == [1, 2, 3, 4]
+    assert seqs_by_stream(read_stream(aws_settings)) == {"ok": [1, 2, 3, 4]}
+
+
+@pytest.fixture
+def sharded(aws_settings: Settings) -> Settings:
+    """A stream of its own with four shards."""
+    kinesis = aws.client("kinesis", aws_settings)
+    name = f"{aws_settings.kinesis_stream_name}-4"
+    kinesis.create_stream(StreamName=name, ShardCount=4)
+    kinesis.get_waiter("stream_exists").wait(StreamName=name)
+    return dataclasses.replace(aws_settings, kinesis_stream_name=name)
+
+
+def shard_ranges(settings: Settings) -> dict[str, tuple[int, int]]:
+    kinesis = aws.client("kinesis", settings)
+    shards = kinesis.list_shards(StreamName=settings.kinesis_stream_name)["Shards"]
+    return {
+        s["ShardId"]: (
+            int(s["HashKeyRange"]["StartingHashKey"]),
+            int(s["HashKeyRange"]["EndingHashKey"]),
+        )
+        for s in shards
+    }
+
+
+def kcl_view(settings: Settings) -> dict[str, list[int]]:
+    """Seqs by stream as the KCL hands them over: a message read from a shard whose hash key
+    range does not hold its partition key is dropped (the KCL's deaggregation does so)."""
+    kinesis = aws.client("kinesis", settings)
+    ranges = shard_ranges(settings)
+    found: dict[str, list[int]] = {}
+    for shard_id, (low, high) in ranges.items():
+        iterator = kinesis.get_shard_iterator(
+            StreamName=settings.kinesis_stream_name,
+            ShardId=shard_id,
+            ShardIteratorType="TRIM_HORIZON",
+        )["ShardIterator"]
+        while iterator:
+            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+            for r in page["Records"]:
+                for m in read_record(r["Data"], r["PartitionKey"]):
+                    if low <= hash_key(m.stream_id) <= high:
+                        found.setdefault(m.stream_id, []).append(m.seq)
+            iterator = page.get("NextShardIterator") if page["Records"] else None
+    return found
+
+
+async def test_messages_are_aggregated_per_shard_and_land_where_the_kcl_keeps_them(
+    sharded: Settings, client: Any
+) -> None:
+    """40 streams over four shards: one aggregated record per shard, and every message in a
+    shard whose range holds its stream id, in order."""
+    recording = RecordingClient(client)
+    sink = KinesisSink(sharded, client=recording)
+    async with asyncio.TaskGroup() as group:
+        for n in range(40):
+            group.create_task(write(sink, f"s{n}", [1, 2, 3, 4, 5]))
+    await sink.close()
+    expected = {f"s{n}": [1, 2, 3, 4, 5] for n in range(40)}
+    assert kcl_view(sharded) == expected
+    if sharded.kinesis_aggregation:
+        assert sum(len(call) for call in recording.calls) <= 4 * len(recording.calls)
+        assert sink.messages == 200
+
+
+class StaleShardMap(RecordingClient):
+    """The first ListShards answer is the map before a reshard: two shards (of ids the stream
+    no longer has) halving the key space, where the stream now has four."""
+
+    def __init__(self, real: Any) -> None:
+        super().__init__(real)
+        self.listed = 0
+
+    def list_shards(self, **kwargs: Any) -> Any:
+        self.listed += 1
+        if self.listed > 1:
+            return self.real.list_shards(**kwargs)
+        half = 2**127
+        return {
+            "Shards": [
+                {
+                    "ShardId": f"shardId-parent-{n}",
+                    "HashKeyRange": {"StartingHashKey": str(low), "EndingHashKey": str(high)},
+                    "SequenceNumberRange": {"StartingSequenceNumber": "0"},
+                }
+                for n, (low, high) in enumerate([(0, half - 1), (half, 2**128 - 1)])
+            ]
+        }
+
+
+async def test_after_a_reshard_messages_outside_the_shard_a_record_landed_on_are_sent_again(
+    sharded: Settings, client: Any
+) -> None:
+    """The sink's shard map is stale (the stream was resharded since it read it): a record
+    lands on a shard that covers only part of its messages. Those are stored; the rest are sent
+    again to their own shard, so the KCL (which drops a message read from a shard that does not
+    cover its key) sees every message exactly once."""
+    if not sharded.kinesis_aggregation:
+        pytest.skip("records of one message go where their key says")
+    stale = StaleShardMap(client)
+    sink = KinesisSink(sharded, client=stale, backoff_base_seconds=0.01)
+    await asyncio.gather(*(write(sink, f"s{n}", [1, 2, 3]) for n in range(40)))
+    await sink.close()
+    assert stale.listed == 2
+    assert len(stale.calls) >= 2
+    assert kcl_view(sharded) == {f"s{n}": [1, 2, 3] for n in range(40)}

@@ -35,6 +35,12 @@ root = sys.argv[1]
 at_start = set(sys.modules)  # site start-up (.pth hooks) is not the worker's doing
 import worker.__main__, worker.app, worker.health, worker.sinks
 import uvloop  # worker.__main__.main() runs the loop on it when installed, as in the image
+# With tracing on (as on AWS), the OTLP exporter, the X-Ray id generator and propagator load.
+from streamlease.settings import Settings
+from worker.tracing import Tracing
+tracing = Tracing.from_settings(Settings(trace_export="otlp"))
+with tracing.acquire("s1", "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=0", source="x"):
+    pass
 from importlib import metadata
 names = metadata.packages_distributions()
 loaded = {
@@ -149,3 +155,16 @@ def test_the_image_tree_runs_the_worker_with_only_the_installed_packages(tmp_pat
     allowed = dependency_closure(installed_requirements(dockerfile))
     loaded = {canonicalize_name(d) for d in probe["distributions"]} - {"streamlease"} - OPTIONAL
     assert loaded <= allowed, f"not installed by the image: {sorted(loaded - allowed)}"
+
+
+def test_the_base_image_is_pinned_by_digest() -> None:
+    """``FROM`` resolves to one exact base image: a tag plus the digest of its index."""
+    dockerfile = DOCKERFILE.read_text()
+    match = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", dockerfile, re.MULTILINE)
+    assert match, "no default base image"
+    assert re.fullmatch(r"python:3\.12-slim@sha256:[0-9a-f]{64}", match.group(1))
+    assert all(
+        line.split()[1].startswith("${PYTHON_IMAGE}")
+        for line in dockerfile.splitlines()
+        if line.startswith("FROM ")
+    )

@@ -13,7 +13,7 @@ import pytest
 from worker_helpers import Fleet, Streams, new_ids
 
 from local.upstream_sim import UpstreamSimulator
-from streamlease.progress import Progress
+from streamlease.model import StreamProgress
 from streamlease.schema import ConnectionState, StreamAttr
 
 pytestmark = pytest.mark.slow
@@ -24,8 +24,8 @@ def state_of(streams: Streams, stream_id: str) -> tuple[str | None, str | None]:
     return item.get(StreamAttr.CONNECTION_STATE), item.get(StreamAttr.LAST_ERROR)
 
 
-def progress_of(streams: Streams, stream_id: str) -> Progress | None:
-    return Progress.from_item(streams.item(stream_id))
+def progress_of(streams: Streams, stream_id: str) -> StreamProgress | None:
+    return StreamProgress.from_item(streams.item(stream_id))
 
 
 def test_a_feed_without_the_expected_seq_shows_malformed_with_what_to_check(
@@ -52,8 +52,8 @@ def test_a_feed_without_the_expected_seq_shows_malformed_with_what_to_check(
     assert "no `seq` in" in error and "--seq-path none" in error
     progress = progress_of(streams, stream_id)
     assert progress is not None
-    assert progress.frames_received > 0 and progress.frames_malformed > 0
-    assert progress.frames_delivered == 0
+    assert progress.received > 0 and progress.malformed > 0
+    assert progress.delivered == 0
     assert fleet.seqs(stream_id) == []
 
 
@@ -78,7 +78,7 @@ def test_a_feed_that_goes_quiet_shows_stalled_within_its_idle_threshold(
     assert error == "no frame for 2 s"
     progress = progress_of(streams, stream_id)
     assert progress is not None
-    assert progress.frames_delivered == 20
+    assert progress.delivered == 20
     last_received = max(int(r["received_at_ms"]) for r in fleet.records(stream_id))
     assert progress.last_message_at_ms == last_received
     assert upstream.stats(stream_id).accepted == 1
@@ -97,8 +97,7 @@ def test_progress_is_written_while_it_flows_and_kept_after_the_release(
     first = fleet.wait(lambda: progress_of(streams, stream_id), 5, "progress written")
     fleet.wait(
         lambda: (
-            (p := progress_of(streams, stream_id)) is not None
-            and p.frames_delivered > first.frames_delivered
+            (p := progress_of(streams, stream_id)) is not None and p.delivered > first.delivered
         ),
         5,
         "progress written again",
@@ -106,10 +105,10 @@ def test_progress_is_written_while_it_flows_and_kept_after_the_release(
     streams.stop(stream_id)
     fleet.wait(lambda: streams.read(stream_id).owner is None, 10, "released")
     item = streams.item(stream_id)
-    final = Progress.from_item(item)
+    final = StreamProgress.from_item(item)
     assert final is not None
-    assert final.frames_delivered == len(fleet.seqs(stream_id))
-    assert final.frames_received == final.frames_delivered
+    assert final.delivered == len(fleet.seqs(stream_id))
+    assert final.received == final.delivered
     assert StreamAttr.CONNECTION_STATE not in item
 
 

@@ -14,6 +14,7 @@ from local.lambda_context import LambdaContext
 from streamlease import aws
 from streamlease.schema import Command
 from streamlease.settings import Settings
+from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 OPERATOR_ARN = "arn:aws:iam::123456789012:user/operator"
@@ -100,14 +101,22 @@ class CommandQueue:
 
     def drain(self) -> list[Command]:
         """Every command now in the queue (deleted as read), in no particular order."""
-        found: list[Command] = []
+        return [command for command, _ in self.drain_traced()]
+
+    def drain_traced(self) -> list[tuple[Command, str | None]]:
+        """Every command now in the queue with the trace header it carries (deleted as read)."""
+        found: list[tuple[Command, str | None]] = []
         while True:
             response = self._sqs.receive_message(
-                QueueUrl=self._url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+                QueueUrl=self._url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=0,
+                MessageSystemAttributeNames=[TRACE_MESSAGE_ATTRIBUTE],
             )
             messages = response.get("Messages", [])
             if not messages:
                 return found
             for message in messages:
-                found.append(Command.from_json(message["Body"]))
+                trace = message.get("Attributes", {}).get(TRACE_MESSAGE_ATTRIBUTE)
+                found.append((Command.from_json(message["Body"]), trace))
                 self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=message["ReceiptHandle"])

@@ -39,3 +39,17 @@ def put_stream(
     if owner:
         item[StreamAttr.LEASE_OWNER] = owner
     dynamodb.put_item(TableName=table, Item=dynamo.serialize(item))
+
+
+def set_attributes(dynamodb: Any, table: str, stream_id: str, values: dict[str, Any]) -> None:
+    """Set attributes of a stream item as its holder would (connection state, progress, ...)."""
+    names = {f"#a{i}": name for i, name in enumerate(values)}
+    dynamodb.update_item(
+        TableName=table,
+        Key={PK: {"S": stream_key(stream_id)}},
+        UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(values))),
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues=dynamo.serialize(
+            {f":v{i}": value for i, value in enumerate(values.values())}
+        ),
+    )

@@ -166,7 +166,7 @@ def test_a_stream_that_changed_state_meanwhile_is_not_shown_under_the_old_one(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(dynamo, "batch_get", stop_b_first)
-        page = repo.page(DesiredState.STARTED, 10, None)
+        page = control_plane.listing.page(DesiredState.STARTED, 10, None)
     assert [s.stream_id for s in page.streams] == ["a"]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from control_plane_support import load_event
 from stream_items import put_stream as put_item
+from stream_items import set_attributes
 
 from lambdas import auditor, runtime
 from local.lambda_context import LambdaContext
@@ -127,6 +128,10 @@ def test_handler_publishes_every_metric_as_emf(
         "ConnectedStreams": "Count",
         "RetryingStreams": "Count",
         "RejectedStreams": "Count",
+        "StalledStreams": "Count",
+        "MalformedStreams": "Count",
+        "SinkFailingStreams": "Count",
+        "TroubleStreams": "Count",
     }
     assert (doc["StartedStreams"], doc["OwnedStreams"], doc["OrphanedStreams"]) == (
         [1.0],
@@ -205,3 +210,36 @@ def test_owned_streams_are_counted_by_connection_state(
     audit = auditor.run_audit(control_plane, NOW)
     assert (audit.connected_streams, audit.rejected_streams, audit.retrying_streams) == (2, 1, 0)
     assert (audit.owned_streams, audit.orphaned_streams) == (4, 1)
+
+
+def test_streams_in_trouble_are_counted_by_state_and_in_all(
+    control_plane: runtime.Runtime, dynamodb: Any
+) -> None:
+    """Stalled, malformed, sink failing, rejected and retrying owned streams each have their
+    count, and TroubleStreams is all of them; an orphan counts in none."""
+    table = control_plane.settings.table_name
+    states = {
+        "ok": "connected",
+        "quiet1": "stalled",
+        "quiet2": "stalled",
+        "noseq": "malformed",
+        "sink": "sink_failing",
+        "refused": "rejected",
+        "flap": "retrying",
+    }
+    for name, state in states.items():
+        put_stream(dynamodb, table, name, owner="w", expires_ms=NOW + 10_000)
+        set_attributes(dynamodb, table, name, {A.CONNECTION_STATE: state})
+    put_stream(dynamodb, table, "orphan", owner="w", expires_ms=NOW - 1)
+    set_attributes(dynamodb, table, "orphan", {A.CONNECTION_STATE: "stalled"})
+    audit = auditor.run_audit(control_plane, NOW)
+    assert (
+        audit.stalled_streams,
+        audit.malformed_streams,
+        audit.sink_failing_streams,
+        audit.rejected_streams,
+        audit.retrying_streams,
+    ) == (2, 1, 1, 1, 1)
+    assert audit.trouble_streams == 6
+    metrics = audit.metrics()
+    assert (metrics["StalledStreams"], metrics["TroubleStreams"]) == (2, 6)

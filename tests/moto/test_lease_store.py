@@ -16,7 +16,7 @@ from stream_items import put_stream
 from streamlease import rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
 from streamlease.lease_store import LeaseStore
-from streamlease.progress import Progress
+from streamlease.model import StreamProgress
 from streamlease.schema import (
     PK,
     SESSION_HELD_MS,
@@ -397,12 +397,8 @@ def raw_item(dynamodb: Any, table: str, stream_id: str) -> dict[str, Any]:
     return {k: TypeDeserializer().deserialize(v) for k, v in response["Item"].items()}
 
 
-PROGRESS = Progress(
-    frames_received=120,
-    frames_delivered=100,
-    frames_malformed=20,
-    seq_gaps=1,
-    last_message_at_ms=NOW - 5,
+PROGRESS = StreamProgress(
+    received=120, delivered=100, malformed=20, gaps=1, last_message_at_ms=NOW - 5, at_ms=NOW
 )
 
 
@@ -421,15 +417,14 @@ def test_progress_rides_on_a_state_change_or_goes_alone_while_holding(store, see
         now_ms=NOW,
     )
     item = raw_item(dynamodb, table, "s1")
-    assert Progress.from_item(item) == PROGRESS
-    assert item[A.PROGRESS_AT_MS] == NOW
-    later = dataclasses.replace(PROGRESS, frames_delivered=150, last_message_at_ms=NOW + 9)
-    store.record_progress("s1", "w1", lease.epoch, later, now_ms=NOW + 10)
+    assert StreamProgress.from_item(item) == PROGRESS
+    later = dataclasses.replace(PROGRESS, delivered=150, last_message_at_ms=NOW + 9, at_ms=NOW + 10)
+    store.record_progress("s1", "w1", lease.epoch, later)
     item = raw_item(dynamodb, table, "s1")
-    assert Progress.from_item(item) == later
+    assert StreamProgress.from_item(item) == later
     assert (item[A.PROGRESS_AT_MS], item[A.CONNECTION_STATE]) == (NOW + 10, "malformed")
     with pytest.raises(LeaseLost):
-        store.record_progress("s1", "w2", lease.epoch, PROGRESS, now_ms=NOW + 11)
+        store.record_progress("s1", "w2", lease.epoch, PROGRESS)
 
 
 def test_the_release_keeps_the_final_progress_and_the_next_acquire_clears_it(
@@ -439,10 +434,10 @@ def test_the_release_keeps_the_final_progress_and_the_next_acquire_clears_it(
     seed("s1")
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
     store.release("s1", "w1", lease.epoch, last_seq=100, progress=PROGRESS, now_ms=NOW + 1)
-    assert Progress.from_item(raw_item(dynamodb, table, "s1")) == PROGRESS
+    assert StreamProgress.from_item(raw_item(dynamodb, table, "s1")) == PROGRESS
     store.acquire("s1", "w2", LEASE_MS, now_ms=NOW + 2)
     item = raw_item(dynamodb, table, "s1")
-    assert Progress.from_item(item) is None
+    assert StreamProgress.from_item(item) is None
     assert A.LAST_MESSAGE_AT_MS not in item and A.PROGRESS_AT_MS not in item
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -200,14 +201,19 @@ def test_local_synthetic_event_reaps_a_local_worker(
     assert [(c.stream_id, c.type) for c in commands.drain()] == [("s1", CommandType.HANDOFF)]
 
 
-def test_outage_makes_the_event_retry(fleet: dict[str, int], moto_server: Any) -> None:
-    """With DynamoDB down the handler raises, so EventBridge/Lambda delivers the event again."""
+def reap_during_an_outage(moto_server: Any) -> None:
+    """Deliver the stored event with DynamoDB down; the handler must raise."""
     moto_server.set_dynamodb_down(True)
     try:
         with pytest.raises(StoreError):
             reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     finally:
         moto_server.set_dynamodb_down(False)
+
+
+def test_outage_makes_the_event_retry(fleet: dict[str, int], moto_server: Any) -> None:
+    """With DynamoDB down the handler raises, so EventBridge/Lambda delivers the event again."""
+    reap_during_an_outage(moto_server)
 
 
 def test_stopped_stream_released_without_handoff(
@@ -219,3 +225,39 @@ def test_stopped_stream_released_without_handoff(
     assert stream is not None
     assert (stream.owner, stream.desired_state) == (None, DesiredState.STOPPED)
     assert "f" not in {c.stream_id for c in commands.drain()}
+
+
+def _unplanned_stops(out: str) -> list[float]:
+    """The UnplannedTaskStops values of the EMF documents in ``out``."""
+    documents = [json.loads(line) for line in out.splitlines() if '"_aws"' in line]
+    return [v for d in documents if "UnplannedTaskStops" in d for v in d["UnplannedTaskStops"]]
+
+
+def test_a_crashed_task_counts_as_an_unplanned_stop(
+    fleet: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stored event (essential container exited) publishes UnplannedTaskStops 1."""
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
+    assert _unplanned_stops(capsys.readouterr().out) == [1.0]
+
+
+def test_a_deployment_stop_is_counted_as_planned(
+    fleet: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task the scheduler stopped for a deployment publishes 0, and is still reaped."""
+    event = copy.deepcopy(load_event("ecs_task_stopped"))
+    event["detail"]["stopCode"] = "ServiceSchedulerInitiated"
+    event["detail"]["stoppedReason"] = "Scaling activity initiated by (deployment ecs-svc/42)"
+    assert reaper.handler(event, LambdaContext())["released"] == 5
+    assert _unplanned_stops(capsys.readouterr().out) == [0.0]
+
+
+def test_a_reap_that_fails_counts_no_stop_so_its_retries_count_it_once(
+    fleet: dict[str, int], moto_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EventBridge redelivers an event whose reap failed: only the delivery that succeeds
+    counts the stop, or a single crash during an outage would look like a crash loop."""
+    reap_during_an_outage(moto_server)
+    assert _unplanned_stops(capsys.readouterr().out) == []
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
+    assert _unplanned_stops(capsys.readouterr().out) == [1.0]

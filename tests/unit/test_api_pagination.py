@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 from lambdas import pagination
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
-from lambdas.stream_repo import ListPosition
-from streamlease.schema import DesiredState
+from lambdas.stream_listing import ListPosition
+from streamlease.schema import SESSION_HELD_MS, ConnectionState, DesiredState
 from streamlease.settings import Settings
 
 STARTED, STOPPED = DesiredState.STARTED, DesiredState.STOPPED
+REJECTED, STALLED = ConnectionState.REJECTED, ConnectionState.STALLED
 
 
 def token_of(data: object, *, pad: bool = False) -> str:
@@ -125,6 +126,56 @@ def test_no_signing_key_setting_remains() -> None:
     """Tokens carry no signature, so there is no key to configure (or to forget to)."""
     assert not hasattr(Settings(), "next_token_key")
     assert "hmac" not in inspect.getsource(pagination)
+
+
+@pytest.mark.parametrize(
+    "position",
+    [
+        ListPosition(STARTED, "s42", REJECTED, SESSION_HELD_MS),
+        ListPosition(STARTED, "s42", STALLED, 0),
+        ListPosition(STOPPED, None, REJECTED, None),
+        ListPosition(STOPPED, "x" * 128, ConnectionState.SINK_FAILING, 1_800_000_000_000),
+    ],
+)
+def test_a_connection_listing_round_trips_under_its_filter(position: ListPosition) -> None:
+    """A token of a listing by connection state carries that state and the index position."""
+    token = encode_token(position)
+    assert len(token) < MAX_TOKEN_CHARS
+    assert decode_token(token, None, position.connection_state) == position
+    assert decode_token(token, position.state, position.connection_state) == position
+
+
+def test_a_connection_token_is_bound_to_its_connection_filter() -> None:
+    """Refused under another connection state, and without one; a plain token is refused
+    under a connection filter."""
+    token = encode_token(ListPosition(STARTED, "s1", REJECTED, 5))
+    for connection in (STALLED, None):
+        with pytest.raises(TokenInvalid, match="another connection_state filter"):
+            decode_token(token, None, connection)
+    with pytest.raises(TokenInvalid, match="another connection_state filter"):
+        decode_token(encode_token(ListPosition(STARTED, "s1")), None, REJECTED)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"after": "s1", "connection_state": "rejected", "expiry": None, "state": "STARTED"},
+        {"after": None, "connection_state": "rejected", "expiry": 5, "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "expiry": -1, "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "expiry": 2**53, "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "expiry": 5.0, "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "expiry": True, "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "expiry": "5", "state": "STARTED"},
+        {"after": "s1", "connection_state": "REJECTED", "expiry": 5, "state": "STARTED"},
+        {"after": "s1", "connection_state": None, "expiry": 5, "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "state": "STARTED"},
+        {"after": "s1", "expiry": 5, "state": "STARTED"},
+    ],
+)
+def test_a_connection_token_is_checked_as_strictly(data: dict[str, object]) -> None:
+    """The connection state must be one, the expiry an index key value with its stream."""
+    with pytest.raises(TokenInvalid, match="malformed"):
+        decode_token(token_of({**data, "v": 1}), None, REJECTED)
 
 
 @given(st.text(max_size=600))

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from cli_fake_api import FakeApi, run, serve_fake_api
@@ -180,16 +181,77 @@ def test_get_shows_the_connection_and_what_rejected_means(api: FakeApi) -> None:
     assert "\x1b" not in out  # not a terminal: no colour
 
 
-def test_ls_paints_rejected_streams_on_a_terminal(api: FakeApi) -> None:
-    """On a terminal the rejected stream's row is red; NO_COLOR turns colour off."""
+def test_ls_lists_streams_in_trouble_first_painted_and_counted(api: FakeApi) -> None:
+    """On a terminal the rows of streams in trouble come first, in red, and a last line counts
+    them by state; NO_COLOR turns colour off."""
     rejected = {**STREAM, "id": "s2", "connection_state": "rejected"}
-    api.routes[("GET", "/streams")] = (200, {"streams": [STREAM, rejected], "next_token": None})
+    stalled = {**STREAM, "id": "s3", "connection_state": "stalled"}
+    api.routes[("GET", "/streams")] = (
+        200,
+        {"streams": [STREAM, rejected, stalled], "next_token": None},
+    )
     _, out, _ = run("--api", api.url, "ls", terminal=True)
     rows = out.splitlines()
-    assert rows[1].startswith("s1") and "\x1b" not in rows[1]
-    assert rows[2].startswith("\x1b[1;31ms2") and rows[2].endswith("\x1b[0m")
+    assert rows[1].startswith("\x1b[1;31ms2") and rows[1].endswith("\x1b[0m")
+    assert rows[2].startswith("\x1b[1;31ms3")
+    assert rows[3].startswith("s1") and "\x1b" not in rows[3]
+    assert rows[4] == "2 streams in trouble: rejected 1, stalled 1"
     _, plain, _ = run("--api", api.url, "ls", terminal=True, environ={"NO_COLOR": "1"})
     assert "\x1b" not in plain
+
+
+def test_ls_without_trouble_has_no_summary_line(api: FakeApi) -> None:
+    """Healthy streams: the table alone, in the API's order."""
+    api.routes[("GET", "/streams")] = (200, {"streams": [STREAM], "next_token": None})
+    _, out, _ = run("--api", api.url, "ls")
+    assert len(out.splitlines()) == 2
+
+
+def test_ls_filters_by_connection_state(api: FakeApi) -> None:
+    """``ls --connection-state rejected`` asks the API for that filter, on every page."""
+    pages = {
+        None: {"streams": [{**STREAM, "connection_state": "rejected"}], "next_token": "T1"},
+        "T1": {"streams": [], "next_token": None},
+    }
+    api.routes[("GET", "/streams")] = lambda request: (
+        200,
+        pages[next((v for k, v in _query(request.path) if k == "next_token"), None)],
+    )
+    code, out, _ = run("--api", api.url, "ls", "--connection-state", "REJECTED")
+    assert code == 0
+    queries = [dict(_query(r.path)) for r in api.requests]
+    assert [q.get("connection_state") for q in queries] == ["rejected", "rejected"]
+    assert "REJECTED" in out
+
+
+def test_ls_refuses_an_unknown_connection_state(api: FakeApi) -> None:
+    """A misspelt state is a usage error (exit 2), and nothing is sent."""
+    code, _, err = run("--api", api.url, "ls", "--connection-state", "stuck")
+    assert code == 2
+    assert "stalled" in err
+    assert api.requests == []
+
+
+def test_get_shows_the_progress_and_the_last_message(api: FakeApi) -> None:
+    """``get`` shows the holder's counts, when it reported them, and when the last message
+    was received."""
+    stream = {
+        **STREAM,
+        "connection_state": "stalled",
+        "connection_since": SINCE,
+        "frames_received": 1204,
+        "frames_delivered": 1200,
+        "frames_malformed": 4,
+        "seq_gaps": 1,
+        "progress_at": SINCE,
+        "last_message_at": SINCE,
+    }
+    api.routes[("GET", "/streams/s1")] = (200, stream)
+    _, out, _ = run("--api", api.url, "get", "s1")
+    lines = {line.split(":", 1)[0]: line for line in out.splitlines()}
+    assert "received 1204, delivered 1200, malformed 4, gaps 1 (reported " in lines["progress"]
+    assert lines["last message"].startswith(f"last message:  {SINCE} (")
+    assert "the upstream has sent nothing" in lines["connection"]
 
 
 def test_json_output_passes_the_api_fields_through(api: FakeApi) -> None:
@@ -199,3 +261,7 @@ def test_json_output_passes_the_api_fields_through(api: FakeApi) -> None:
     code, out, _ = run("--api", api.url, "ls", "--json")
     assert code == 0
     assert json.loads(out)["streams"][0]["connection_state"] == "retrying"
+
+
+def _query(path: str) -> list[tuple[str, str]]:
+    return parse_qsl(urlsplit(path).query)

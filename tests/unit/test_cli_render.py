@@ -5,8 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
+
 from streamlease.cli.render import (
+    STREAM_HEADERS,
     connection_text,
+    count_text,
     last_error_text,
     stream_detail,
     stream_row,
@@ -43,6 +47,47 @@ def test_a_rejected_stream_stands_out() -> None:
     """A rejected stream is owned but not flowing: its state is in capitals."""
     stream = {**STREAM, "connection_state": "rejected", "connection_since": SINCE}
     assert stream_row(stream, NOW_MS)[2] == "REJECTED 20s"
+
+
+@pytest.mark.parametrize("state", ["retrying", "stalled", "malformed", "sink_failing"])
+def test_every_trouble_state_stands_out(state: str) -> None:
+    """Each state in which nothing is delivered is in capitals, as rejected is."""
+    stream = {**STREAM, "connection_state": state, "connection_since": SINCE}
+    assert stream_row(stream, NOW_MS)[2] == f"{state.upper()} 20s"
+
+
+def test_a_row_shows_the_holders_progress_and_the_last_message() -> None:
+    """Received/delivered/malformed/gaps in one cell, and how long ago the last message
+    came."""
+    stream = {
+        **STREAM,
+        "frames_received": 1204,
+        "frames_delivered": 123_456,
+        "frames_malformed": 4,
+        "seq_gaps": 0,
+        "last_message_at": SINCE,
+    }
+    row = dict(zip(STREAM_HEADERS, stream_row(stream, NOW_MS), strict=True))
+    assert row["RCVD/DLVD/BAD/GAPS"] == "1204/123k/4/0"
+    assert row["LAST_MSG"] == "20s ago"
+    unreported = dict(zip(STREAM_HEADERS, stream_row(STREAM, NOW_MS), strict=True))
+    assert (unreported["RCVD/DLVD/BAD/GAPS"], unreported["LAST_MSG"]) == ("-", "-")
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [
+        (0, "0"),
+        (9999, "9999"),
+        (12_345, "12.3k"),
+        (99_999, "99.9k"),
+        (123_456, "123k"),
+        (4_199_999, "4.1M"),
+    ],
+)
+def test_counts_fit_a_narrow_cell(count: int, text: str) -> None:
+    """Large counts are shortened to at most five characters."""
+    assert count_text(count) == text
 
 
 def test_an_older_api_without_connection_state_shows_a_dash() -> None:

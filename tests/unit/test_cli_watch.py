@@ -116,7 +116,7 @@ def test_a_lower_last_seq_restarts_the_rate() -> None:
 def test_frame_counts_wanted_owned_and_orphaned_streams() -> None:
     """The headline says how many streams are wanted, owned and orphaned, and the fleet size."""
     lines = render_frame(Snapshot(STREAMS, WORKERS), RateTracker(), api_url="http://x")
-    assert "wanted 2  owned 1  rejected 0  orphaned 1 (0 lease expired)  workers 1" in lines[1]
+    assert "wanted 2  owned 1  trouble 0  orphaned 1 (0 lease expired)  workers 1" in lines[1]
     text = "\n".join(lines)
     assert "t1/11-aaaa" in text and "15s" in text
 
@@ -268,24 +268,32 @@ def test_once_does_not_promise_a_retry() -> None:
     assert live[-1].endswith("(retrying)")
 
 
-def test_rejected_streams_are_counted_and_painted() -> None:
-    """Owned but not flowing: the headline counts rejected streams, their rows are red."""
-    rejected = {**STREAMS[0], "id": "r", "connection_state": "rejected"}
-    snapshot = Snapshot([*STREAMS, rejected], WORKERS)
+def test_streams_in_trouble_are_counted_and_painted() -> None:
+    """Owned but delivering nothing: the headline counts every trouble state, their rows are
+    red and their state is in capitals."""
+    troubled = [
+        {**STREAMS[0], "id": f"t-{state}", "connection_state": state}
+        for state in ("rejected", "stalled", "malformed", "sink_failing", "retrying")
+    ]
+    snapshot = Snapshot([*STREAMS, *troubled], WORKERS)
     lines = render_frame(snapshot, RateTracker(), api_url="http://x", colour=True)
-    assert "owned 2  \x1b[1;31mrejected 1 (owned, not flowing)\x1b[0m" in lines[1]
-    row = next(line for line in lines if "REJECTED" in line)
-    assert row.startswith("\x1b[1;31mr ")
+    assert "owned 6  \x1b[1;31mtrouble 5 (owned, not delivering)\x1b[0m" in lines[1]
+    for state in ("REJECTED", "STALLED", "MALFORMED", "SINK_FAILING", "RETRYING"):
+        row = next(line for line in lines if state in line)
+        assert row.startswith("\x1b[1;31mt-"), state
     plain = render_frame(snapshot, RateTracker(), api_url="http://x")
     assert "\x1b" not in "\n".join(plain)
 
 
 def test_streams_in_trouble_come_first() -> None:
-    """Rejected, then orphaned streams lead the table, so a cut list still shows them."""
-    rejected = {**STREAMS[0], "id": "z", "connection_state": "rejected"}
-    lines = render_frame(Snapshot([*STREAMS, rejected], WORKERS), RateTracker(), api_url="x")
-    ids = [line.split()[0] for line in lines[4:8]]
-    assert ids == ["z", "a", "b", "c"]
+    """Streams in trouble, then orphaned streams lead the table, so a cut list still shows
+    them."""
+    stalled = {**STREAMS[0], "id": "z", "connection_state": "stalled"}
+    malformed = {**STREAMS[0], "id": "y", "connection_state": "malformed"}
+    snapshot = Snapshot([*STREAMS, stalled, malformed], WORKERS)
+    lines = render_frame(snapshot, RateTracker(), api_url="x")
+    ids = [line.split()[0] for line in lines[4:9]]
+    assert ids == ["z", "y", "a", "b", "c"]
 
 
 def test_a_last_row_is_shown_rather_than_announced() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lambdas.reaper import DETAIL_TYPE, stopped_task_event
+from lambdas.reaper import DETAIL_TYPE, is_planned_stop, stopped_task_event
 from streamlease.schema import belongs_to_task, task_id_of
 
 TASK = "8f1c2bde0a9e4d55b7c3e1f2a4b6c8d0"
@@ -50,3 +50,25 @@ def test_synthetic_event_has_the_ecs_shape() -> None:
     assert event["detail-type"] == DETAIL_TYPE
     assert event["detail"]["lastStatus"] == "STOPPED"
     assert event["detail"]["taskArn"].endswith("/w1")
+
+
+@pytest.mark.parametrize(
+    ("stop_code", "reason", "planned"),
+    [
+        ("ServiceSchedulerInitiated", "Scaling activity initiated by (deployment ecs-svc/1)", True),
+        ("UserInitiated", "Task stopped by user", True),
+        ("SpotInterruption", "Your Spot Task was interrupted.", True),
+        ("TerminationNotice", "Task stopped due to a maintenance event", True),
+        ("EssentialContainerExited", "Essential container in task exited", False),
+        ("TaskFailedToStart", "CannotPullContainerError: pull image manifest", False),
+        ("ServiceSchedulerInitiated", "Task failed container health checks", False),
+        ("ServiceSchedulerInitiated", "Task failed ELB health checks in (target-group x)", False),
+        ("unknown", "", False),
+    ],
+)
+def test_a_stop_is_planned_only_for_a_deployment_scale_in_or_notice(
+    stop_code: str, reason: str, planned: bool
+) -> None:
+    """Crashes, failed starts and failed health checks are unplanned (a crash loop repeats
+    them); deployments, scale-in, StopTask and Spot/maintenance notices are not."""
+    assert is_planned_stop(stop_code, reason) is planned

@@ -11,7 +11,7 @@ from worker.stream.progress import (
     MALFORMED_MIN_FRAMES,
     MALFORMED_MIN_SECONDS,
     SINK_FAILING_AFTER,
-    StreamProgress,
+    ProgressWatch,
 )
 from worker.stream.sequence import Sequencer
 
@@ -19,11 +19,11 @@ CONNECTED = (ConnectionState.CONNECTED, None)
 RETRYING = (ConnectionState.RETRYING, "upstream refused the TCP connection")
 
 
-def progress(seq_path: tuple[str, ...] | None = ("seq",), idle: float = 10.0) -> StreamProgress:
-    return StreamProgress(Sequencer(seq_path, 0), idle)
+def progress(seq_path: tuple[str, ...] | None = ("seq",), idle: float = 10.0) -> ProgressWatch:
+    return ProgressWatch(Sequencer(seq_path, 0), idle)
 
 
-def receive(p: StreamProgress, *payloads: str) -> None:
+def receive(p: ProgressWatch, *payloads: str) -> None:
     """What the holder does with a batch: count it, sequence it; deliver what came out."""
     batch = [Frame(TEXT, bytearray(x.encode())) for x in payloads]
     p.received += len(batch)
@@ -112,6 +112,6 @@ def test_the_snapshot_is_what_the_item_carries() -> None:
     receive(p, '{"seq":1}', '{"seq":3}', "junk")
     p.last_message_at_ms = 123
     snapshot = p.snapshot()
-    assert (snapshot.frames_received, snapshot.frames_delivered) == (3, 2)
-    assert (snapshot.frames_malformed, snapshot.seq_gaps) == (1, 1)
+    assert (snapshot.received, snapshot.delivered) == (3, 2)
+    assert (snapshot.malformed, snapshot.gaps) == (1, 1)
     assert snapshot.last_message_at_ms == 123

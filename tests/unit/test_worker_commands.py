@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 from streamlease.schema import Command, CommandType
+from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
 from worker import commands
 from worker.acquisition import Outcome
 from worker.commands import PASS_ON_LIMIT, CommandPoller
@@ -32,9 +33,13 @@ class FakeQueue:
 class FakeAcquirer:
     def __init__(self) -> None:
         self.tried: list[str] = []
+        self.trace_headers: list[str | None] = []
 
-    async def try_acquire(self, stream_id: str, *, source: str) -> Outcome:
+    async def try_acquire(
+        self, stream_id: str, *, source: str, trace_header: str | None = None
+    ) -> Outcome:
         self.tried.append(stream_id)
+        self.trace_headers.append(trace_header)
         return Outcome.WON
 
     def may_acquire(self) -> bool:
@@ -95,6 +100,16 @@ async def test_an_ordinary_handoff_is_taken_at_the_share() -> None:
     handler, _, acquirer = poller(held=9, share=9)
     await handler._handle(message(Command(CommandType.HANDOFF, "s1", 2)))
     assert acquirer.tried == ["s1"]
+
+
+async def test_the_commands_trace_header_goes_to_the_acquire() -> None:
+    """The acquire span joins the trace of whoever sent the command (its AWSTraceHeader)."""
+    handler, _, acquirer = poller(held=0, share=9)
+    traced = message(START)
+    traced["Attributes"][TRACE_MESSAGE_ATTRIBUTE] = "Root=1-5759e988-bd862e3fe1be46a994272793"
+    await handler._handle(traced)
+    await handler._handle(message(START))
+    assert acquirer.trace_headers == ["Root=1-5759e988-bd862e3fe1be46a994272793", None]
 
 
 class OnceQueue(FakeQueue):

@@ -18,8 +18,7 @@ from local.jsonl_tail import read_jsonl
 from local.upstream_sim import UpstreamSimulator
 from streamlease.errors import SinkError
 from streamlease.lease_events import LeaseEvent
-from streamlease.model import Lease, Stream
-from streamlease.progress import Progress
+from streamlease.model import Lease, Stream, StreamProgress
 from streamlease.schema import DesiredState
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
@@ -97,8 +96,8 @@ class RecordingStore:
         self.journal = journal
         self.errors: list[str] = []
         self.states: list[str] = []
-        self.progress: list[Progress] = []
-        self.released_progress: Progress | None = None
+        self.progress: list[StreamProgress] = []
+        self.released_progress: StreamProgress | None = None
         self.state_after_release = DesiredState.STARTED
 
     def release(self, stream_id: str, owner: str, epoch: int, **kwargs: Any) -> Stream:
@@ -115,7 +114,7 @@ class RecordingStore:
         state: Any,
         error: str | None = None,
         *,
-        progress: Progress | None = None,
+        progress: StreamProgress | None = None,
     ) -> None:
         self.states.append(str(state))
         if error is not None:
@@ -123,7 +122,9 @@ class RecordingStore:
         if progress is not None:
             self.progress.append(progress)
 
-    def record_progress(self, stream_id: str, owner: str, epoch: int, progress: Progress) -> None:
+    def record_progress(
+        self, stream_id: str, owner: str, epoch: int, progress: StreamProgress
+    ) -> None:
         self.progress.append(progress)
 
 

@@ -36,7 +36,7 @@ from worker.fence import DeliveryGate, Fence
 from worker.logs import describe, logger
 from worker.metrics import WorkerMetrics
 from worker.sinks import BatchHeader, Sink, SinkBatch, SinkRecord
-from worker.stream.progress import StreamProgress
+from worker.stream.progress import ProgressWatch
 
 MAX_WAITING_RECORDS: Final = 500
 MAX_WAITING_BYTES: Final = 256 * 1024
@@ -83,13 +83,14 @@ class Delivery:
         "_waiting_bytes",
         "acked_seq",
         "header",
+        "on_first_stored",
         "progress",
     )
 
     def __init__(
         self,
         header: BatchHeader,
-        progress: StreamProgress,
+        progress: ProgressWatch,
         fence: Fence,
         *,
         sink: Sink,
@@ -126,6 +127,8 @@ class Delivery:
         """Abrupt end: submit nothing more."""
         self._settled: asyncio.Event | None = None
         self._malformed_counted = self._gaps_counted = self._missing_counted = 0
+        self.on_first_stored: Callable[[int], None] | None = None
+        """Called once, with its record count, when the first batch is stored (a trace)."""
 
     @property
     def buffered_bytes(self) -> int:
@@ -176,6 +179,10 @@ class Delivery:
         progress.delivered += len(records)
         progress.last_message_at_ms = last.received_at_ms
         progress.sink_failures = 0
+        first = self.on_first_stored
+        if first is not None:
+            self.on_first_stored = None
+            first(len(records))
         if self._waiting and not self._stopped:
             self._submit_waiting()
         if self._settled is not None and self._in_flight is None:

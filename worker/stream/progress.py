@@ -1,8 +1,8 @@
 """One held stream's progress, and the trouble it shows: stalled, malformed, sink failing.
 
-The holder counts into a :class:`StreamProgress` on its hot path (plain integer attributes, one
+The holder counts into a :class:`ProgressWatch` on its hot path (plain integer attributes, one
 update per batch); the worker's connection-state writer (:mod:`worker.connection_report`) looks
-at it about once a second (:meth:`StreamProgress.judge`) and turns what it sees, together with
+at it about once a second (:meth:`ProgressWatch.judge`) and turns what it sees, together with
 the connection's own state, into the state an operator reads:
 
 - ``sink_failing``: the sink refused :data:`SINK_FAILING_AFTER` writes in a row;
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from streamlease.progress import Progress
+from streamlease.lease_store import wall_ms
+from streamlease.model import StreamProgress
 from streamlease.schema import ConnectionState
 from worker.stream.sequence import Sequencer, Undeliverable
 
@@ -53,7 +54,7 @@ def explain(cause: Undeliverable, frames: int, seq_name: str) -> str:
     return _EXPLAINED[cause].format(n=frames, seq=seq_name)
 
 
-class StreamProgress:
+class ProgressWatch:
     """The counters of one holding and what the writer last observed of them."""
 
     __slots__ = (
@@ -93,15 +94,16 @@ class StreamProgress:
         self._malformed_mark = 0
         self._malformed_note: str | None = None
 
-    def snapshot(self) -> Progress:
-        """The counters as the stream item carries them."""
+    def snapshot(self) -> StreamProgress:
+        """The counters as the stream item carries them, as of now."""
         sequencer = self.sequencer
-        return Progress(
-            frames_received=self.received,
-            frames_delivered=self.delivered,
-            frames_malformed=sequencer.malformed,
-            seq_gaps=sequencer.gaps,
+        return StreamProgress(
+            received=self.received,
+            delivered=self.delivered,
+            malformed=sequencer.malformed,
+            gaps=sequencer.gaps,
             last_message_at_ms=self.last_message_at_ms,
+            at_ms=wall_ms(),
         )
 
     def judge(self, now_mono: float, link: State) -> State:

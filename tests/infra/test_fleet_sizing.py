@@ -1,0 +1,153 @@
+"""The fleet's size from measurements, its headroom alarm, and the options that change the bill:
+Fargate Spot, private networking through VPC endpoints with one or two NAT gateways, and a
+provisioned sink stream. The defaults are checked on the app as ``cdk.json`` configures it; the
+options on one more synth of the whole app with all of them on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk import App
+from template_support import (
+    TemplateJson,
+    environment_of,
+    flat,
+    properties_of,
+    resources_of,
+)
+
+from cdk.app import REPO_ROOT, build, config_from_context
+from cdk.config import HEADROOM_FACTOR, DeploymentConfig, min_max_tasks
+from streamlease.settings import env_name
+
+CDK_CONTEXT: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+
+
+def test_default_fleet_holds_one_and_a_half_times_its_streams_with_one_task_lost(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    """At its maximum, less one task, the fleet's capacity (the workers' capacity setting × the
+    scalable target's maximum) is at least 1.5 × the streams it is sized for."""
+    target = properties_of(stateless_json, "AWS::ApplicationAutoScaling::ScalableTarget")
+    capacity = int(environment_of(stateless_json)[env_name("capacity")])
+    assert (target["MaxCapacity"] - 1) * capacity >= HEADROOM_FACTOR * config.expected_streams
+    assert config.expected_streams >= 1000
+
+
+def test_default_task_is_the_smallest_arm64_size(stateless_json: TemplateJson) -> None:
+    """0.25 vCPU and 0.5 GB on Graviton: the bench's CPU and memory per stream put the default
+    capacity at a fraction of it."""
+    task = properties_of(stateless_json, "AWS::ECS::TaskDefinition")
+    assert (task["Cpu"], task["Memory"]) == ("256", "512")
+    assert task["RuntimePlatform"]["CpuArchitecture"] == "ARM64"
+
+
+def test_headroom_alarm_fires_at_max_tasks_or_under_one_task_of_spare_capacity(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    (alarm,) = [
+        a
+        for a in resources_of(stateless_json, "AWS::CloudWatch::Alarm").values()
+        if "spare capacity" in flat(a["Properties"].get("AlarmDescription", ""))
+    ]
+    props = alarm["Properties"]
+    (expression,) = [m["Expression"] for m in props["Metrics"] if "Expression" in m]
+    assert f"tasks >= {config.max_tasks}" in expression
+    assert f"tasks * {config.capacity_per_worker} - wanted" in expression
+    assert props["AlarmActions"] and props["OKActions"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"streamlease:maxTasks": 10}, "max_tasks must be at least 11"),
+        ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 31"),
+        ({"streamlease:natGateways": 3}, "nat_gateways must be 1 or 2"),
+    ],
+)
+def test_config_refuses_a_fleet_without_headroom_or_with_nat_gateways_out_of_range(
+    changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        config_from_context({**CDK_CONTEXT, **changes})
+
+
+def test_min_max_tasks_is_the_headroom_rule() -> None:
+    assert min_max_tasks(1000, 150) == 11  # 10 × 150 = 1,500
+    assert min_max_tasks(1000, 300) == 6
+    assert min_max_tasks(1000, 100) == 16
+
+
+OPTIONS = {
+    "streamlease:networking": "private",
+    "streamlease:natGateways": 1,
+    "streamlease:fargateSpot": True,
+    "streamlease:sinkCapacity": "provisioned",
+    "streamlease:sinkShards": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def with_options(tmp_path_factory: pytest.TempPathFactory) -> tuple[TemplateJson, TemplateJson]:
+    """(stateful, stateless) templates of the app with every option of :data:`OPTIONS` on (and
+    cdk-nag attached: a finding fails the synth)."""
+    directory = tmp_path_factory.mktemp("cdk-options.out")
+    app = App(context={**CDK_CONTEXT, **OPTIONS}, outdir=str(directory))
+    deployment = build(app)
+    app.synth()
+    return tuple(  # type: ignore[return-value]
+        json.loads((directory / stack.template_file).read_text())
+        for stack in (deployment.stateful, deployment.stateless)
+    )
+
+
+def test_private_mode_reaches_aws_through_endpoints_and_upstreams_through_one_nat(
+    with_options: tuple[TemplateJson, TemplateJson],
+) -> None:
+    """Interface endpoints for what the worker calls, gateway endpoints for DynamoDB and S3,
+    and the one NAT gateway asked for."""
+    _, stateless = with_options
+    endpoints = [e["Properties"] for e in resources_of(stateless, "AWS::EC2::VPCEndpoint").values()]
+    interface = {
+        flat(e["ServiceName"]).rsplit(".", 1)[-1].strip('"]}')
+        for e in endpoints
+        if e["VpcEndpointType"] == "Interface"
+    }
+    gateway = {
+        flat(e["ServiceName"]).rsplit(".", 1)[-1].strip('"]}')
+        for e in endpoints
+        if e["VpcEndpointType"] == "Gateway"
+    }
+    assert {"kinesis-streams", "sqs", "logs", "api", "dkr", "secretsmanager"} <= interface
+    assert gateway == {"dynamodb", "s3"}
+    assert all(e.get("PrivateDnsEnabled") for e in endpoints if e["VpcEndpointType"] == "Interface")
+    assert len(resources_of(stateless, "AWS::EC2::NatGateway")) == 1
+
+
+def test_spot_runs_the_tasks_beyond_the_minimum_half_on_fargate_spot(
+    with_options: tuple[TemplateJson, TemplateJson],
+) -> None:
+    _, stateless = with_options
+    service = properties_of(stateless, "AWS::ECS::Service")
+    strategy = {s["CapacityProvider"]: s for s in service["CapacityProviderStrategy"]}
+    assert strategy["FARGATE"]["Base"] == DeploymentConfig().min_tasks
+    assert strategy["FARGATE_SPOT"]["Weight"] == strategy["FARGATE"]["Weight"] == 1
+    assert "LaunchType" not in service
+    cluster = properties_of(stateless, "AWS::ECS::ClusterCapacityProviderAssociations")
+    assert set(cluster["CapacityProviders"]) == {"FARGATE", "FARGATE_SPOT"}
+
+
+def test_provisioned_sink_stream_has_the_shards_asked_for(
+    with_options: tuple[TemplateJson, TemplateJson],
+) -> None:
+    stateful, _ = with_options
+    stream = properties_of(stateful, "AWS::Kinesis::Stream")
+    assert stream["StreamModeDetails"] == {"StreamMode": "PROVISIONED"}
+    assert stream["ShardCount"] == 3
+
+
+def test_default_sink_stream_is_on_demand(stateful_json: TemplateJson) -> None:
+    stream = properties_of(stateful_json, "AWS::Kinesis::Stream")
+    assert stream["StreamModeDetails"] == {"StreamMode": "ON_DEMAND"}

@@ -1,0 +1,60 @@
+"""The bill's arithmetic: the sizing rule, the shard rule and a line of each kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import cost_model
+from bench import prices as p
+from bench.cost_model import DynamoCost, Fleet, Measured
+from cdk.config import DeploymentConfig
+
+TEN = Measured(
+    rate=10.0,
+    cpu_per_stream=606e-6,
+    cpu_per_worker=0.004,
+    memory_per_stream=25 * 1024,
+    records_per_message=0.02,
+    bytes_per_message=230.0,
+    json_bytes_per_message=370.0,
+    payload_bytes=198.0,
+    log_bytes_per_worker_second=50.0,
+)
+NO_DYNAMO = DynamoCost(0, 0, 0, 0)
+
+
+def test_the_default_capacity_is_the_sizing_rule_at_ten_messages_a_second() -> None:
+    """0.25 vCPU at 606 µs per stream-second (the cost section's run at 10 msg/s), half the
+    vCPU less what the worker spends holding nothing: 199, rounded down to 150."""
+    config = DeploymentConfig()
+    assert cost_model.capacity_for(
+        TEN, config.worker_cpu / 1024, config.worker_memory_mib / 1024
+    ) == (config.capacity_per_worker)
+
+
+def test_memory_bounds_capacity_when_it_is_the_scarcer() -> None:
+    heavy = Measured(**{**TEN.__dict__, "cpu_per_stream": 1e-6, "memory_per_stream": 1024 * 1024})
+    assert cost_model.capacity_for(heavy, 0.25, 0.5) == 250  # 256 MiB / 1 MiB, down to 50s
+
+
+def test_shards_plan_for_seventy_percent_of_a_megabyte_a_second() -> None:
+    """1,000 × 10 msg/s × 230 B = 2.2 MiB/s: four shards at 0.7 MiB/s each."""
+    assert cost_model.shards_for(TEN) == 4
+
+
+def test_a_json_record_per_message_on_demand_is_billed_a_kilobyte_each() -> None:
+    fleet = Fleet("t", 0.5, 1.0, arm64=False, capacity=100, aggregation=False)
+    (kinesis,) = [
+        line
+        for line in cost_model.bill(fleet, TEN, NO_DYNAMO, (0, 0, 0))
+        if "on-demand)" in line.item
+    ]
+    messages = 1000 * 10 * cost_model.SECONDS_PER_MONTH
+    expected = 0.04 * 730 + messages * 1024 / p.GIB * 0.08
+    assert kinesis.dollars == pytest.approx(expected)
+
+
+def test_fleet_runs_at_least_min_tasks_and_enough_for_the_target() -> None:
+    fleet = Fleet("r", 0.25, 0.5, arm64=True, capacity=150)
+    assert fleet.tasks(1000) == 10  # 105 a task at 70 %
+    assert fleet.tasks(100) == 2
