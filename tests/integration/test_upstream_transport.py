@@ -227,19 +227,21 @@ async def test_a_close_in_the_middle_of_a_batch_delivers_what_came_before_it() -
 
 async def test_a_redirect_at_the_handshake_is_an_answer_not_followed() -> None:
     """302 with a Location: the open fails with that status; the other address never sees a
-    connection."""
+    connection, and the handler hears of nothing."""
     async with raw_server() as (elsewhere, other_peers):
         location = elsewhere.encode()
 
         def redirect(_: bytes) -> bytes:
             return b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n"
 
+        recorder = Recorder()
         async with raw_server(redirect) as (url, _):
             with pytest.raises(InvalidStatus) as refused:
-                await opened(url)
+                await open_websocket(Target(url, "127.0.0.1"), recorder)
         assert refused.value.response.status_code == 302
         await asyncio.sleep(0.1)
         assert other_peers.empty()
+        assert recorder.closed is None  # a connection that never opened closes for nobody
 
 
 async def test_paused_reading_delivers_nothing_until_resumed() -> None:

@@ -158,11 +158,13 @@ async def run_until(stream: Stream, count: int) -> None:
 
 async def test_batches_go_straight_to_the_owner(upstream: Any) -> None:
     """The owner's callback is the connection's: every batch, in order, nothing in between."""
-    upstream(FakeTransport([[1, 2], [3]]))
+    transport = FakeTransport([[1, 2], [3]])
+    upstream(transport)
     stream = Stream()
     await run_until(stream, 3)
     assert stream.seqs == [1, 2, 3]
-    assert stream.link.messages_received == stream.received
+    assert transport.handler is not None
+    assert transport.handler.messages_received == stream.received
 
 
 async def test_the_first_connect_asks_for_the_checkpoint_plus_one(upstream: Any) -> None:

@@ -1,11 +1,10 @@
 """The upstream link of one held stream: connect safely, resume, reconnect with backoff.
 
 An :class:`UpstreamLink` keeps one stream's connection open for as long as its owner wants it,
-and knows nothing of leases. It is its connections' handler
-(:class:`~worker.stream.transport.UpstreamHandler`), but messages never pass through its code:
-each batch goes straight to the owner's ``on_messages`` (the very callable, set as the
-handler's ``messages_received``). The link opens connections, hears of their close, and
-decides what a failed connect or a close means.
+and knows nothing of leases. Messages never pass through its code: each connection's handler
+(:class:`~worker.stream.transport.UpstreamHandler`) has the owner's ``on_messages`` as its very
+``messages_received``. The link opens connections, hears of their close, and decides what a
+failed connect or a close means.
 
 * **Connect** (:func:`~worker.upstream.connect_upstream`): the URL passes the URL policy again,
   every address the host resolves to is checked, and the socket goes to a checked address while
@@ -90,6 +89,20 @@ HeadersSource = Callable[[], Awaitable[Sequence[tuple[str, str]]]]
 :class:`UpstreamRejected`, or :class:`HeadersUnavailable` to be retried."""
 
 
+class _Connection:
+    """The handler of one connection: its messages go to the owner, its close to the link."""
+
+    __slots__ = ("closed", "messages_received")
+
+    def __init__(self, on_messages: Callable[[list[Frame]], None]) -> None:
+        self.messages_received = on_messages
+        self.closed: asyncio.Future[Closed] = asyncio.get_running_loop().create_future()
+
+    def connection_closed(self, closed: Closed) -> None:
+        if not self.closed.done():
+            self.closed.set_result(closed)
+
+
 class UpstreamLink:
     """One stream's upstream connection, across reconnects (see the module docstring).
 
@@ -114,6 +127,7 @@ class UpstreamLink:
         "_headers",
         "_keepalive",
         "_on_event",
+        "_on_messages",
         "_paused",
         "_policy",
         "_profile",
@@ -125,7 +139,6 @@ class UpstreamLink:
         "_url",
         "connects",
         "end_reason",
-        "messages_received",
         "retries",
         "stream_id",
         "upstream_ended",
@@ -156,8 +169,7 @@ class UpstreamLink:
         """True once the upstream closed with 1000 (it finished the stream)."""
         self.end_reason: str | None = None
         """Why the link stopped (sanitized), None while it runs."""
-        self.messages_received = on_messages
-        """The handler's message callback is the owner's own: no call in between."""
+        self._on_messages = on_messages
         self._url = url
         self._settings = settings
         self._resume_from = resume_from
@@ -171,7 +183,6 @@ class UpstreamLink:
         self._rand = rand
         self._clock = clock
         self._transport: UpstreamTransport | None = None
-        self._closed: asyncio.Future[Closed] | None = None
         self._paused = False
         self._failures = 0  # consecutive, drives the backoff
         self._connected_at = 0.0
@@ -187,11 +198,10 @@ class UpstreamLink:
         """Connect, and reconnect after every failure, until the upstream ends the stream (then
         :attr:`upstream_ended`) or :meth:`close` is called."""
         while not self._close_requested.is_set():
-            transport = await self._connect()
-            if transport is None:
+            connected = await self._connect()
+            if connected is None:
                 return
-            assert self._closed is not None
-            closed = await asyncio.shield(self._closed)
+            closed = await asyncio.shield(connected.closed)
             self._transport = None
             if self._close_requested.is_set():
                 return
@@ -206,12 +216,6 @@ class UpstreamLink:
             if self._clock() - self._connected_at >= self._settings.stable_seconds:
                 self._failures = 0
             await self._back_off(UpstreamEventKind.RETRYING, failure)
-
-    def connection_closed(self, closed: Closed) -> None:
-        """The current connection ended (its transport's callback)."""
-        future = self._closed
-        if future is not None and not future.done():
-            future.set_result(closed)
 
     def pause_reading(self) -> None:
         """Read nothing until :meth:`resume_reading`, across reconnects."""
@@ -246,18 +250,18 @@ class UpstreamLink:
 
     # --- internals -----------------------------------------------------------------------
 
-    async def _connect(self) -> UpstreamTransport | None:
+    async def _connect(self) -> _Connection | None:
         """The next open connection (retrying as the outcomes say), or None once closing."""
         settings = self._settings
         while not self._close_requested.is_set():
             try:
                 headers = await self._headers() if self._headers is not None else ()
                 last_seq = self._resume_from()
-                self._closed = asyncio.get_running_loop().create_future()
+                connection = _Connection(self._on_messages)
                 transport = await connect_upstream(
                     self._url,
                     settings,
-                    self,
+                    connection,
                     from_seq=last_seq + 1,
                     policy=self._policy,
                     resolver=self._resolver,
@@ -296,7 +300,7 @@ class UpstreamLink:
             self._connected_at = self._clock()
             self.connects += 1
             self._emit(UpstreamEventKind.CONNECTED, attempt=self.connects)
-            return transport
+            return connection
         return None
 
     async def _park(self, failure: Failure) -> None:

@@ -93,6 +93,7 @@ class WebSocketTransport(asyncio.Protocol):
 
     __slots__ = (
         "_closed",
+        "_established",
         "_fragments",
         "_handler",
         "_keepalive",
@@ -123,6 +124,7 @@ class WebSocketTransport(asyncio.Protocol):
         self._loop = loop
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[None] | None = loop.create_future()
+        self._established = False
         self._closed: asyncio.Future[Closed] = loop.create_future()
         self._fragments: list[Frame] | None = None
         self._paused = False
@@ -274,19 +276,17 @@ class WebSocketTransport(asyncio.Protocol):
         if self._keepalive is not None:
             self._keepalive.discard(self)
         opened, self._opened = self._opened, None
-        if opened is not None:  # the handshake never completed: nobody is told of a close
-            if not opened.done():
-                failure = (
-                    protocol.handshake_exc
-                    or exc
-                    or ConnectionResetError("upstream closed the connection during the handshake")
-                )
-                opened.set_exception(failure)
-            self._closed.set_result(closed_from(protocol))
-            return
+        if opened is not None and not opened.done():
+            failure = (
+                protocol.handshake_exc
+                or exc
+                or ConnectionResetError("upstream closed the connection during the handshake")
+            )
+            opened.set_exception(failure)
         closed = closed_from(protocol)
         self._closed.set_result(closed)
-        self._handler.connection_closed(closed)
+        if self._established:  # the handler was never given a connection that did not open
+            self._handler.connection_closed(closed)
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -305,6 +305,7 @@ class WebSocketTransport(asyncio.Protocol):
         if protocol.state is State.CONNECTING:
             return []  # the answer is not complete yet
         self._opened = None
+        self._established = True
         if not opened.done():
             opened.set_result(None)
         return cast(list[Frame], events[1:])
