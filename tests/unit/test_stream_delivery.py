@@ -222,6 +222,18 @@ async def test_a_graceful_end_delivers_what_was_received_once_without_retries() 
     assert rig.delivery.acked_seq == 1
 
 
+async def test_nothing_is_taken_in_once_the_holding_ends() -> None:
+    """A closing connection still reads (to see the upstream's close): what comes then is not
+    sent — it is past the checkpoint the release writes, so it would be stored and then sent
+    again by the next owner."""
+    rig = Rig()
+    rig.delivery.stop(graceful=True)
+    rig.delivery.messages_received(frames(1, 2))
+    await rig.delivery.drain(1.0)
+    assert rig.sink.batches == []
+    assert rig.progress.received == 0
+
+
 async def test_gaps_and_undeliverable_frames_are_counted_once_per_batch() -> None:
     rig = Rig()
     rig.delivery.messages_received([*frames(1, 3), Frame(TEXT, bytearray(b"junk"))])

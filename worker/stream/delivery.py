@@ -139,7 +139,11 @@ class Delivery:
     # --- the connection's callback -----------------------------------------------------------
 
     def messages_received(self, messages: list[Frame]) -> None:
-        """One read's messages: sequence them, then deliver (or wait behind the sink)."""
+        """One read's messages: sequence them, then deliver (or wait behind the sink). Once the
+        holding ends nothing more is taken in (the closing connection still reads, to see the
+        upstream's close): what came is the next owner's, from the checkpoint on."""
+        if self._ending:
+            return
         count = len(messages)
         self.progress.received += count
         sequencer = self._sequencer
@@ -148,7 +152,7 @@ class Delivery:
         taken = len(records)
         if taken != count or (taken and records[-1].seq - before != count):
             self._count_irregular()  # skipped frames or a gap: rare, counted apart
-        if not taken or self._stopped:
+        if not taken:
             return
         self._metrics.incr(WorkerMetric.MESSAGES_RECEIVED, taken)
         if self._in_flight is None and not self._waiting and self._fenced_since is None:
