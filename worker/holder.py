@@ -461,8 +461,10 @@ class StreamHolder:
                     self.epoch,
                     last_seq=self.acked_seq,
                 )
-        except (LeaseLost, StoreError, TimeoutError):
+        except LeaseLost:
             return
+        except (StoreError, TimeoutError):
+            self.fence.release_unanswered()  # the item may still name this holding
 
 
 def _headers_for(profile: Profile, secrets: Secrets | None) -> HeadersSource | None:
