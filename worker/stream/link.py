@@ -25,9 +25,11 @@ failed connect or a close means.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -88,6 +90,10 @@ HeadersSource = Callable[[], Awaitable[Sequence[tuple[str, str]]]]
 """Gives the handshake headers before each connect (secrets resolved). May raise
 :class:`UpstreamRejected`, or :class:`HeadersUnavailable` to be retried."""
 
+ConnectSpan = Callable[[int], AbstractContextManager[object]]
+"""Wraps one connect attempt (its number given) until the first connection opened: the stream
+start's ``stream.connect`` span (:class:`~worker.tracing.StreamTrace`)."""
+
 
 class _Connection:
     """The handler of one connection: its messages go to the owner, its close to the link."""
@@ -112,8 +118,10 @@ class UpstreamLink:
     :class:`~worker.stream.transport.UpstreamHandler`); ``resume_from()`` is the last seq the
     stream has taken in; ``on_event`` is
     called synchronously and must neither block nor raise. ``forget_secrets()`` is called when
-    the upstream refused the stream (its credentials may have been rotated). ``rand`` (uniform in
-    [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable for tests.
+    the upstream refused the stream (its credentials may have been rotated). ``connect_span``
+    wraps each connect attempt before the first connection opened (a trace of the start).
+    ``rand`` (uniform in [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable
+    for tests.
     """
 
     __slots__ = (
@@ -121,6 +129,7 @@ class UpstreamLink:
         "_close_code",
         "_close_requested",
         "_closed",
+        "_connect_span",
         "_connected_at",
         "_failures",
         "_forget_secrets",
@@ -157,6 +166,7 @@ class UpstreamLink:
         headers: HeadersSource | None = None,
         forget_secrets: Callable[[], None] | None = None,
         keepalive: Keepalive | None = None,
+        connect_span: ConnectSpan | None = None,
         policy: UrlPolicy | None = None,
         resolver: Resolver | None = None,
         rand: Callable[[], float] = random.random,
@@ -178,6 +188,7 @@ class UpstreamLink:
         self._headers = headers
         self._forget_secrets = forget_secrets
         self._keepalive = keepalive
+        self._connect_span = connect_span
         self._policy = policy or UrlPolicy.from_settings(settings)
         self._resolver = resolver
         self._rand = rand
@@ -258,17 +269,18 @@ class UpstreamLink:
                 headers = await self._headers() if self._headers is not None else ()
                 last_seq = self._resume_from()
                 connection = _Connection(self._on_messages)
-                transport = await connect_upstream(
-                    self._url,
-                    settings,
-                    connection,
-                    from_seq=last_seq + 1,
-                    policy=self._policy,
-                    resolver=self._resolver,
-                    profile=self._profile,
-                    headers=headers,
-                    keepalive=self._keepalive,
-                )
+                with self._span_of_attempt():
+                    transport = await connect_upstream(
+                        self._url,
+                        settings,
+                        connection,
+                        from_seq=last_seq + 1,
+                        policy=self._policy,
+                        resolver=self._resolver,
+                        profile=self._profile,
+                        headers=headers,
+                        keepalive=self._keepalive,
+                    )
             except (UrlRejected, UpstreamRejected) as exc:
                 await self._park(Failure(True, str(exc)))
                 continue
@@ -302,6 +314,13 @@ class UpstreamLink:
             self._emit(UpstreamEventKind.CONNECTED, attempt=self.connects)
             return connection
         return None
+
+    def _span_of_attempt(self) -> AbstractContextManager[object]:
+        """The trace span of the next connect attempt: only until a first connection opened
+        (later reconnects belong to no start)."""
+        if self._connect_span is None or self.connects:
+            return contextlib.nullcontext()
+        return self._connect_span(self._failures + 1)
 
     async def _park(self, failure: Failure) -> None:
         """The upstream refused the stream: report it, read the secrets afresh next time, and
