@@ -265,3 +265,15 @@ def test_json_output_passes_the_api_fields_through(api: FakeApi) -> None:
 
 def _query(path: str) -> list[tuple[str, str]]:
     return parse_qsl(urlsplit(path).query)
+
+
+def test_the_local_apis_hint_for_an_unknown_route_is_shown(api: FakeApi) -> None:
+    """A wrong base path locally: the 403 carries which routes there are, and the CLI says it."""
+    hint = "no route for GET /v1/streams; the routes are GET /streams, ..."
+    api.routes[("GET", "/v1/streams")] = (
+        403,
+        {"message": "Missing Authentication Token", "hint": hint},
+    )
+    code, _, err = run("--api", api.url + "/v1", "ls")
+    assert code == 1
+    assert f"Missing Authentication Token: {hint} [403]" in err
