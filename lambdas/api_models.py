@@ -9,9 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from streamlease import checkpoints, rules
 from streamlease.model import Stream, WorkerInfo, iso_ms
 from streamlease.profile import (
+    DEFAULT_IDLE_SECONDS,
     MAX_HEADERS,
+    MAX_IDLE_SECONDS,
     MAX_OPEN_MESSAGE_CHARS,
     MAX_SUBPROTOCOLS,
+    MIN_IDLE_SECONDS,
     SEQ_NONE,
 )
 from streamlease.schema import ConnectionState, DesiredState, Liveness, WorkerState
@@ -84,6 +87,16 @@ class StreamProfile(BaseModel):
     )
     resume_param: str | None = Field(
         default=None, max_length=64, description="The query parameter (resume by query)."
+    )
+    idle_seconds: int | None = Field(
+        default=None,
+        ge=MIN_IDLE_SECONDS,
+        le=MAX_IDLE_SECONDS,
+        description=(
+            f"Seconds a connected stream may go without a frame before it shows as stalled"
+            f" (default {DEFAULT_IDLE_SECONDS})."
+        ),
+        examples=[300],
     )
 
 

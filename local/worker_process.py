@@ -37,6 +37,7 @@ _SCALED: Final = (
     "stable_seconds",
     "ping_interval_seconds",
     "ping_timeout_seconds",
+    "progress_seconds",
     "shutdown_budget_seconds",
     "health_max_age_seconds",
 )

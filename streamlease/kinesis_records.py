@@ -62,7 +62,11 @@ def epoch_prefix(epoch: int) -> bytes:
 
 
 def encode_message(
-    epoch_field: bytes, seq: int, received_at_ms: int, payload: bytes, payload_encoding: str
+    epoch_field: bytes,
+    seq: int,
+    received_at_ms: int,
+    payload: bytes | bytearray,
+    payload_encoding: str,
 ) -> bytes:
     """One ``StreamMessage``; ``epoch_field`` is :func:`epoch_prefix` of its epoch. Raises
     ``KeyError`` for an unknown payload encoding."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo, expiry_index, rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
-from streamlease.model import Lease, LeaseView, Stream, is_tombstone, iso_ms
+from streamlease.model import Lease, LeaseView, Stream, StreamProgress, is_tombstone, iso_ms
 from streamlease.schema import (
     BY_OWNER,
     BY_SHARD_EXPIRY,
@@ -66,9 +66,24 @@ _NAMES: Final = {
     "#conn": _A.CONNECTION_STATE,
     "#connat": _A.CONNECTION_SINCE,
     "#uby": _A.UPDATED_BY,
+    "#frx": _A.FRAMES_RECEIVED,
+    "#fdl": _A.FRAMES_DELIVERED,
+    "#fml": _A.FRAMES_MALFORMED,
+    "#gaps": _A.SEQ_GAPS,
+    "#lmsg": _A.LAST_MESSAGE_AT_MS,
+    "#pat": _A.PROGRESS_AT_MS,
     "#shard": _A.EXPIRY_SHARD,
 }
 """Every attribute this module names, by placeholder."""
+_PROGRESS: Final = (
+    ("#frx", "received"),
+    ("#fdl", "delivered"),
+    ("#fml", "malformed"),
+    ("#gaps", "gaps"),
+)
+"""Progress counters: placeholder and :class:`StreamProgress` field."""
+_NEW_HOLDING_REMOVES: Final = (*(name for name, _ in _PROGRESS), "#lmsg", "#pat")
+"""What an acquisition removes: the previous holding's progress."""
 
 # Named condition clauses (Powertools' idempotency store does the same): each says one thing.
 _EXISTS: Final = "attribute_exists(#pk)"
@@ -210,7 +225,7 @@ class LeaseStore:
             "#epoch = if_not_exists(#epoch, :zero) + :one",
         ]
         values[":connecting"] = ConnectionState.CONNECTING.value
-        removes = []
+        removes = list(_NEW_HOLDING_REMOVES)
         if take.slot is None:  # a per-stream lease: in the orphan index, by its expiry
             removes.append("#slot")
             sets.append("#shard = :shard")
@@ -229,7 +244,7 @@ class LeaseStore:
             values[":old"] = previous[_A.LEASE_OWNER]
             values[":old_epoch"] = int(previous.get(_A.LEASE_EPOCH, 0))
             values[":cutoff"] = take.cutoff_ms
-        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
         return self._update(stream_key(take.stream_id), update, _all(*condition), values, "ALL_NEW")
 
     def _resolve_unknown_acquire(self, take: _Take, previous: Mapping[str, Any] | None) -> Lease:
@@ -315,9 +330,11 @@ class LeaseStore:
         last_seq: int | None = None,
         last_error: str | None = None,
         stop: bool = False,
+        progress: StreamProgress | None = None,
         now_ms: int | None = None,
     ) -> Stream | None:
-        """Give the lease up: clear owner, slot and expiry; optional final checkpoint and error.
+        """Give the lease up: clear owner, slot and expiry; optional final checkpoint, error and
+        progress (kept on the item for an operator until the next acquisition).
 
         ``stop``: also set the stream STOPPED (generation + 1), for a stream its upstream ended.
         Returns the stream as it is after the release — its ``desired_state`` tells the caller
@@ -339,6 +356,8 @@ class LeaseStore:
         if last_error is not None:
             sets += ["#err = :err", "#errat = :iso"]
             values[":err"] = last_error[:500]
+        if progress is not None:
+            sets += _progress_sets(progress, values)
         if stop:
             sets += [
                 "#state = :stopped",
@@ -378,24 +397,38 @@ class LeaseStore:
         state: ConnectionState,
         error: str | None = None,
         *,
+        progress: StreamProgress | None = None,
         now_ms: int | None = None,
     ) -> None:
         """Record a change of the connection state (and, with it, ``last_error``: a short,
-        sanitized message) while holding the lease.
+        sanitized message, and the holding's ``progress``) while holding the lease.
 
         Raises :class:`LeaseLost` if the lease is no longer ours at ``epoch``.
         """
         now = self._clock_ms() if now_ms is None else now_ms
+        values: dict[str, Any] = {":conn": state.value, ":iso": iso_ms(now)}
         sets = ["#conn = :conn", "#connat = :iso"]
-        values: dict[str, Any] = {
-            ":conn": state.value,
-            ":iso": iso_ms(now),
-            ":me": owner,
-            ":epoch": epoch,
-        }
         if error is not None:
             sets += ["#err = :err", "#errat = :iso"]
             values[":err"] = error[:500]
+        if progress is not None:
+            sets += _progress_sets(progress, values)
+        self._record_holding(stream_id, owner, epoch, sets, values)
+
+    def record_progress(
+        self, stream_id: str, owner: str, epoch: int, progress: StreamProgress
+    ) -> None:
+        """Record the holding's progress counters, as of ``progress.at_ms`` (no index attribute
+        changes: one write unit for an item under 1 KB). Raises :class:`LeaseLost` if the lease
+        is no longer ours."""
+        values: dict[str, Any] = {}
+        sets = _progress_sets(progress, values)
+        self._record_holding(stream_id, owner, epoch, sets, values)
+
+    def _record_holding(
+        self, stream_id: str, owner: str, epoch: int, sets: list[str], values: dict[str, Any]
+    ) -> None:
+        values.update({":me": owner, ":epoch": epoch})
         try:
             self._update(stream_key(stream_id), "SET " + ", ".join(sets), _HELD_BY_ME, values)
         except dynamo.ConditionFailed as failed:
@@ -452,14 +485,10 @@ class LeaseStore:
             sets.append("#seq = :seq")
             values[":seq"] = resume_seq
             condition.append(_SEQ_NOT_BACK)
+        removes = ", ".join((*_NEW_HOLDING_REMOVES, "#shard"))  # attached to a session
+        update = f"SET {', '.join(sets)} REMOVE {removes}"
         try:
-            item = self._update(
-                stream_key(stream_id),
-                "SET " + ", ".join(sets) + " REMOVE #shard",
-                _all(*condition),
-                values,
-                "ALL_NEW",
-            )
+            item = self._update(stream_key(stream_id), update, _all(*condition), values, "ALL_NEW")
         except dynamo.ConditionFailed as failed:
             old = failed.old
             if old is None or is_tombstone(old):
@@ -684,6 +713,21 @@ class LeaseStore:
             values,
             returns=returns,
         )
+
+
+def _progress_sets(progress: StreamProgress, values: dict[str, Any]) -> list[str]:
+    """``SET`` clauses writing ``progress`` (and when it was taken), their values added to
+    ``values``."""
+    sets = []
+    for name, field in _PROGRESS:
+        sets.append(f"{name} = :{name[1:]}")
+        values[f":{name[1:]}"] = getattr(progress, field)
+    if progress.last_message_at_ms is not None:
+        sets.append("#lmsg = :lmsg")
+        values[":lmsg"] = progress.last_message_at_ms
+    sets.append("#pat = :pat")
+    values[":pat"] = progress.at_ms
+    return sets
 
 
 def _names(*expressions: str) -> dict[str, str]:

@@ -18,7 +18,10 @@ Real feeds are not all like the simulator. A profile, given when a stream is cre
 - ``resume``: how a reconnect asks for ``last_seq + 1``: a query parameter (``query``, the
   default; ``resume_param`` names it, else the deployment's ``resume_param``), the open
   message (``open_message``: it must contain ``{next_seq}`` or ``{last_seq}``), or not at all
-  (``none``, the default, and the only choice, when ``seq`` is ``none``).
+  (``none``, the default, and the only choice, when ``seq`` is ``none``);
+- ``idle_seconds``: how many seconds a connected stream may go without a frame before it shows
+  as ``stalled`` (default :data:`DEFAULT_IDLE_SECONDS`; a feed that is quiet by nature — an
+  idle meeting, a sensor that reports hourly — wants more).
 
 No profile is exactly the behaviour of a stream without one: no headers, JSON text frames with
 an integer ``seq``, resume by the query parameter.
@@ -36,6 +39,9 @@ MAX_HEADER_VALUE_CHARS: Final = 1024
 MAX_SUBPROTOCOLS: Final = 10
 MAX_OPEN_MESSAGE_CHARS: Final = 4096
 MAX_SEQ_PATH_PARTS: Final = 8
+DEFAULT_IDLE_SECONDS: Final = 60
+MIN_IDLE_SECONDS: Final = 1
+MAX_IDLE_SECONDS: Final = 86_400
 SEQ_NONE: Final = "none"
 RESUME_QUERY: Final = "query"
 RESUME_OPEN_MESSAGE: Final = "open_message"
@@ -140,6 +146,8 @@ class Profile:
     """None: the worker numbers messages itself (``seq: none``)."""
     resume: str = RESUME_QUERY
     resume_param: str | None = None
+    idle_seconds: int = DEFAULT_IDLE_SECONDS
+    """A connected stream without a frame for this many seconds shows as ``stalled``."""
 
     @property
     def is_default(self) -> bool:
@@ -175,6 +183,8 @@ class Profile:
             out["resume"] = self.resume
         if self.resume_param is not None:
             out["resume_param"] = self.resume_param
+        if self.idle_seconds != DEFAULT_IDLE_SECONDS:
+            out["idle_seconds"] = self.idle_seconds
         return out
 
     @classmethod
@@ -197,7 +207,15 @@ def parse_profile(data: Mapping[str, Any], *, secrets_prefix: str | None) -> Pro
     """
     if not isinstance(data, Mapping):
         raise ProfileError("profile must be a JSON object", "profile")
-    known = {"headers", "subprotocols", "open_message", "seq", "resume", "resume_param"}
+    known = {
+        "headers",
+        "subprotocols",
+        "open_message",
+        "seq",
+        "resume",
+        "resume_param",
+        "idle_seconds",
+    }
     unknown = sorted(set(data) - known)
     if unknown:
         raise ProfileError(
@@ -248,6 +266,7 @@ def parse_profile(data: Mapping[str, Any], *, secrets_prefix: str | None) -> Pro
         seq_path=seq_path,
         resume=resume,
         resume_param=resume_param,
+        idle_seconds=_idle_seconds(data.get("idle_seconds", DEFAULT_IDLE_SECONDS)),
     )
 
 
@@ -315,6 +334,21 @@ def _subprotocols(raw: Any) -> tuple[str, ...]:
             "profile.subprotocols",
         )
     return tuple(raw)
+
+
+def _idle_seconds(raw: Any) -> int:
+    # Whole seconds: a stored profile holds no fractions (DynamoDB numbers come back Decimal).
+    if (
+        isinstance(raw, bool)
+        or not isinstance(raw, int)
+        or not MIN_IDLE_SECONDS <= raw <= MAX_IDLE_SECONDS
+    ):
+        raise ProfileError(
+            f"idle_seconds is a whole number of seconds from {MIN_IDLE_SECONDS} to"
+            f" {MAX_IDLE_SECONDS}",
+            "profile.idle_seconds",
+        )
+    return raw
 
 
 def _seq_path(raw: Any) -> tuple[str, ...] | None:

@@ -130,7 +130,12 @@ class Settings:
     stable_seconds: float = 30.0
     """A connection must stay up this long before the reconnect backoff resets."""
     ping_interval_seconds: float = 20.0
+    """An upstream connection silent this long is pinged (0: no keepalive)."""
     ping_timeout_seconds: float = 20.0
+    """A pinged connection still silent this long after is closed with 1011 (0: no keepalive)."""
+    progress_seconds: float = 300.0
+    """A held stream's progress counters are written into its item at most this often (besides
+    riding on its connection-state changes), and only when they changed."""
 
     # --- sink ---
     sink: str = "kinesis"
@@ -193,7 +198,7 @@ class Settings:
         var = env_name  # messages name the environment variables: an operator sets those
 
         problems = []
-        for name in ("lease_seconds", "heartbeat_seconds", "reconcile_seconds"):
+        for name in ("lease_seconds", "heartbeat_seconds", "reconcile_seconds", "progress_seconds"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 problems.append(f"{var(name)} must be a positive number of seconds, got {value}")

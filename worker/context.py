@@ -14,10 +14,12 @@ from streamlease.lease_store import LeaseStore
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from worker.connection_report import ConnectionReport
+from worker.fence import DeliveryGate
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import Sink
+from worker.stream.keepalive import Keepalive
 from worker.tracing import Tracing
 
 if TYPE_CHECKING:
@@ -55,7 +57,13 @@ class WorkerContext:
     session: Session | None = None
     """The current session (None before the first is open; replaced after one expired)."""
     connections: ConnectionReport = field(default_factory=ConnectionReport)
-    """Writes the streams' connection-state changes (run by the worker as a service task)."""
+    """Writes the streams' connection states and progress (run by the worker as a service
+    task)."""
+    gate: DeliveryGate = field(default_factory=DeliveryGate)
+    """Pauses every stream of a fenced session and resumes them at its renewal (a service
+    task in session mode)."""
+    keepalive: Keepalive | None = None
+    """Pings silent upstream connections (a service task; None: no keepalive)."""
     secrets: Secrets | None = None
     """Resolves the secrets of streams' handshake headers (None: no profile may use them)."""
     tracing: Tracing = field(default_factory=Tracing)

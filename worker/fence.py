@@ -8,19 +8,36 @@ Two kinds, one per liveness mode (architecture §4):
   stream attached to it; when it passes, delivery *pauses* until the session renews (or is lost
   with every stream). The acknowledged seq goes into the session's checkpoint slot.
 
-Sinks see either through :class:`~worker.sinks.Deadline` (``remaining_seconds``).
+Sinks see either through :class:`~worker.sinks.Deadline` (``remaining_seconds``). The
+:class:`DeliveryGate` pauses every stream of a fenced session at once and resumes them together.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from typing import Protocol
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Final, Protocol
 
 from streamlease import checkpoints, rules
 from streamlease.checkpoints import Checkpoint
 from streamlease.settings import Settings
-from worker.session import Session
+from worker.session import Session, SessionState
+
+
+class Deadline(Protocol):
+    """A fencing deadline as whoever must not act past it sees it (sinks, before they send).
+
+    Sinks ask it from their own thread, right before sending: it must be cheap and safe to call
+    from any thread.
+    """
+
+    def remaining_seconds(self) -> float:
+        """Seconds before the deadline (0 or less: passed). It may move later, never earlier
+        while the holder still delivers."""
+        ...
 
 
 class RenewalTracker(Protocol):
@@ -49,6 +66,12 @@ class Fence(Protocol):
 
     def remaining_seconds(self) -> float:
         """Seconds left before the deadline (negative: past it)."""
+        ...
+
+    @property
+    def sink_deadline(self) -> Deadline:
+        """The deadline the sink checks before it sends this holder's batches: one object for
+        every stream of a session, so a store checks it once for all of them."""
         ...
 
     def extend(self, sent_mono: float) -> float | None:
@@ -109,6 +132,10 @@ class LeaseFence:
     def remaining_seconds(self) -> float:
         return self._deadline - time.monotonic()
 
+    @property
+    def sink_deadline(self) -> Deadline:
+        return self  # its own: no other stream shares it
+
     def extend(self, sent_mono: float) -> float | None:
         """Move the deadline to ``sent_mono + lease − margin``; returns the deadline in force,
         or None when the answer came after the deadline it would set (it revives nothing)."""
@@ -136,6 +163,27 @@ class LeaseFence:
         self._renewals.untrack(self._stream_id, self._epoch)
 
 
+class SessionDeadline:
+    """A session's deadline as sinks see it (one object per session, shared by its streams)."""
+
+    __slots__ = ("__weakref__", "session")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def remaining_seconds(self) -> float:
+        """Seconds before the session's deadline (-inf once it is not live)."""
+        session = self.session  # asked for every batch: kept flat
+        if session.state is not SessionState.LIVE:
+            return -math.inf
+        return session.deadline_mono - time.monotonic()
+
+
+_SESSION_DEADLINES: Final[weakref.WeakKeyDictionary[Session, SessionDeadline]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 class SessionFence:
     """The fence of a stream attached to a session: the session's deadline, and a slot."""
 
@@ -151,7 +199,15 @@ class SessionFence:
         self._tag = checkpoints.stream_tag(stream_id)
         self._finished = False
         self._release_unanswered = False
+        shared = _SESSION_DEADLINES.get(session)
+        if shared is None:
+            shared = _SESSION_DEADLINES[session] = SessionDeadline(session)
+        self._shared = shared
         session.slots.hold(slot, Checkpoint(epoch, last_seq, self._tag))
+
+    @property
+    def sink_deadline(self) -> Deadline:
+        return self._shared
 
     @property
     def deadline_mono(self) -> float:
@@ -163,7 +219,7 @@ class SessionFence:
         return not self.session.live
 
     def remaining_seconds(self) -> float:
-        return self.deadline_mono - time.monotonic()
+        return self._shared.remaining_seconds()
 
     def extend(self, sent_mono: float) -> float | None:
         return None  # the session's renewals move the deadline
@@ -172,8 +228,10 @@ class SessionFence:
         await self.session.wait_renewed(timeout_seconds)
 
     def checkpoint(self, seq: int) -> None:
-        if not self._finished and self.session.live:
-            self.session.slots.hold(self.slot, Checkpoint(self._epoch, seq, self._tag))
+        # Once per acknowledged batch: the slot entry is replaced whole, as SlotTable.hold does.
+        session = self.session
+        if not self._finished and session.state is SessionState.LIVE:
+            session.slots.hold(self.slot, Checkpoint(self._epoch, seq, self._tag))
 
     def stop_renewing(self) -> None:
         return  # the session renews on; the slot keeps the checkpoint until the release
@@ -190,3 +248,70 @@ class SessionFence:
             self.session.lose_slot(self.slot, self._stream_id, now, write_may_land=False)
         else:
             self.session.slots.free(self.slot, now)
+
+
+class Pausable(Protocol):
+    """A holder as the delivery gate sees it."""
+
+    def pause_for_fence(self) -> None:
+        """Stop reading and delivering if the holder's session is past its deadline (a holder
+        of a per-stream lease, or inside its deadline, ignores it); it then waits in the gate."""
+        ...
+
+    def resume_after_fence(self) -> None:
+        """The deadline moved: deliver what waited, and read again."""
+        ...
+
+
+GATE_IDLE_SECONDS: Final = 0.2
+"""How often the gate looks again while the worker has no live session (a new one is opening)."""
+
+
+class DeliveryGate:
+    """Session fencing for every stream at once (architecture §4a).
+
+    When the session's deadline passes, every stream attached to it stops reading and delivering
+    (:meth:`Pausable.pause_for_fence`); a holder that finds the deadline passed on its own (a
+    batch just arrived) waits here too (:meth:`hold`). When a renewal moves the deadline, every
+    one of them resumes at once. If the session is lost instead, the worker ends its holders
+    (LOST) and the gate forgets them. One task per worker (:meth:`run`); no task per stream.
+    """
+
+    def __init__(self) -> None:
+        self._paused: set[Pausable] = set()
+
+    def hold(self, holder: Pausable) -> None:
+        """``holder`` paused itself past the deadline: resume it when the session renews."""
+        self._paused.add(holder)
+
+    def forget(self, holder: Pausable) -> None:
+        """``holder`` ended (idempotent)."""
+        self._paused.discard(holder)
+
+    @property
+    def paused(self) -> int:
+        """How many holders wait for a renewal."""
+        return len(self._paused)
+
+    async def run(
+        self, session_of: Callable[[], Session | None], holders: Callable[[], Iterable[Pausable]]
+    ) -> None:
+        """Pause at each deadline, resume at each renewal, until cancelled. ``session_of()``: the
+        worker's current session; ``holders()``: every holder now."""
+        while True:
+            session = session_of()
+            if session is None or not session.live:
+                self._paused.clear()  # their holders are being ended as lost
+                await asyncio.sleep(GATE_IDLE_SECONDS)
+                continue
+            now = time.monotonic()
+            if session.fenced(now):
+                for holder in holders():
+                    holder.pause_for_fence()
+                await session.wait_renewed(None)
+                continue
+            if self._paused:
+                paused, self._paused = self._paused, set()
+                for holder in paused:
+                    holder.resume_after_fence()
+            await session.wait_renewed(session.deadline_mono - now)

@@ -1,59 +1,62 @@
-"""One held stream: its lease, its upstream connection and the sink, in one task.
+"""One held stream: its lease, its upstream link, its delivery, and how the holding ends.
 
-A :class:`StreamHolder` is created by :mod:`worker.acquisition` after a won acquire and runs as
-one task in the worker's stream TaskGroup until its lease ends. The task reads a batch of
-messages (:class:`~worker.upstream_feed.UpstreamFeed`: resuming at ``last_seq + 1``, the
-batch being what has arrived by the time it looks), writes it to the sink while the holder is
-inside its self-fencing deadline (its :class:`~worker.fence.Fence`: the lease's own, or its
-session's), moves ``acked_seq`` — the checkpoint renewals carry — once the sink acknowledged
-the whole batch, and reads again. Nothing is read while a write is in flight, so a slow sink
-slows reading (websockets' bounded buffer, then TCP) instead of growing memory, and no message
-passes through a second task or queue.
+A :class:`StreamHolder` is created by :mod:`worker.acquisition` after a won acquire. Its parts:
+the upstream link (:mod:`worker.stream.link`: connect, resume, reconnect with backoff), whose
+connections hand every batch straight to the holding's delivery (:mod:`worker.stream.delivery`:
+sequence, fence check, sink, acknowledgement — callbacks, no await per message), and the
+progress the connection-state writer watches (:mod:`worker.stream.progress`).
 
-Past a per-stream lease's deadline (a timer) the holding ends (FENCED). Past a session's
-deadline the task *pauses* before its next write — reading stops — until the session renews
-(resume) or is lost. An end request from another task (stop, shed, shutdown, lost) interrupts a
-pending read or pause at once; a sink write in flight is never interrupted (it cannot be
-recalled) and is followed by nothing. Connection-state changes go to the worker's
-:class:`~worker.connection_report.ConnectionReport`.
-
-How it ends (:class:`EndReason`) decides the order of the last steps; see :meth:`run`.
+The holder's one task (:meth:`StreamHolder.run`) keeps the link up until an end is requested or
+the upstream ends the stream, then takes the last steps its :class:`EndReason` calls for. Past a
+per-stream lease's deadline (a timer, or a batch that finds it passed) the holding ends
+(FENCED); a session's deadline pauses delivery in the worker's delivery gate instead, and a lost
+session ends every holder (LOST). An end request from another task (stop, shed, shutdown, lost)
+interrupts the link at once; a batch in the sink is never recalled, and after an abrupt end
+nothing more is submitted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Coroutine
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
 from streamlease import rules
-from streamlease.errors import LeaseLost, SinkDeadlinePassed, SinkError, StoreError
+from streamlease.errors import LeaseLost, StoreError, UpstreamRejected
 from streamlease.lease_events import LeaseEventKind
 from streamlease.model import Lease, Stream
-from streamlease.schema import DesiredState
-from streamlease.telemetry import WorkerMetric
+from streamlease.profile import DEFAULT_PROFILE, Profile, ProfileError
+from streamlease.schema import ConnectionState, DesiredState
+from streamlease.telemetry import SpanName, WorkerMetric
 from worker.context import WorkerContext
 from worker.fence import Fence
 from worker.logs import describe, logger
-from worker.sinks import SinkRecord
-from worker.tracing import UNTRACED
-from worker.upstream import UpstreamMessage
-from worker.upstream_feed import UpstreamFeed
+from worker.secrets import Secrets
+from worker.sinks import BatchHeader
+from worker.stream.delivery import Delivery
+from worker.stream.link import HeadersSource, UpstreamEvent, UpstreamEventKind, UpstreamLink
+from worker.stream.progress import ProgressWatch
+from worker.stream.sequence import Sequencer
+from worker.tracing import UNTRACED, StreamTrace
 
 _T = TypeVar("_T")
 
-MAX_BATCH_RECORDS: Final = 500
-"""Most records handed to the sink in one write."""
-SINK_RETRY_BASE_SECONDS: Final = 0.1
-SINK_RETRY_MAX_SECONDS: Final = 2.0
 RELEASE_RETRY_SECONDS: Final = 0.2
 """Pause between release attempts that got no answer (per-stream leases: until the fencing
 deadline; sessions: while the session lives)."""
 BEST_EFFORT_RELEASE_SECONDS: Final = 2.0
 """How long a fenced holder tries to release its lapsed lease before giving up."""
+DRAIN_SECONDS: Final = 10.0
+"""How long a graceful end waits for the sink to take what was received (bounded by the
+deadline too: the sink sends nothing after it)."""
+
+_LINK_STATES: Final = {
+    UpstreamEventKind.CONNECTED: ConnectionState.CONNECTED,
+    UpstreamEventKind.RETRYING: ConnectionState.RETRYING,
+    UpstreamEventKind.REJECTED: ConnectionState.REJECTED,
+}
 
 
 class EndReason(StrEnum):
@@ -107,11 +110,7 @@ class StreamHolder:
         self.owner = lease.owner
         self.acquired_mono = acquired_mono
         self.fence = fence
-        self.acked_seq = lease.last_seq
-        """Highest seq the sink acknowledged: the checkpoint renewals and the release carry."""
         self.end_reason: EndReason | None = None
-        self.trace = UNTRACED
-        """This start's place in a trace (set by the acquire): connect and first batch."""
         self._ctx = ctx
         self._settings = ctx.settings
         self._failure: str | None = None
@@ -119,13 +118,42 @@ class StreamHolder:
         self._interruptible = False
         self._interrupting = False
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self._feed = UpstreamFeed(
-            lease,
-            ctx,
-            on_failed=lambda detail: self.request_end(EndReason.FAILED, detail),
-            on_lost=lambda: self.request_end(EndReason.LOST),
-            on_ended=lambda detail: self.request_end(EndReason.ENDED, detail),
+        self._trace = UNTRACED
+        profile = self._profile(lease)
+        sequencer = Sequencer(profile.seq_path, lease.last_seq)
+        self.progress = ProgressWatch(sequencer, profile.idle_seconds)
+        self.delivery = Delivery(
+            BatchHeader(lease.stream_id, lease.epoch, lease.owner),
+            self.progress,
+            fence,
+            sink=ctx.sink,
+            metrics=ctx.metrics,
+            gate=ctx.gate,
+            reading=self,
+            on_fenced=lambda: self.request_end(EndReason.FENCED),
+            acked_seq=lease.last_seq,
         )
+        secrets = ctx.secrets
+        self._link = UpstreamLink(
+            lease.stream_id,
+            lease.ws_url,
+            ctx.settings,
+            self.delivery.messages_received,  # the connection's batches go straight there
+            resume_from=lambda: sequencer.last_seq,
+            on_event=self._on_event,
+            profile=profile,
+            headers=_headers_for(profile, secrets),
+            forget_secrets=None if secrets is None else lambda: secrets.forget(profile.secrets),
+            keepalive=ctx.keepalive,
+            connect_span=lambda attempt: self._trace.span(SpanName.CONNECT, attempt=attempt),
+        )
+
+    def _profile(self, lease: Lease) -> Profile:
+        try:
+            return Profile.from_item(lease.profile)
+        except ProfileError as exc:
+            self._failure = f"stream profile unreadable ({exc.field})"
+            return DEFAULT_PROFILE
 
     # --- what other tasks call -----------------------------------------------------------
 
@@ -139,15 +167,44 @@ class StreamHolder:
         """Until when this holder may deliver (monotonic seconds)."""
         return self.fence.deadline_mono
 
+    @property
+    def trace(self) -> StreamTrace:
+        """This start's place in a trace (set by the acquire): its first batch is recorded."""
+        return self._trace
+
+    @trace.setter
+    def trace(self, trace: StreamTrace) -> None:
+        self._trace = trace
+        self.delivery.on_first_stored = trace.first_batch if trace.traced else None
+
+    @property
+    def acked_seq(self) -> int:
+        """Highest seq the sink acknowledged: the checkpoint renewals and the release carry."""
+        return self.delivery.acked_seq
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Payload bytes received and not yet acknowledged by the sink (in it, or waiting)."""
+        return self.delivery.buffered_bytes
+
+    def pause_reading(self) -> None:
+        """Read nothing from the upstream until :meth:`resume_reading` (the delivery asks)."""
+        self._link.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again."""
+        self._link.resume_reading()
+
     def request_end(self, reason: EndReason, detail: str | None = None) -> None:
         """Ask the holder to end for ``reason`` (see :data:`_PRIORITY` for concurrent asks):
-        a read or pause in progress is interrupted now, a sink write in flight finishes."""
+        reading stops and the link is interrupted now; a batch in the sink finishes."""
         current = self.end_reason
         if current is not None and _PRIORITY[reason] <= _PRIORITY[current]:
             return
         self.end_reason = reason
         if reason in (EndReason.FAILED, EndReason.ENDED) and detail:
             self._failure = detail
+        self.delivery.stop(graceful=reason in GRACEFUL)
         self._interrupt()
 
     def extend(self, sent_mono: float) -> float | None:
@@ -166,22 +223,28 @@ class StreamHolder:
     async def run(self) -> None:
         """Hold the stream until it ends, then take the last steps its end reason calls for.
 
-        Graceful (stopped, shed, shutdown, ended, failed): stop reading, close the upstream
-        (1000 or 1001), release with the final checkpoint (the last acknowledged seq), then hand
-        off. Abrupt (lost, fenced): deliver nothing more, record the event, close the upstream.
+        Graceful (stopped, shed, shutdown, ended, failed): stop reading, let the sink take what
+        was received, close the upstream (1000 or 1001), release with the final checkpoint
+        (the last acknowledged seq) and progress, then hand off. Abrupt (lost, fenced): deliver
+        nothing more, record the event, close the upstream.
         """
         self._task = asyncio.current_task()
         self._arm_deadline()
+        self._ctx.connections.track(self.lease, self.progress, self._lost)
         try:
+            if self._failure is not None:
+                self.request_end(EndReason.FAILED)
             await self._hold()
             reason = self.end_reason
             if reason in GRACEFUL:
+                limit = min(DRAIN_SECONDS, max(0.0, self.fence.remaining_seconds()) + 1.0)
+                await self.delivery.drain(limit)
                 code = 1000 if reason in (EndReason.STOPPED, EndReason.ENDED) else 1001
-                await self._feed.close(code)
+                await self._link.close(code)
                 await self._give_back()
             else:
                 self._record_abrupt_end()
-                await self._feed.close(1001)
+                await self._link.close(1001)
                 if reason is EndReason.FENCED:
                     await self._release_lapsed()
         except Exception as exc:  # a bug must not take the worker down
@@ -189,23 +252,51 @@ class StreamHolder:
                 "holder failed", stream_id=self.stream_id, epoch=self.epoch, error=describe(exc)
             )
             self.fence.stop_renewing()
-            await self._feed.close(1001)
+            await self._link.close(1001)
             await self._release_lapsed()  # conditional on owner and epoch: safe in any state
         finally:
             if self._deadline_timer is not None:
                 self._deadline_timer.cancel()
+            self.delivery.close()
             self._ctx.connections.forget(self.stream_id, self.epoch)
             self.fence.finish()
 
     async def _hold(self) -> None:
-        """Read → write → acknowledge until an end is requested."""
-        feed = self._feed
-        while self.end_reason is None:
-            batch = await self._interruptibly(feed.next_batch(MAX_BATCH_RECORDS))
-            if not batch:
-                return  # interrupted, ended by the upstream, or the feed failed
-            if not await self._write(batch):
-                return
+        """Keep the upstream link up until an end is requested or the upstream ends it."""
+        link = self._link
+        try:
+            await self._interruptibly(link.run())
+        except Exception as exc:
+            self.request_end(EndReason.FAILED, describe(exc))
+            return
+        if link.upstream_ended:
+            self.request_end(EndReason.ENDED, link.end_reason or "upstream ended the stream")
+
+    def _lost(self) -> None:
+        self.request_end(EndReason.LOST)
+
+    def _on_event(self, event: UpstreamEvent) -> None:
+        """The link's report: count, log, and note connection-state changes."""
+        kind = event.kind
+        stream_id = self.stream_id
+        if kind is UpstreamEventKind.CONNECTED:
+            logger.info("upstream connected", stream_id=stream_id, attempt=event.attempt)
+        else:
+            if kind is UpstreamEventKind.RETRYING:
+                self._ctx.metrics.incr(WorkerMetric.RECONNECTS)
+            logger.info(
+                "upstream failed",
+                stream_id=stream_id,
+                kind=kind.value,
+                error=event.error,
+                status=event.status,
+                close_code=event.close_code,
+                retry_in_seconds=round(event.delay_seconds, 3),
+            )
+        state = _LINK_STATES.get(kind)
+        if state is not None:
+            error = None if state is ConnectionState.CONNECTED else event.error
+            self._ctx.connections.note(self.lease, state, error, self._lost)
 
     async def _interruptibly(self, step: Coroutine[Any, Any, _T]) -> _T | None:
         """Await ``step`` unless an end request interrupts it first (then None).
@@ -313,7 +404,8 @@ class StreamHolder:
             self._record(LeaseEventKind.HANDOFF)
 
     async def _release(self) -> Stream | None:
-        """Release with the final checkpoint, retrying unanswered calls while it can matter.
+        """Release with the final checkpoint and progress, retrying unanswered calls while it
+        can matter.
 
         Returns the stream as it is after the release, or None when the lease was lost, the
         stream is gone, or the attempts ran out (the event is recorded here). A per-stream
@@ -330,6 +422,7 @@ class StreamHolder:
                     last_seq=self.acked_seq,
                     last_error=self._failure,
                     stop=self.end_reason is EndReason.ENDED,
+                    progress=self.progress.snapshot(),
                 )
             except LeaseLost:
                 self.end_reason = EndReason.LOST
@@ -374,84 +467,18 @@ class StreamHolder:
         except (StoreError, TimeoutError):
             self.fence.release_unanswered()  # the item may still name this holding
 
-    # --- deliver -------------------------------------------------------------------------------
 
-    async def _write(self, batch: list[UpstreamMessage]) -> bool:
-        """Write one batch, retrying sink failures; False when delivery must stop instead.
-
-        The fencing check comes before every attempt, and the sink gets the deadline too: past
-        it nothing is sent, whatever DynamoDB would say. A per-stream lease then ends (FENCED);
-        a session's holder pauses until the session renews and then sends what was not stored
-        (messages taken in after the deadline are stamped as taken in then). Only a batch
-        stored whole moves ``acked_seq``.
-        """
-        ctx = self._ctx
-        owner, stream_id, epoch = self.owner, self.stream_id, self.epoch
-        unsent: list[SinkRecord] = [
-            SinkRecord(stream_id, epoch, m.seq, m.received_at_ms, m.payload, owner, m.encoding)
-            for m in batch
-        ]
-        failures = 0
-        while unsent:
-            if self.end_reason is not None and self.end_reason not in GRACEFUL:
-                return False
-            if not rules.is_safe_to_deliver(time.monotonic(), self.deadline_mono):
-                if not self.fence.pauses:
-                    self.request_end(EndReason.FENCED)
-                    return False
-                passed = self.deadline_mono
-                if not await self._interruptibly(self._until_renewed()):
-                    return False
-                unsent = _restamped(unsent, passed)
-                continue
-            try:
-                await ctx.sink.write(unsent, self.fence)
-            except Exception as exc:  # SinkError, or whatever a pluggable sink raises
-                # Only what the sink did not store is sent again: a retry repeats nothing.
-                if isinstance(exc, SinkError) and exc.unsent is not None:
-                    unsent = [r for r in exc.unsent if isinstance(r, SinkRecord)]
-                if isinstance(exc, SinkDeadlinePassed):
-                    continue  # the fencing check above decides what now
-                failures += 1
-                ctx.metrics.incr(WorkerMetric.SINK_ERRORS)
-                logger.warning(
-                    "sink write failed",
-                    stream_id=stream_id,
-                    epoch=epoch,
-                    attempt=failures,
-                    error=describe(exc),
-                )
-                pause = rules.backoff_seconds(
-                    min(failures - 1, 10),
-                    SINK_RETRY_BASE_SECONDS,
-                    SINK_RETRY_MAX_SECONDS,
-                    random.random(),
-                )
-                if await self._interruptibly(asyncio.sleep(pause, result=True)) is None:
-                    return False
-                continue
-            unsent = []
-        self.acked_seq = batch[-1].seq
-        self.fence.checkpoint(self.acked_seq)
-        self.trace.first_batch(len(batch))
-        return True
-
-    async def _until_renewed(self) -> bool:
-        """Paused past the session's deadline: True once a renewal moved it, False when the
-        session is gone."""
-        fence = self.fence
-        while not rules.is_safe_to_deliver(time.monotonic(), self.deadline_mono):
-            if fence.gone:
-                return False
-            await fence.wait_renewed(None)
-        return True
+def _headers_for(profile: Profile, secrets: Secrets | None) -> HeadersSource | None:
+    """What the link calls before each connect for the handshake headers."""
+    if not profile.headers:
+        return None
+    if secrets is None:
+        return lambda: _static_headers(profile)
+    return lambda: secrets.headers(profile)
 
 
-def _restamped(records: list[SinkRecord], deadline_mono: float) -> list[SinkRecord]:
-    """Records taken in after ``deadline_mono`` carry the time delivery resumed instead: no
-    message is accepted in a span no deadline covered."""
-    now_ms = time.time_ns() // 1_000_000
-    passed_ms = now_ms - int((time.monotonic() - deadline_mono) * 1000)
-    return [
-        r if r.received_at_ms < passed_ms else r._replace(received_at_ms=now_ms) for r in records
-    ]
+async def _static_headers(profile: Profile) -> list[tuple[str, str]]:
+    """Headers without a secret resolver: literal values only."""
+    if profile.secrets:
+        raise UpstreamRejected("this worker cannot read secrets")
+    return [(name, value.template) for name, value in profile.headers]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 from worker.holder import EndReason, StreamHolder
+from worker.stream.delivery import Delivery
 
 
 class Holdings:
@@ -40,6 +41,10 @@ class Holdings:
 
     def __iter__(self) -> Iterator[StreamHolder]:
         return iter(list(self._holders.values()))
+
+    def deliveries(self) -> Iterator[Delivery]:
+        """The delivery of every holder (what the delivery gate pauses and resumes)."""
+        return iter([holder.delivery for holder in self._holders.values()])
 
     def holder(self, stream_id: str) -> StreamHolder | None:
         """The holder of ``stream_id`` (None: not held, or only being acquired)."""

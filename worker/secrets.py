@@ -29,7 +29,7 @@ from streamlease import aws
 from streamlease.errors import UpstreamRejected
 from streamlease.profile import Profile, SecretRef
 from streamlease.settings import Settings
-from worker.upstream.reader import HeadersUnavailable
+from worker.stream.link import HeadersUnavailable
 
 if TYPE_CHECKING:
     from types_boto3_secretsmanager import SecretsManagerClient

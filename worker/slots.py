@@ -75,7 +75,11 @@ class SlotTable:
         instead of every renewal of the session failing to encode it."""
         if not (0 < entry.epoch <= MAX_SEQ and 0 <= entry.last_seq <= MAX_SEQ):
             raise ValueError(f"checkpoint out of range: {entry!r}")
-        self._set(slot, entry)
+        entries = self._entries
+        if slot < len(entries):  # every acknowledged batch comes here: the common case first
+            entries[slot] = entry
+        else:
+            self._set(slot, entry)
 
     def cancel(self, slot: int) -> None:
         """The acquire for ``slot`` did not win, and its write can no longer land."""

@@ -5,20 +5,20 @@ last-moment deadline check removed: the mutant the fence test must catch).
 Run a worker with :data:`RUN_WORKER` so this folder is importable. The test drives it through
 files next to the worker's health file: it writes ``<health>.stall``; the next write then
 occupies the sink's thread until ``<health>.resume`` exists (at most :data:`MAX_STALL_SECONDS`),
-and its own batch queues behind it, already checked against the holder's deadline.
+and the store of its own batch queues behind it, already checked against the holder's deadline.
 ``<health>.stalled`` says the stall began, ``<health>.resumed`` that it ended.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 import worker.sinks.file
 from streamlease.settings import Settings
-from worker.sinks import Deadline, FileSink, SinkRecord
+from worker.sinks import FileSink, SinkBatch
+from worker.sinks.base import Deadline
 
 RUN_WORKER: Final = (
     "-c",
@@ -35,19 +35,20 @@ def control_file(settings: Settings, suffix: str) -> Path:
 
 
 class StalledFileSink(FileSink):
-    """:class:`FileSink` whose thread stalls once, on the first write after ``.stall`` exists."""
+    """:class:`FileSink` whose thread stalls once, on the first batch after ``.stall`` exists."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings.sink_dir)
         self._settings = settings
+        self._stalling: object = None  # the stall's future: kept, never awaited
 
-    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
+    def submit(self, batch: SinkBatch) -> None:
         stall = control_file(self._settings, "stall")
         if stall.exists():
             stall.unlink()
-            self._thread.run(self._stall)
+            self._stalling = self._thread.run(self._stall)
             control_file(self._settings, "stalled").touch()
-        await super().write(records, deadline)
+        super().submit(batch)
 
     def _stall(self) -> None:
         resume = control_file(self._settings, "resume")
@@ -62,8 +63,15 @@ def fenced(settings: Settings) -> StalledFileSink:
     return StalledFileSink(settings)
 
 
+class _NeverPassed:
+    """A deadline check that never refuses."""
+
+    def open(self, deadline: Deadline) -> bool:
+        return True
+
+
 def unfenced(settings: Settings) -> StalledFileSink:
     """The mutant: the check in the sink's thread never refuses (only the holder's check before
-    the write remains)."""
-    worker.sinks.file.deadline_passed = lambda deadline: False  # type: ignore[attr-defined]
+    the batch is submitted remains)."""
+    worker.sinks.file.DeadlineClock = _NeverPassed  # type: ignore[attr-defined,misc,assignment]
     return StalledFileSink(settings)

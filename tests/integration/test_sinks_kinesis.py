@@ -1,6 +1,7 @@
 """The Kinesis sink against the moto server: batching, partition keys, retry of only the failed
-records, giving up with SinkError, fencing, and group commit across concurrent writers — each
-with aggregation on (KPL aggregated records, the default) and off (a JSON record per message)."""
+records, giving up with SinkError, fencing, and group commit across the batches of many streams —
+each with aggregation on (KPL aggregated records, the default) and off (a JSON record per
+message)."""
 
 from __future__ import annotations
 
@@ -17,21 +18,46 @@ from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.kinesis_records import StreamMessage, read_record
 from streamlease.kpl import hash_key
 from streamlease.settings import Settings
-from worker.sinks import KinesisSink, NoDeadline, SinkRecord, encode_record
+from worker.sinks import (
+    BatchHeader,
+    Deadline,
+    KinesisSink,
+    NoDeadline,
+    SinkRecord,
+    encode_record,
+    write_batch,
+)
 
 ALWAYS = NoDeadline()
 """No fencing deadline: these tests are about the sink alone."""
 
 
-def record(stream_id: str, seq: int) -> SinkRecord:
-    return SinkRecord(stream_id, 2, seq, 1_700_000_000_000, b'{"seq":%d}' % seq, "w-1")
+def header(stream_id: str) -> BatchHeader:
+    return BatchHeader(stream_id, 2, "w-1")
 
 
-def big_record(stream_id: str, seq: int) -> SinkRecord:
+def record(seq: int) -> SinkRecord:
+    return SinkRecord(seq, 1_700_000_000_000, b'{"seq":%d}' % seq)
+
+
+def big_record(seq: int) -> SinkRecord:
     """A message too large to share an aggregated record (30 KB): one Kinesis record each,
     aggregated or not, so a test can fail one record and name the message in it."""
     payload = b'{"seq":%d,"pad":"%s"}' % (seq, b"x" * 30_000)
-    return SinkRecord(stream_id, 2, seq, 1_700_000_000_000, payload, "w-1")
+    return SinkRecord(seq, 1_700_000_000_000, payload)
+
+
+async def write(
+    sink: KinesisSink,
+    stream_id: str,
+    seqs: list[int],
+    deadline: Deadline = ALWAYS,
+    *,
+    big: bool = False,
+) -> None:
+    """One batch of ``stream_id``: submitted, and waited for until it is settled."""
+    records = [big_record(n) if big else record(n) for n in seqs]
+    await write_batch(sink, header(stream_id), records, deadline)
 
 
 class RecordingClient:
@@ -123,21 +149,21 @@ async def test_records_land_once_with_the_stream_id_as_partition_key(
     aggregated, the three share one Kinesis record, else each is its own (the encoded record)."""
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording)
-    sent = [record("a:1", 1), record("b.2", 1), record("a:1", 2)]
-    await sink.write(sent, ALWAYS)
+    sent = [(header("a:1"), record(1)), (header("b.2"), record(1)), (header("a:1"), record(2))]
+    await asyncio.gather(write(sink, "a:1", [1, 2]), write(sink, "b.2", [1]))
     await sink.close()
     stored = read_stream(aws_settings)
     assert seqs_by_stream(stored) == {"a:1": [1, 2], "b.2": [1]}
     assert sorted(
         (m.stream_id, m.epoch, m.seq, m.received_at_ms, m.payload, m.worker_id) for m in stored
     ) == sorted(
-        (r.stream_id, r.epoch, r.seq, r.received_at_ms, r.payload, r.worker_id) for r in sent
+        (h.stream_id, h.epoch, r.seq, r.received_at_ms, r.payload, h.worker_id) for h, r in sent
     )
     if aws_settings.kinesis_aggregation:
         assert [len(call) for call in recording.calls] == [1]
         assert (sink.records, sink.messages) == (1, 3)
     else:
-        assert {r["Data"] for r in recording.calls[0]} == {encode_record(r) for r in sent}
+        assert {r["Data"] for r in recording.calls[0]} == {encode_record(h, r) for h, r in sent}
         assert (sink.records, sink.messages) == (3, 3)
 
 
@@ -146,27 +172,28 @@ async def test_only_the_failed_records_are_retried(aws_settings: Settings, clien
     duplicated or lost."""
     recording = RecordingClient(client, fail_indexes={0: {1}})
     sink = KinesisSink(aws_settings, client=recording, backoff_base_seconds=0.01)
-    await sink.write([big_record("s", n) for n in range(1, 5)], ALWAYS)
+    await write(sink, "s", [1, 2, 3, 4], big=True)
     await sink.close()
     assert [len(call) for call in recording.calls] == [4, 1]
     assert sent_seqs(recording.calls[1]) == [2]
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3, 4]}
 
 
-async def test_a_record_failing_every_attempt_fails_the_write(
+async def test_a_record_failing_every_attempt_fails_its_batch(
     aws_settings: Settings, client: Any
 ) -> None:
-    """After sink_max_attempts the write raises SinkError naming the Kinesis error code."""
+    """After sink_max_attempts the batch fails with SinkError naming the Kinesis error
+    code."""
     settings = dataclasses.replace(aws_settings, sink_max_attempts=3)
     recording = RecordingClient(client, fail_indexes={n: {0} for n in range(10)})
     sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.001)
     with pytest.raises(SinkError, match="ProvisionedThroughputExceeded"):
-        await sink.write([record("s", 1)], ALWAYS)
+        await write(sink, "s", [1])
     await sink.close()
     assert len(recording.calls) == 3
 
 
-class Deadline:
+class In:
     """A fencing deadline ``seconds`` from now."""
 
     def __init__(self, seconds: float) -> None:
@@ -180,54 +207,65 @@ async def test_no_retry_is_sent_after_the_deadline_and_the_unsent_are_named(
     aws_settings: Settings, client: Any
 ) -> None:
     """A slow sink whose calls keep partly failing: once the holder's deadline passes nothing
-    more is sent — not even a retry — and the write fails naming the records not stored, so
+    more is sent — not even a retry — and the batch fails naming the records not stored, so
     the holder neither acknowledges them nor sends the stored ones again."""
     settings = dataclasses.replace(aws_settings, sink_max_attempts=100)
     failing = {0: {2, 3}} | {n: {0, 1} for n in range(1, 100)}  # 3 and 4 never get through
     recording = RecordingClient(client, fail_indexes=failing)
     recording.delay_seconds = 0.1
     sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.05)
-    deadline = Deadline(0.5)
+    deadline = In(0.5)
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await sink.write([big_record("s", n) for n in range(1, 5)], deadline)
+        await write(sink, "s", [1, 2, 3, 4], deadline, big=True)
     await sink.close()
     assert recording.started and all(t < deadline.at for t in recording.started)
     assert [r.seq for r in cut.value.unsent or []] == [3, 4]
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2]}
 
 
-async def test_a_write_after_the_deadline_sends_nothing(
+async def test_a_batch_after_the_deadline_sends_nothing(
     aws_settings: Settings, client: Any
 ) -> None:
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording)
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await sink.write([record("s", 1)], Deadline(-1.0))
+        await write(sink, "s", [1], In(-1.0))
     await sink.close()
     assert recording.calls == []
     assert [r.seq for r in cut.value.unsent or []] == [1]
 
 
-class PassesWhileTaken:
-    """A deadline that passes after ``checks`` looks: while the sink takes a write's records."""
+class Ticking:
+    """A monotonic clock that moves a second each time it is read: the sink's clock while it
+    takes a batch's messages into a call, so a deadline passes halfway through."""
 
-    def __init__(self, checks: int) -> None:
-        self.checks = checks
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+class Fixed:
+    """A deadline ``seconds`` after the moment the sink reads it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
     def remaining_seconds(self) -> float:
-        self.checks -= 1
-        return 1.0 if self.checks >= 0 else -1.0
+        return self.seconds
 
 
-async def test_a_write_whose_deadline_passes_while_its_records_are_taken_sends_none_of_them(
+async def test_a_batch_whose_deadline_passes_while_its_records_are_taken_sends_none_of_them(
     aws_settings: Settings, client: Any
 ) -> None:
-    """The write fails naming all its records unsent, so none may be sent: the two taken into
-    the batch before the deadline passed would otherwise be stored and then sent again."""
+    """The batch fails naming all its records unsent, so none may be sent: those taken into
+    the call before the deadline passed would otherwise be stored and then sent again."""
     recording = RecordingClient(client)
-    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
+    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0, clock=Ticking())
     with pytest.raises(SinkDeadlinePassed) as cut:
-        await sink.write([record("s", n) for n in range(1, 5)], PassesWhileTaken(2))
+        await write(sink, "s", [1, 2, 3, 4], Fixed(2.5))
     await sink.close()
     assert recording.calls == []
     assert [r.seq for r in cut.value.unsent or []] == [1, 2, 3, 4]
@@ -237,16 +275,16 @@ async def test_a_call_queued_behind_a_busy_sink_thread_is_not_sent_once_its_dead
     aws_settings: Settings, client: Any
 ) -> None:
     """The deadline was fine when the batch was taken, but the sink's thread was busy until
-    after it: the thread looks again right before PutRecords and sends nothing of that write;
-    another write in the same batch, still inside its deadline, is sent."""
+    after it: the thread looks again right before PutRecords and sends nothing of that batch;
+    another batch in the same call, still inside its deadline, is sent."""
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
-    await sink.write([record("warm", 1)], ALWAYS)  # the shard map is read: nothing else queues
+    await write(sink, "warm", [1])  # the shard map is read: nothing else queues
     release = threading.Event()
     busy = sink._thread.run(release.wait, 5.0)  # the sink's own thread, saturated
-    late, fine = Deadline(0.3), Deadline(60.0)
-    cut = asyncio.create_task(sink.write([record("late", 1), record("late", 2)], late))
-    kept = asyncio.create_task(sink.write([record("fine", 1)], fine))
+    late, fine = In(0.3), In(60.0)
+    cut = asyncio.create_task(write(sink, "late", [1, 2], late))
+    kept = asyncio.create_task(write(sink, "fine", [1], fine))
     await asyncio.sleep(0.5)  # both taken into one batch; their call waits for the thread
     release.set()
     await busy
@@ -272,12 +310,12 @@ async def test_records_in_flight_when_the_flusher_stops_are_settled_by_their_ans
     recording = RecordingClient(client)
     recording.delay_seconds = 0.4
     sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
-    write = asyncio.create_task(sink.write([record("s", 1), record("s", 2)], ALWAYS))
+    writing = asyncio.create_task(write(sink, "s", [1, 2]))
     await asyncio.sleep(0.1)
     flusher = sink._flusher
     assert flusher is not None and recording.calls
     flusher.cancel()
-    await write  # stored: no SinkError naming them unsent
+    await writing  # stored: no SinkError naming them unsent
     with pytest.raises(asyncio.CancelledError):
         await flusher
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2]}
@@ -304,20 +342,21 @@ async def test_a_missing_stream_fails_at_once_without_retries(aws_settings: Sett
     recording = RecordingClient(aws.client("kinesis", settings))
     sink = KinesisSink(settings, client=recording)
     with pytest.raises(SinkError, match="ResourceNotFound"):
-        await sink.write([record("s", 1)], ALWAYS)
+        await write(sink, "s", [1])
     await sink.close()
     assert len(recording.calls) == 1
 
 
-async def test_concurrent_writers_share_putrecords_calls_of_at_most_500(
+async def test_the_batches_of_many_streams_share_putrecords_calls_of_at_most_500(
     aws_settings: Settings, client: Any
 ) -> None:
-    """60 streams writing 20 records each at once: few calls, none over the Kinesis limit."""
+    """60 streams submitting 20 records each at once: few calls, none over the Kinesis
+    limit."""
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording)
     async with asyncio.TaskGroup() as group:
         for n in range(60):
-            group.create_task(sink.write([record(f"s{n}", seq) for seq in range(1, 21)], ALWAYS))
+            group.create_task(write(sink, f"s{n}", list(range(1, 21))))
     await sink.close()
     assert max(len(call) for call in recording.calls) <= 500
     assert sum(len(sent_seqs(call)) for call in recording.calls) == 1200
@@ -326,18 +365,19 @@ async def test_concurrent_writers_share_putrecords_calls_of_at_most_500(
     assert found == {f"s{n}": list(range(1, 21)) for n in range(60)}
 
 
-async def test_writes_that_trickle_in_wait_for_each_other_briefly(
+async def test_batches_that_trickle_in_wait_for_each_other_briefly(
     aws_settings: Settings, client: Any
 ) -> None:
-    """Streams writing one record each, a few milliseconds apart, as 1,000 streams at 10 msg/s
-    do: the batch lingers for more instead of one PutRecords call per record. Without it each
-    call would carry one or two records (a call costs the worker a millisecond of CPU)."""
+    """Streams submitting one record each, a few milliseconds apart, as 1,000 streams at
+    10 msg/s do: the store lingers for more instead of one PutRecords call per record. Without
+    it each call would carry one or two records (a call costs the worker a millisecond of
+    CPU)."""
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording, linger_seconds=0.2)
 
     async def one(n: int) -> None:
         await asyncio.sleep(0.005 * n)
-        await sink.write([record(f"s{n}", 1)], ALWAYS)
+        await write(sink, f"s{n}", [1])
 
     async with asyncio.TaskGroup() as group:
         for n in range(20):
@@ -349,28 +389,26 @@ async def test_writes_that_trickle_in_wait_for_each_other_briefly(
 async def test_close_flushes_what_was_accepted_then_refuses(
     aws_settings: Settings, client: Any
 ) -> None:
-    """Writes in progress complete before close returns; later writes raise SinkError."""
+    """Batches accepted are stored before close returns; later ones raise SinkError."""
     sink = KinesisSink(aws_settings, client=client)
-    writes = [asyncio.create_task(sink.write([record("s", n)], ALWAYS)) for n in range(1, 4)]
+    writes = [asyncio.create_task(write(sink, "s", [n])) for n in range(1, 4)]
     await asyncio.sleep(0)
     await sink.close()
     await asyncio.gather(*writes)
     with pytest.raises(SinkError):
-        await sink.write([record("s", 9)], ALWAYS)
+        await write(sink, "s", [9])
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3]}
 
 
-async def test_an_aggregated_record_leaves_out_a_write_whose_deadline_passed(
+async def test_an_aggregated_record_leaves_out_a_batch_whose_deadline_passed(
     aws_settings: Settings, client: Any
 ) -> None:
-    """Two writes share a call: the one whose deadline passes while its messages are taken
+    """Two batches share a call: the one whose deadline passes while its messages are taken
     sends none of them (all named unsent); the other's are stored."""
     recording = RecordingClient(client)
-    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0.05)
-    late = asyncio.create_task(
-        sink.write([record("late", n) for n in range(1, 5)], PassesWhileTaken(2))
-    )
-    on_time = asyncio.create_task(sink.write([record("ok", n) for n in range(1, 5)], ALWAYS))
+    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0.05, clock=Ticking())
+    late = asyncio.create_task(write(sink, "late", [1, 2, 3, 4], Fixed(2.5)))
+    on_time = asyncio.create_task(write(sink, "ok", [1, 2, 3, 4]))
     with pytest.raises(SinkDeadlinePassed) as cut:
         await late
     await on_time
@@ -432,7 +470,7 @@ async def test_messages_are_aggregated_per_shard_and_land_where_the_kcl_keeps_th
     sink = KinesisSink(sharded, client=recording)
     async with asyncio.TaskGroup() as group:
         for n in range(40):
-            group.create_task(sink.write([record(f"s{n}", seq) for seq in range(1, 6)], ALWAYS))
+            group.create_task(write(sink, f"s{n}", [1, 2, 3, 4, 5]))
     await sink.close()
     expected = {f"s{n}": [1, 2, 3, 4, 5] for n in range(40)}
     assert kcl_view(sharded) == expected
@@ -477,7 +515,7 @@ async def test_after_a_reshard_messages_outside_the_shard_a_record_landed_on_are
         pytest.skip("records of one message go where their key says")
     stale = StaleShardMap(client)
     sink = KinesisSink(sharded, client=stale, backoff_base_seconds=0.01)
-    await sink.write([record(f"s{n}", seq) for n in range(40) for seq in (1, 2, 3)], ALWAYS)
+    await asyncio.gather(*(write(sink, f"s{n}", [1, 2, 3]) for n in range(40)))
     await sink.close()
     assert stale.listed == 2
     assert len(stale.calls) >= 2

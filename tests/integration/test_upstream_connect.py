@@ -1,5 +1,6 @@
 """Connect-time URL safety over real sockets: every resolved address is checked, the socket goes
-to the checked address with the URL's name kept for Host/SNI, and proxy variables are ignored."""
+to the checked address with the URL's name kept for Host/SNI, proxy variables are ignored and a
+redirect is never followed."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import socket
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
+from upstream_client import LinkRun
 from websockets.asyncio.client import connect
 
 from local.upstream_sim import UpstreamSimulator
-from streamlease.errors import UpstreamRejected
 from streamlease.settings import Settings
-from worker.upstream import Resolver, UpstreamEvent, UpstreamEventKind, UpstreamReader
+from worker.stream.link import UpstreamEventKind
+from worker.upstream import Resolver
 
 LOCAL_ONLY_INSECURE = Settings(allow_insecure_ws=True, connect_timeout_seconds=2.0)
 """ws:// allowed (the simulator has no TLS) but loopback refused, as in production."""
@@ -37,14 +39,16 @@ def resolving_to(*addresses: str) -> Resolver:
     return resolve
 
 
+async def rejection(run: LinkRun) -> str:
+    """The error of the run's first rejection (waiting for it)."""
+    return (await run.event(UpstreamEventKind.REJECTED)).error
+
+
 async def test_localhost_is_refused_when_loopback_is_not_allowed(sim: UpstreamSimulator) -> None:
     """``localhost`` never reaches the socket layer under the production policy."""
-    events: list[UpstreamEvent] = []
-    url = sim.url_for("s", host="localhost")
-    reader = UpstreamReader("s", url, LOCAL_ONLY_INSECURE, on_event=events.append)
-    with pytest.raises(UpstreamRejected, match="loopback"):
-        await anext(reader)
-    assert [e.kind for e in events] == [UpstreamEventKind.REJECTED]
+    async with LinkRun("s", sim.url_for("s", host="localhost"), LOCAL_ONLY_INSECURE) as run:
+        assert "loopback" in await rejection(run)
+    assert not run.kinds(UpstreamEventKind.CONNECTED)
     assert sim.attempts("s") == 0
 
 
@@ -54,9 +58,8 @@ async def test_a_name_that_resolves_to_loopback_is_refused_at_connect_time(
     """A harmless-looking name pointing at 127.0.0.1 (DNS rebinding) is caught after DNS."""
     url = sim.url_for("s", host="upstream.example")
     resolver = resolving_to("127.0.0.1")
-    reader = UpstreamReader("s", url, LOCAL_ONLY_INSECURE, resolver=resolver)
-    with pytest.raises(UpstreamRejected, match=r"127\.0\.0\.1 is loopback"):
-        await anext(reader)
+    async with LinkRun("s", url, LOCAL_ONLY_INSECURE, resolver=resolver) as run:
+        assert "127.0.0.1 is loopback" in await rejection(run)
     assert sim.attempts("s") == 0
 
 
@@ -64,9 +67,8 @@ async def test_one_blocked_address_among_several_refuses_the_host() -> None:
     """Every resolved address must pass, not just the first one."""
     resolver = resolving_to("93.184.215.14", "10.1.2.3")
     url = "ws://upstream.example:8765/s"
-    reader = UpstreamReader("s", url, LOCAL_ONLY_INSECURE, resolver=resolver)
-    with pytest.raises(UpstreamRejected, match=r"10\.1\.2\.3 is private"):
-        await anext(reader)
+    async with LinkRun("s", url, LOCAL_ONLY_INSECURE, resolver=resolver) as run:
+        assert "10.1.2.3 is private" in await rejection(run)
 
 
 @pytest.mark.parametrize("address", ["169.254.169.254", "169.254.170.2", "::ffff:169.254.169.254"])
@@ -78,16 +80,15 @@ async def test_metadata_addresses_are_refused_even_when_everything_is_allowed(
         allow_insecure_ws=True, allow_loopback_upstreams=True, allow_private_upstreams=True
     )
     resolver = resolving_to(address)
-    reader = UpstreamReader("s", "ws://upstream.example/s", permissive, resolver=resolver)
-    with pytest.raises(UpstreamRejected):
-        await anext(reader)
+    async with LinkRun("s", "ws://upstream.example/s", permissive, resolver=resolver) as run:
+        await rejection(run)
+    assert not run.kinds(UpstreamEventKind.CONNECTED)
 
 
 async def test_localhost_connects_when_loopback_is_allowed(sim: UpstreamSimulator) -> None:
     """The local stack's policy: the real resolver, loopback allowed, Host header kept."""
-    url = sim.url_for("s", host="localhost")
-    async with UpstreamReader("s", url, LOOPBACK_ALLOWED) as reader:
-        assert (await anext(reader)).seq == 1
+    async with LinkRun("s", sim.url_for("s", host="localhost"), LOOPBACK_ALLOWED) as run:
+        assert [r.seq for r in await run.take(1)] == [1]
     assert sim.stats("s").last_host_header == f"localhost:{sim.port}"
 
 
@@ -97,8 +98,8 @@ async def test_the_socket_goes_to_the_checked_address_and_host_keeps_the_name(
     """The name is resolved once, by us; the connection is pinned to the checked address."""
     url = sim.url_for("s", host="upstream.example")
     resolver = resolving_to("127.0.0.1")
-    async with UpstreamReader("s", url, LOOPBACK_ALLOWED, resolver=resolver) as reader:
-        assert (await anext(reader)).seq == 1
+    async with LinkRun("s", url, LOOPBACK_ALLOWED, resolver=resolver) as run:
+        assert [r.seq for r in await run.take(1)] == [1]
     assert sim.stats("s").last_host_header == f"upstream.example:{sim.port}"
 
 
@@ -109,14 +110,15 @@ async def test_addresses_are_tried_in_order_until_one_accepts(sim: UpstreamSimul
         dead = unused.getsockname()[0]
     resolver = resolving_to(dead, "127.0.0.1")
     url = sim.url_for("s", host="upstream.example")
-    async with UpstreamReader("s", url, LOOPBACK_ALLOWED, resolver=resolver) as reader:
-        assert (await anext(reader)).seq == 1
+    async with LinkRun("s", url, LOOPBACK_ALLOWED, resolver=resolver) as run:
+        assert [r.seq for r in await run.take(1)] == [1]
+    assert run.link.retries == 0
 
 
 async def test_proxy_environment_variables_are_ignored(
     sim: UpstreamSimulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With every proxy variable pointing at a dead port the reader still connects directly,
+    """With every proxy variable pointing at a dead port the link still connects directly,
     while a plain websockets client (which honours them) cannot."""
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
@@ -129,15 +131,22 @@ async def test_proxy_environment_variables_are_ignored(
     with pytest.raises(OSError):
         async with asyncio.timeout(5), connect(url):
             pass
-    async with UpstreamReader("s", url, LOOPBACK_ALLOWED) as reader:
-        assert (await anext(reader)).seq == 1
+    async with LinkRun("s", url, LOOPBACK_ALLOWED) as run:
+        assert [r.seq for r in await run.take(1)] == [1]
 
 
-async def test_a_redirect_is_not_followed(sim: UpstreamSimulator) -> None:
-    """A 3xx answer is final: redirects could lead anywhere the policy never checked."""
-    reader = UpstreamReader("s", sim.url_for("s", reject=302), LOOPBACK_ALLOWED)
-    with pytest.raises(UpstreamRejected, match="redirected"):
-        await anext(reader)
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+async def test_a_redirect_at_the_handshake_is_refused_not_followed(
+    sim: UpstreamSimulator, status: int
+) -> None:
+    """A 3xx answer is final — redirects could lead anywhere the policy never checked: the
+    stream is rejected, and nothing else is connected to."""
+    async with LinkRun("s", sim.url_for("s", reject=status), LOOPBACK_ALLOWED) as run:
+        rejected = await run.event(UpstreamEventKind.REJECTED)
+    assert rejected.status == status
+    assert "redirected" in rejected.error
+    assert sim.attempts("s") == 1
+    assert not run.kinds(UpstreamEventKind.CONNECTED)
 
 
 async def test_a_refused_tcp_connection_is_retried_until_closed() -> None:
@@ -151,13 +160,8 @@ async def test_a_refused_tcp_connection_is_retried_until_closed() -> None:
         backoff_base_seconds=0.01,
         backoff_max_seconds=0.05,
     )
-    events: list[UpstreamEvent] = []
-    reader = UpstreamReader("s", f"ws://127.0.0.1:{port}/s", settings, on_event=events.append)
-    consumer = asyncio.create_task(anext(reader))
-    await asyncio.sleep(0.3)
-    await reader.close()
-    with pytest.raises(StopAsyncIteration):
-        await consumer
-    retries = [e for e in events if e.kind is UpstreamEventKind.RETRYING]
+    async with LinkRun("s", f"ws://127.0.0.1:{port}/s", settings) as run:
+        await asyncio.sleep(0.3)
+    retries = run.kinds(UpstreamEventKind.RETRYING)
     assert len(retries) >= 3
     assert all("refused" in e.error for e in retries)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from local.invariants import Report, check, load_records
 from local.jsonl_tail import read_jsonl
@@ -87,13 +88,15 @@ class Streams:
         ws_url: str,
         *,
         command: bool = True,
+        profile: dict[str, Any] | None = None,
         held: tuple[str, int, int, int] | None = None,
     ) -> None:
-        """A new STARTED stream item (never owned), then a START command unless told not to.
+        """A new STARTED stream item (never owned, with ``profile`` as the API stores it), then
+        a START command unless told not to.
 
         ``held``: ``(session, epoch, slot, last_seq)``: the item as a session holding the
         stream left it (no command is sent)."""
-        item = {
+        item: dict[str, Any] = {
             PK: {"S": stream_key(stream_id)},
             StreamAttr.STREAM_ID: {"S": stream_id},
             StreamAttr.DESIRED_STATE: {"S": DesiredState.STARTED.value},
@@ -103,6 +106,8 @@ class Streams:
             StreamAttr.LAST_SEQ: {"N": "0"},
             StreamAttr.GENERATION: {"N": "1"},
         }
+        if profile is not None:
+            item[StreamAttr.PROFILE] = TypeSerializer().serialize(profile)
         if held is not None:
             owner, epoch, slot, last_seq = held
             item |= {
@@ -162,15 +167,17 @@ class Streams:
 
     def read(self, stream_id: str) -> Stream:
         """The item as it is now (consistent read)."""
-        from boto3.dynamodb.types import TypeDeserializer
+        return Stream.from_item(self.item(stream_id))
 
+    def item(self, stream_id: str) -> dict[str, Any]:
+        """The item's attributes as it is now (consistent read), plain values."""
         response = self.dynamodb.get_item(
             TableName=self.settings.table_name,
             Key={PK: {"S": stream_key(stream_id)}},
             ConsistentRead=True,
         )
         de = TypeDeserializer()
-        return Stream.from_item({k: de.deserialize(v) for k, v in response["Item"].items()})
+        return {k: de.deserialize(v) for k, v in response["Item"].items()}
 
     def checkpoint(self, stream_id: str) -> int:
         """How far the stream got: its item's ``last_seq``, or, while it is held through a

@@ -6,15 +6,18 @@ Times are explicit wall milliseconds (``NOW``) so expiry edges are exact, not ra
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
+from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ReadTimeoutError
 from stream_items import put_stream
 
 from streamlease import rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
 from streamlease.lease_store import LeaseStore
+from streamlease.model import StreamProgress
 from streamlease.schema import (
     PK,
     SESSION_HELD_MS,
@@ -387,6 +390,57 @@ def test_a_connection_state_after_losing_the_lease_is_lost(store, seed):
         store.record_connection("s1", "w1", 1, ConnectionState.RETRYING, "boom", now_ms=NOW)
 
     assert store.read("s1").last_error is None
+
+
+def raw_item(dynamodb: Any, table: str, stream_id: str) -> dict[str, Any]:
+    response = dynamodb.get_item(
+        TableName=table, Key={PK: {"S": stream_key(stream_id)}}, ConsistentRead=True
+    )
+    return {k: TypeDeserializer().deserialize(v) for k, v in response["Item"].items()}
+
+
+PROGRESS = StreamProgress(
+    received=120, delivered=100, malformed=20, gaps=1, last_message_at_ms=NOW - 5, at_ms=NOW
+)
+
+
+def test_progress_rides_on_a_state_change_or_goes_alone_while_holding(store, seed, dynamodb, table):
+    """Counters with a connection-state write, or by themselves (touching no index key), with
+    when they were written; an old holder cannot write over the new holder's."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    store.record_connection(
+        "s1",
+        "w1",
+        lease.epoch,
+        ConnectionState.MALFORMED,
+        "no `seq`",
+        progress=PROGRESS,
+        now_ms=NOW,
+    )
+    item = raw_item(dynamodb, table, "s1")
+    assert StreamProgress.from_item(item) == PROGRESS
+    later = dataclasses.replace(PROGRESS, delivered=150, last_message_at_ms=NOW + 9, at_ms=NOW + 10)
+    store.record_progress("s1", "w1", lease.epoch, later)
+    item = raw_item(dynamodb, table, "s1")
+    assert StreamProgress.from_item(item) == later
+    assert (item[A.PROGRESS_AT_MS], item[A.CONNECTION_STATE]) == (NOW + 10, "malformed")
+    with pytest.raises(LeaseLost):
+        store.record_progress("s1", "w2", lease.epoch, PROGRESS)
+
+
+def test_the_release_keeps_the_final_progress_and_the_next_acquire_clears_it(
+    store, seed, dynamodb, table
+):
+    """A stopped stream shows how far its last holding got; a new holding starts from none."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    store.release("s1", "w1", lease.epoch, last_seq=100, progress=PROGRESS, now_ms=NOW + 1)
+    assert StreamProgress.from_item(raw_item(dynamodb, table, "s1")) == PROGRESS
+    store.acquire("s1", "w2", LEASE_MS, now_ms=NOW + 2)
+    item = raw_item(dynamodb, table, "s1")
+    assert StreamProgress.from_item(item) is None
+    assert A.LAST_MESSAGE_AT_MS not in item and A.PROGRESS_AT_MS not in item
 
 
 # --- queries ---------------------------------------------------------------------------------

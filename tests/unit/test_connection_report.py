@@ -1,5 +1,7 @@
 """The worker's connection-state writer: changes soon, a flapping stream coalesced, repeats
-rare, writes bounded in number at once, a lost lease reported to its holder."""
+rare, writes bounded in number at once, a lost lease reported to its holder; the trouble a
+stream's progress shows written as its state, the progress itself written rarely and only when
+it changed."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from typing import Any, cast
 import pytest
 
 from streamlease.errors import LeaseLost, StoreError
-from streamlease.model import Lease
+from streamlease.model import Lease, StreamProgress
 from streamlease.schema import ConnectionState
 from worker.connection_report import ConnectionReport
+from worker.stream.progress import ProgressWatch
+from worker.stream.sequence import Sequencer
 
 CONNECTED, RETRYING = ConnectionState.CONNECTED, ConnectionState.RETRYING
 
@@ -28,15 +32,30 @@ class Store:
 
     def __init__(self, delay: float = 0.0) -> None:
         self.calls: list[tuple[str, int, ConnectionState, str | None]] = []
+        self.progress: list[tuple[str, StreamProgress, bool]] = []
+        """Progress written: stream, counters, and whether it rode on a state write."""
         self.fail: type[Exception] | None = None
         self.delay = delay
         self.in_flight = 0
         self.most_in_flight = 0
         self._lock = threading.Lock()
 
-    def record_connection(
-        self, stream_id: str, owner: str, epoch: int, state: ConnectionState, error: str | None
+    def record_progress(
+        self, stream_id: str, owner: str, epoch: int, progress: StreamProgress
     ) -> None:
+        self.progress.append((stream_id, progress, False))
+
+    def record_connection(
+        self,
+        stream_id: str,
+        owner: str,
+        epoch: int,
+        state: ConnectionState,
+        error: str | None,
+        progress: StreamProgress | None = None,
+    ) -> None:
+        if progress is not None:
+            self.progress.append((stream_id, progress, True))
         with self._lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -150,3 +169,43 @@ async def test_a_forgotten_holding_writes_nothing(running: Any) -> None:
     report.forget("s1", 3)
     await asyncio.sleep(0.45)
     assert len(store.calls) == 1
+
+
+def watched(idle_seconds: float = 60.0) -> ProgressWatch:
+    return ProgressWatch(Sequencer(("seq",), 0), idle_seconds)
+
+
+async def test_a_quiet_stream_is_written_stalled_with_its_progress(running: Any) -> None:
+    """No state was noted beyond connected: the writer's own look at the progress finds the
+    stream quiet past its idle threshold and writes ``stalled``, the counters with it."""
+    report, store = running(min_gap_seconds=0.01, scan_seconds=0.05)
+    progress = watched(idle_seconds=0.3)
+    progress.received = progress.delivered = 7
+    report.track(lease("s1"), progress, ignore)
+    report.note(lease("s1"), CONNECTED, None, ignore)
+    await until(lambda: [c[2] for c in store.calls] == [CONNECTED, ConnectionState.STALLED])
+    assert store.calls[-1][3] == "no frame for 0.3 s"
+    assert [(p.delivered, rode) for _, p, rode in store.progress] == [(7, True), (7, True)]
+
+
+async def test_progress_alone_is_written_at_most_every_interval_and_only_when_it_changed(
+    running: Any,
+) -> None:
+    """A busy stream with no state change: its counters are written once per interval; an
+    interval in which they did not change writes nothing."""
+    report, store = running(scan_seconds=0.02, progress_seconds=0.2, rand=lambda: 0.0)
+    progress = watched()
+    report.track(lease("s1"), progress, ignore)
+    report.note(lease("s1"), CONNECTED, None, ignore)
+    await until(lambda: len(store.calls) == 1)
+    for n in range(1, 26):  # 0.5 s of traffic
+        progress.received = progress.delivered = n
+        await asyncio.sleep(0.02)
+    await until(lambda: store.progress[-1][1].delivered == 25)  # the last change is written
+    alone = [p for _, p, rode in store.progress if not rode]
+    assert 2 <= len(alone) <= 4  # 0.5 s of changes, an interval of 0.2 s
+    written = len(store.progress)
+    await asyncio.sleep(0.5)  # nothing changes
+    assert len(store.progress) == written
+    progress.delivered += 1
+    await until(lambda: len(store.progress) == written + 1)

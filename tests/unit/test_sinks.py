@@ -1,4 +1,5 @@
-"""Sink records, their wire format, safe file names and choosing a sink from settings."""
+"""Sink records and their header, the wire format, the shared buffer in front of every built-in
+sink, safe file names and choosing a sink from settings."""
 
 from __future__ import annotations
 
@@ -18,36 +19,49 @@ from streamlease.errors import ConfigError, SinkDeadlinePassed, SinkError
 from streamlease.schema import SINK_STAMPED_FIELDS, SinkField
 from streamlease.settings import Settings
 from worker.sinks import (
+    BatchHeader,
+    BufferedSink,
     FileSink,
     NoDeadline,
     NullSink,
     Sink,
+    SinkBatch,
     SinkRecord,
     encode_record,
     load_sink,
     partition_key,
     read_records,
     sink_file_name,
+    write_batch,
 )
 
 ALWAYS = NoDeadline()
+HEADER = BatchHeader("s", 3, "w-1")
 
 
-def record(stream_id: str = "s", seq: int = 1, payload: bytes = b'{"seq":1}') -> SinkRecord:
-    return SinkRecord(stream_id, 3, seq, 1_700_000_000_123, payload, "w-1")
+def record(seq: int = 1, payload: bytes = b'{"seq":1}') -> SinkRecord:
+    return SinkRecord(seq, 1_700_000_000_123, payload)
 
 
-def test_record_fields_are_the_schema_sink_fields() -> None:
-    """Every name a sink writes comes from streamlease.schema.SinkField: a record's fields, and
-    what the sink stamps on them."""
+class Passed:
+    def remaining_seconds(self) -> float:
+        return -1.0
+
+
+def test_header_and_record_fields_are_the_schema_sink_fields() -> None:
+    """Every name a sink writes comes from streamlease.schema.SinkField: the header's once per
+    holding, the record's once per message, and what the sink stamps on them."""
     names = {v for k, v in vars(SinkField).items() if not k.startswith("_")}
-    assert set(SinkRecord._fields) == names - SINK_STAMPED_FIELDS
-    assert set(json.loads(encode_record(record(), 1))) == names
+    header_fields = {"stream_id", "epoch", "worker_id"}
+    assert header_fields | set(SinkRecord._fields) == names - SINK_STAMPED_FIELDS
+    assert header_fields.isdisjoint(SinkRecord._fields)
+    assert set(json.loads(encode_record(HEADER, record(), 1))) == names
 
 
 def test_encoded_record_is_one_json_line_with_the_payload_embedded() -> None:
     """Keys are the SinkField names; the payload is a JSON value, not a string."""
-    line = encode_record(record(stream_id='a"b:é', payload=b'{"seq":1,"data":[1,2]}'))
+    header = BatchHeader('a"b:é', 3, "w-1")
+    line = encode_record(header, record(payload=b'{"seq":1,"data":[1,2]}'))
     assert b"\n" not in line
     assert json.loads(line) == {
         SinkField.STREAM_ID: 'a"b:é',
@@ -62,11 +76,11 @@ def test_encoded_record_is_one_json_line_with_the_payload_embedded() -> None:
 
 def test_a_text_frame_is_a_json_string_and_a_binary_frame_base64() -> None:
     """Frames that are not JSON documents stay intact, and the record says how they are held."""
-    text = SinkRecord("s", 1, 1, 0, 'plain "text"\nhé'.encode(), "w", "text")
-    binary = SinkRecord("s", 1, 2, 0, b"\x00\xff\xfe", "w", "base64")
+    text = SinkRecord(1, 0, 'plain "text"\nhé'.encode(), "text")
+    binary = SinkRecord(2, 0, b"\x00\xff\xfe", "base64")
     decoded_text, decoded_binary = (
-        json.loads(encode_record(text)),
-        json.loads(encode_record(binary)),
+        json.loads(encode_record(HEADER, text)),
+        json.loads(encode_record(HEADER, binary)),
     )
     assert (decoded_text[SinkField.PAYLOAD_ENCODING], decoded_text[SinkField.PAYLOAD]) == (
         "text",
@@ -74,13 +88,13 @@ def test_a_text_frame_is_a_json_string_and_a_binary_frame_base64() -> None:
     )
     assert decoded_binary[SinkField.PAYLOAD_ENCODING] == "base64"
     assert base64.b64decode(decoded_binary[SinkField.PAYLOAD]) == b"\x00\xff\xfe"
-    assert b"\n" not in encode_record(text)
+    assert b"\n" not in encode_record(HEADER, text)
 
 
 def test_a_pretty_printed_payload_still_encodes_to_one_line() -> None:
     """Line breaks between JSON tokens become spaces; the value is unchanged."""
     payload = b'{\r\n  "seq": 1,\n  "text": "a\\nb"\n}'
-    line = encode_record(record(payload=payload))
+    line = encode_record(HEADER, record(payload=payload))
     assert b"\n" not in line and b"\r" not in line
     assert json.loads(line)[SinkField.PAYLOAD] == json.loads(payload)
 
@@ -126,11 +140,46 @@ def test_long_stream_ids_are_hashed_into_the_partition_key() -> None:
 async def test_null_sink_counts_and_refuses_after_close() -> None:
     """The null sink stores nothing but counts what it was given."""
     sink = NullSink()
-    await sink.write([record(seq=1), record(seq=2)], ALWAYS)
+    await write_batch(sink, HEADER, [record(seq=1), record(seq=2)], ALWAYS)
     assert (sink.records, sink.batches) == (2, 1)
     await sink.close()
     with pytest.raises(SinkError):
-        await sink.write([record()], ALWAYS)
+        await write_batch(sink, HEADER, [record()], ALWAYS)
+
+
+async def test_batches_of_every_stream_that_come_within_the_linger_are_stored_together() -> None:
+    """Group commit: one store for every batch submitted while the first lingered, each
+    settled with its own outcome."""
+    sink = NullSink(linger_seconds=0.05)
+    headers = [BatchHeader(f"s{n}", 1, "w") for n in range(20)]
+    await asyncio.gather(*(write_batch(sink, h, [record()], ALWAYS) for h in headers))
+    assert (sink.records, sink.batches, sink.stores) == (20, 20, 1)
+    await sink.close()
+
+
+async def test_a_batch_past_its_deadline_is_not_stored() -> None:
+    """The sink checks each batch's deadline when it stores it: past it, nothing is sent and
+    the batch fails with SinkDeadlinePassed naming every record."""
+    sink = NullSink()
+    records = [record(seq=1), record(seq=2)]
+    with pytest.raises(SinkDeadlinePassed) as failed:
+        await write_batch(sink, HEADER, records, Passed())
+    assert list(failed.value.unsent or []) == records
+    assert sink.records == 0
+    await sink.close()
+
+
+async def test_a_store_that_raises_fails_its_batches_instead_of_losing_them() -> None:
+    """A sink's bug never leaves a holder waiting: every batch of that store fails."""
+
+    class Broken(BufferedSink):
+        async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+            raise RuntimeError("bug")
+
+    sink = Broken()
+    with pytest.raises(SinkError, match="RuntimeError"):
+        await write_batch(sink, HEADER, [record()], ALWAYS)
+    await sink.close()
 
 
 def test_built_in_sinks_by_name(tmp_path: Path) -> None:
@@ -148,16 +197,19 @@ def test_kinesis_sink_without_a_stream_name_is_a_config_error() -> None:
 
 
 CUSTOM_MODULE = """
-class CountingSink:
+from worker.sinks import BufferedSink
+
+
+class CountingSink(BufferedSink):
     def __init__(self, settings):
+        super().__init__()
         self.settings = settings
         self.records = []
 
-    async def write(self, records, deadline):
-        self.records.extend(records)
-
-    async def close(self):
-        pass
+    async def store(self, batches):
+        for batch in batches:
+            self.records.extend(batch.records)
+        return [None] * len(batches)
 
 
 class Sinks:
@@ -193,7 +245,7 @@ async def test_custom_sink_factory_is_called_with_the_settings(
     settings = Settings(sink=f"{custom_module}:{attribute}")
     sink = load_sink(settings)
     assert isinstance(sink, Sink)
-    await sink.write([record()], ALWAYS)
+    await write_batch(sink, HEADER, [record()], ALWAYS)
     assert sink.records == [record()]  # type: ignore[attr-defined]
     assert sink.settings is settings  # type: ignore[attr-defined]
 
@@ -233,7 +285,7 @@ async def test_the_file_sink_stamps_each_batch_with_the_time_it_was_written(
     the call and its return."""
     sink = FileSink(tmp_path)
     before = time.time_ns() // 1_000_000
-    await sink.write([record(seq=1), record(seq=2)], ALWAYS)
+    await write_batch(sink, HEADER, [record(seq=1), record(seq=2)], ALWAYS)
     after = time.time_ns() // 1_000_000
     await sink.close()
     stamps = {r[SinkField.WRITTEN_AT_MS] for r in read_records(sink.path_for("s"))}
@@ -243,18 +295,18 @@ async def test_the_file_sink_stamps_each_batch_with_the_time_it_was_written(
 async def test_a_file_write_queued_behind_a_busy_sink_thread_is_not_written_past_its_deadline(
     tmp_path: Path,
 ) -> None:
-    """The deadline was fine when ``write`` was called, but the sink's thread was busy until
+    """The deadline was fine when the batch was submitted, but the sink's thread was busy until
     after it: the last check, in the thread right before the append, refuses the batch."""
     sink = FileSink(tmp_path)
     release = threading.Event()
     busy = sink._thread.run(release.wait, 5.0)
-    queued = asyncio.create_task(sink.write([record(seq=1)], Deadline(0.2)))
+    queued = asyncio.create_task(write_batch(sink, HEADER, [record(seq=1)], Deadline(0.2)))
     await asyncio.sleep(0.4)
     release.set()
     await busy
     with pytest.raises(SinkDeadlinePassed) as refused:
         await queued
-    await sink.write([record(seq=2)], ALWAYS)
+    await write_batch(sink, HEADER, [record(seq=2)], ALWAYS)
     await sink.close()
     assert [r.seq for r in refused.value.unsent or []] == [1]
     assert [r[SinkField.SEQ] for r in read_records(sink.path_for("s"))] == [2]
@@ -271,7 +323,7 @@ async def test_file_writes_do_not_wait_for_the_event_loops_default_thread_pool(
     blocked = [loop.run_in_executor(None, release.wait, 10.0) for _ in range(4)]
     sink = FileSink(tmp_path)
     try:
-        await asyncio.wait_for(sink.write([record(seq=1)], ALWAYS), 5.0)
+        await asyncio.wait_for(write_batch(sink, HEADER, [record(seq=1)], ALWAYS), 5.0)
     finally:
         release.set()
         await asyncio.gather(*blocked)

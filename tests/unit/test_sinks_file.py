@@ -2,21 +2,42 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from streamlease.errors import SinkError
 from streamlease.schema import SinkField
-from worker.sinks import FileSink, NoDeadline, SinkRecord, read_records, sink_file_name
+from worker.sinks import (
+    BatchHeader,
+    FileSink,
+    NoDeadline,
+    SinkRecord,
+    read_records,
+    sink_file_name,
+    write_batch,
+)
 
 ALWAYS = NoDeadline()
 """No fencing deadline: these tests are about the sink alone."""
 
 
-def record(stream_id: str, seq: int, epoch: int = 1) -> SinkRecord:
+def record(seq: int) -> SinkRecord:
     payload = b'{"seq":%d,"data":"d%d"}' % (seq, seq)
-    return SinkRecord(stream_id, epoch, seq, 1_700_000_000_000 + seq, payload, "w-1")
+    return SinkRecord(seq, 1_700_000_000_000 + seq, payload)
+
+
+async def write(sink: FileSink, *batches: tuple[str, list[int]], epoch: int = 1) -> None:
+    """Submit one batch per ``(stream id, seqs)`` at once and wait until all are stored."""
+    await asyncio.gather(
+        *(
+            write_batch(
+                sink, BatchHeader(stream_id, epoch, "w-1"), [record(s) for s in seqs], ALWAYS
+            )
+            for stream_id, seqs in batches
+        )
+    )
 
 
 def seqs(path: Path) -> list[int]:
@@ -30,8 +51,8 @@ def jsonl_files(root: Path) -> list[Path]:
 async def test_each_stream_gets_its_own_file_in_order(tmp_path: Path) -> None:
     """Records of interleaved streams land in their stream's file, in write order."""
     sink = FileSink(tmp_path)
-    await sink.write([record("a", 1), record("b:1.x", 1), record("a", 2)], ALWAYS)
-    await sink.write([record("b:1.x", 2), record("a", 3)], ALWAYS)
+    await write(sink, ("a", [1, 2]), ("b:1.x", [1]))
+    await write(sink, ("b:1.x", [2]), ("a", [3]))
     await sink.close()
     assert seqs(tmp_path / "a.jsonl") == [1, 2, 3]
     assert seqs(tmp_path / sink_file_name("b:1.x")) == [1, 2]
@@ -43,7 +64,7 @@ async def test_each_stream_gets_its_own_file_in_order(tmp_path: Path) -> None:
 async def test_records_are_readable_as_soon_as_write_returns(tmp_path: Path) -> None:
     """Each batch is flushed: another process sees complete lines without a close."""
     sink = FileSink(tmp_path)
-    await sink.write([record("a", 1), record("a", 2)], ALWAYS)
+    await write(sink, ("a", [1, 2]))
     assert seqs(sink.path_for("a")) == [1, 2]
     await sink.close()
 
@@ -52,7 +73,7 @@ async def test_a_new_sink_appends_to_existing_files(tmp_path: Path) -> None:
     """A restarted worker (or a new owner) continues the same file."""
     for seq in (1, 2):
         sink = FileSink(tmp_path)
-        await sink.write([record("a", seq, epoch=seq)], ALWAYS)
+        await write(sink, ("a", [seq]), epoch=seq)
         await sink.close()
     assert seqs(tmp_path / "a.jsonl") == [1, 2]
 
@@ -61,7 +82,7 @@ async def test_more_streams_than_open_files_are_handled(tmp_path: Path) -> None:
     """Least recently written files are closed and reopened for append when needed."""
     sink = FileSink(tmp_path, max_open_files=2)
     for seq in (1, 2, 3):
-        await sink.write([record(f"s{n}", seq) for n in range(5)], ALWAYS)
+        await write(sink, *((f"s{n}", [seq]) for n in range(5)))
     await sink.close()
     for n in range(5):
         assert seqs(tmp_path / f"s{n}.jsonl") == [1, 2, 3]
@@ -71,7 +92,7 @@ async def test_hostile_stream_ids_stay_inside_the_sink_directory(tmp_path: Path)
     """Path separators and dot-dot in a stream id cannot escape sink_dir."""
     sink_dir = tmp_path / "sink"
     sink = FileSink(sink_dir)
-    await sink.write([record("../escape", 1), record("/etc/x", 1), record("..", 1)], ALWAYS)
+    await write(sink, ("../escape", [1]), ("/etc/x", [1]), ("..", [1]))
     await sink.close()
     assert [p.parent for p in jsonl_files(tmp_path)] == [sink_dir] * 3
 
@@ -82,7 +103,7 @@ async def test_an_unwritable_directory_is_a_sink_error(tmp_path: Path) -> None:
     blocker.write_text("")
     sink = FileSink(blocker)
     with pytest.raises(SinkError):
-        await sink.write([record("a", 1)], ALWAYS)
+        await write(sink, ("a", [1]))
 
 
 async def test_write_after_close_is_refused(tmp_path: Path) -> None:
@@ -90,4 +111,4 @@ async def test_write_after_close_is_refused(tmp_path: Path) -> None:
     sink = FileSink(tmp_path)
     await sink.close()
     with pytest.raises(SinkError):
-        await sink.write([record("a", 1)], ALWAYS)
+        await write(sink, ("a", [1]))

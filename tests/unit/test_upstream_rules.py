@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import socket
 import ssl
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK, InvalidStatus
+from websockets.exceptions import InvalidStatus
 from websockets.frames import Close
 from websockets.http11 import Response
 
+from worker.stream.transport import CloseBy
+from worker.stream.websocket import closed_from
 from worker.upstream import describe_close, describe_connect_error, with_resume_param
 
 SECRET = "token=s3cr3t"
@@ -105,9 +109,18 @@ def test_failure_messages_never_repeat_upstream_text_or_urls() -> None:
 # --- closed connections ----------------------------------------------------------------------
 
 
+def judged(received: Close | None, sent: Close | None, received_first: bool | None = None) -> Any:
+    """How a connection that ended with these close frames is judged (what the protocol
+    recorded -> :func:`closed_from` -> :func:`describe_close`)."""
+    protocol = SimpleNamespace(
+        close_rcvd=received, close_sent=sent, close_rcvd_then_sent=received_first
+    )
+    return describe_close(closed_from(protocol))  # type: ignore[arg-type]
+
+
 def test_normal_close_from_upstream_ends_the_stream() -> None:
     """1000 received from the upstream: the stream is over (``fatal`` means ended)."""
-    failure = describe_close(ConnectionClosedOK(Close(1000, "bye s3cr3t"), Close(1000, ""), True))
+    failure = judged(Close(1000, "bye s3cr3t"), Close(1000, ""), True)
     assert failure.fatal
     assert failure.close_code == 1000
     assert "s3cr3t" not in failure.message
@@ -115,7 +128,7 @@ def test_normal_close_from_upstream_ends_the_stream() -> None:
 
 def test_going_away_from_upstream_is_retried() -> None:
     """1001: the upstream server is restarting or going down, not finished with the stream."""
-    failure = describe_close(ConnectionClosedOK(Close(1001, ""), Close(1001, ""), True))
+    failure = judged(Close(1001, ""), Close(1001, ""), True)
     assert not failure.fatal
     assert failure.close_code == 1001
 
@@ -123,7 +136,7 @@ def test_going_away_from_upstream_is_retried() -> None:
 @pytest.mark.parametrize("code", [1002, 1008, 1011, 1012, 1013, 1014, 4000])
 def test_other_close_codes_from_upstream_are_retried(code: int) -> None:
     """Restart, try-again-later, internal errors and application codes: reconnect."""
-    failure = describe_close(ConnectionClosedError(Close(code, "s3cr3t"), None))
+    failure = judged(Close(code, "s3cr3t"), None)
     assert not failure.fatal
     assert failure.close_code == code
     assert "s3cr3t" not in failure.message
@@ -131,26 +144,28 @@ def test_other_close_codes_from_upstream_are_retried(code: int) -> None:
 
 def test_connection_lost_without_close_frame_is_retried_as_1006() -> None:
     """An abrupt TCP close is the classic flapping upstream."""
-    failure = describe_close(ConnectionClosedError(None, None))
+    closed = closed_from(SimpleNamespace(close_rcvd=None, close_sent=None))  # type: ignore[arg-type]
+    assert (closed.code, closed.by) == (1006, CloseBy.NETWORK)
+    failure = describe_close(closed)
     assert not failure.fatal
     assert failure.close_code == 1006
 
 
 def test_a_close_we_started_is_judged_by_our_code_not_the_echo() -> None:
     """Our 1009 (message too big) echoed by the upstream is a failure to retry, not an end."""
-    failure = describe_close(ConnectionClosedError(Close(1009, ""), Close(1009, "too big"), False))
+    failure = judged(Close(1009, ""), Close(1009, "too big"), False)
     assert not failure.fatal
     assert "over" in failure.message
 
 
 def test_upstream_ending_after_our_ping_timeout_close_is_still_a_retry() -> None:
     """We closed first (1011); an upstream answering 1000 does not turn that into an end."""
-    failure = describe_close(ConnectionClosedError(Close(1000, ""), Close(1011, ""), False))
+    failure = judged(Close(1000, ""), Close(1011, ""), False)
     assert not failure.fatal
 
 
 def test_keepalive_timeout_is_retried_and_named() -> None:
-    """websockets closes with 1011 when pings go unanswered; the message says so."""
-    failure = describe_close(ConnectionClosedError(None, Close(1011, "keepalive ping timeout")))
+    """The keepalive closes with 1011 when pings go unanswered; the message says so."""
+    failure = judged(None, Close(1011, "keepalive ping timeout"))
     assert not failure.fatal
     assert "keepalive" in failure.message

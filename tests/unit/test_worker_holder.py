@@ -1,13 +1,13 @@
 """One held stream, end to end inside one event loop: a real upstream simulator and websocket,
 a recording sink and lease store. Covers the order of the last steps for every way a holding
-ends, the self-fencing timer of a per-stream lease, and the pause and resume of a stream
-attached to a session."""
+ends, the self-fencing timer of a per-stream lease, the pause and resume of a stream attached
+to a session (through the worker's delivery gate), and the memory bound under a slow sink."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -16,19 +16,21 @@ import pytest
 
 from local.jsonl_tail import read_jsonl
 from local.upstream_sim import UpstreamSimulator
-from streamlease.errors import SinkDeadlinePassed, SinkError
+from streamlease.errors import SinkError
 from streamlease.lease_events import LeaseEvent
-from streamlease.model import Lease, Stream
+from streamlease.model import Lease, Stream, StreamProgress
 from streamlease.schema import DesiredState
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.fence import Fence, LeaseFence
-from worker.holder import MAX_BATCH_RECORDS, EndReason, StreamHolder
+from worker.holder import EndReason, StreamHolder
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
-from worker.sinks import Deadline, SinkRecord
+from worker.sinks import BufferedSink, SinkBatch
+from worker.sinks.base import deadline_passed_error
+from worker.stream.delivery import MAX_WAITING_BYTES
 
 WORKER = "w1/1-abcd"
 SETTINGS = Settings(
@@ -56,29 +58,35 @@ class Journal:
         return [seq for e in self.entries if e[0] == "write" for seq in range(e[1], e[2] + 1)]
 
 
-class RecordingSink:
-    """A sink that journals each write; optionally slow, optionally failing a few times (or
-    always). It keeps the sink contract: nothing is sent once the deadline has passed."""
+class RecordingSink(BufferedSink):
+    """A sink that journals each batch it stores; optionally slow (per store), optionally
+    failing a few batches (or all). It keeps the sink contract: nothing is sent once the
+    deadline has passed."""
 
     def __init__(self, journal: Journal, delay: float = 0.0, failures: float = 0) -> None:
+        super().__init__()
         self.journal, self.delay, self.failures = journal, delay, failures
         self.attempts: list[float] = []
-        """Start time of every attempt that was sent (monotonic)."""
+        """Start time of every batch that was sent (monotonic)."""
 
-    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
-        if deadline.remaining_seconds() <= 0:
-            raise SinkDeadlinePassed("deadline passed", unsent=records)
-        started = time.monotonic()
-        self.attempts.append(started)
+    async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
         if self.delay:
             await asyncio.sleep(self.delay)
-        if self.failures:
-            self.failures -= 1
-            raise SinkError("disk on fire")
-        self.journal.entries.append(("write", records[0].seq, records[-1].seq, started))
-
-    async def close(self) -> None:
-        pass
+        outcomes: list[SinkError | None] = []
+        for batch in batches:
+            records = batch.records
+            if batch.deadline.remaining_seconds() <= 0:
+                outcomes.append(deadline_passed_error(records))
+                continue
+            started = time.monotonic()
+            self.attempts.append(started)
+            if self.failures:
+                self.failures -= 1
+                outcomes.append(SinkError("disk on fire", unsent=records))
+                continue
+            self.journal.entries.append(("write", records[0].seq, records[-1].seq, started))
+            outcomes.append(None)
+        return outcomes
 
 
 class RecordingStore:
@@ -88,19 +96,36 @@ class RecordingStore:
         self.journal = journal
         self.errors: list[str] = []
         self.states: list[str] = []
+        self.progress: list[StreamProgress] = []
+        self.released_progress: StreamProgress | None = None
         self.state_after_release = DesiredState.STARTED
 
     def release(self, stream_id: str, owner: str, epoch: int, **kwargs: Any) -> Stream:
         self.journal.entries.append(("release", kwargs.get("last_seq"), kwargs.get("last_error")))
+        self.released_progress = kwargs.get("progress")
         state = DesiredState.STOPPED if kwargs.get("stop") else self.state_after_release
         return Stream(stream_id, state, "", None, 0, kwargs.get("last_seq") or 0, epoch, 2)
 
     def record_connection(
-        self, stream_id: str, owner: str, epoch: int, state: Any, error: str | None = None
+        self,
+        stream_id: str,
+        owner: str,
+        epoch: int,
+        state: Any,
+        error: str | None = None,
+        *,
+        progress: StreamProgress | None = None,
     ) -> None:
         self.states.append(str(state))
         if error is not None:
             self.errors.append(error)
+        if progress is not None:
+            self.progress.append(progress)
+
+    def record_progress(
+        self, stream_id: str, owner: str, epoch: int, progress: StreamProgress
+    ) -> None:
+        self.progress.append(progress)
 
 
 class RecordingHandoffs:
@@ -221,20 +246,28 @@ async def test_shutdown_drains_then_checkpoints_then_releases_then_hands_off(
     await until(lambda: sim.stats("s1").open == 0)
 
 
-async def test_a_slow_sink_slows_reading_instead_of_growing_memory(
+READ_BYTES = 256 * 1024
+"""The most one read of a socket returns (asyncio's and uvloop's buffer)."""
+
+
+async def test_a_slow_sink_pauses_reading_instead_of_growing_memory(
     sim: UpstreamSimulator, tmp_path: Path
 ) -> None:
-    """A flat-out upstream and a sink that takes 0.1 s a write: the holder never has more than
-    one batch read and not yet written; the rest waits in the socket, not in the worker."""
+    """A flat-out upstream and a sink that takes 0.1 s a store: the holder never buffers more
+    than two batches' worth (the one in the sink, the one waiting, each bounded), reading pauses
+    and resumes as the sink keeps up, and what it delivers has no gap and no repeat."""
     journal = Journal()
     rig = make_rig(sim, tmp_path, RecordingSink(journal, delay=0.1))
     holder = rig.holder("slow", rate=0)
     task = asyncio.create_task(holder.run())
-    received = 0
-    for _ in range(10):
-        await asyncio.sleep(0.1)
-        received = rig.ctx.metrics.total(WorkerMetric.MESSAGES_RECEIVED)
-        assert received - len(journal.written()) <= MAX_BATCH_RECORDS
+    most = 0
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        most = max(most, holder.buffered_bytes)
+        assert holder.buffered_bytes <= 2 * (MAX_WAITING_BYTES + READ_BYTES)
+    received = rig.ctx.metrics.total(WorkerMetric.MESSAGES_RECEIVED)
+    assert most > MAX_WAITING_BYTES  # the bound was reached: reading paused
+    assert len(journal.written()) > 2 * received // 3  # and resumed, again and again
     assert sim.stats("slow").messages_sent > received  # the upstream could send far more
     holder.request_end(EndReason.SHUTDOWN)
     await asyncio.wait_for(task, 10)
@@ -380,13 +413,28 @@ async def test_no_sink_attempt_starts_after_the_deadline_even_while_retrying(
 
 
 class FakeSession:
-    """What a :class:`SessionFence`-like fence reads of a session: its deadline and liveness."""
+    """What the delivery gate and a session fence read of a session: its deadline, liveness
+    and renewals."""
 
     def __init__(self, deadline_mono: float) -> None:
         self.deadline = deadline_mono
         self.live = True
         self.renewed = asyncio.Event()
         self.checkpoints: list[int] = []
+
+    @property
+    def deadline_mono(self) -> float:
+        return self.deadline
+
+    def fenced(self, now_mono: float) -> bool:
+        return not self.live or now_mono >= self.deadline
+
+    async def wait_renewed(self, timeout_seconds: float | None) -> None:
+        try:
+            async with asyncio.timeout(timeout_seconds):
+                await self.renewed.wait()
+        except TimeoutError:
+            return
 
     def renew(self, deadline_mono: float) -> None:
         self.deadline = deadline_mono
@@ -413,11 +461,15 @@ class FakeSessionFence:
     def remaining_seconds(self) -> float:
         return self.deadline_mono - time.monotonic()
 
+    @property
+    def sink_deadline(self) -> FakeSessionFence:
+        return self
+
     def extend(self, sent_mono: float) -> float | None:
         return None
 
     async def wait_renewed(self, timeout_seconds: float | None) -> None:
-        await self.session.renewed.wait()
+        await self.session.wait_renewed(timeout_seconds)
 
     def checkpoint(self, seq: int) -> None:
         self.session.checkpoints.append(seq)
@@ -429,15 +481,24 @@ class FakeSessionFence:
         return
 
 
+def run_gate(rig: Rig, session: FakeSession, *holders: StreamHolder) -> asyncio.Task[None]:
+    """The worker's delivery gate over ``session`` and ``holders`` (cancelled with the loop)."""
+    return asyncio.get_running_loop().create_task(
+        rig.ctx.gate.run(lambda: cast(Any, session), lambda: [h.delivery for h in holders])
+    )
+
+
 async def test_a_session_fence_pauses_delivery_and_a_renewal_resumes_it(
     sim: UpstreamSimulator, tmp_path: Path
 ) -> None:
-    """Past the session's deadline nothing is written and the holding does not end; when the
-    session renews, delivery resumes with the next seq, and the checkpoint goes to the slot."""
+    """Past the session's deadline nothing is written, reading stops and the holding does not
+    end; when the session renews, delivery resumes with the next seq, and the checkpoint goes
+    to the slot."""
     rig = make_rig(sim, tmp_path)
     session = FakeSession(time.monotonic() + 0.3)
     fenced_at = session.deadline
     holder = rig.holder("s10", fence=FakeSessionFence(session))
+    run_gate(rig, session, holder)
     task = asyncio.create_task(holder.run())
     await asyncio.sleep(0.6)
     assert holder.is_active and not task.done()
@@ -460,6 +521,7 @@ async def test_a_lost_session_ends_a_paused_holder_without_a_write(
     rig = make_rig(sim, tmp_path)
     session = FakeSession(time.monotonic() + 0.2)
     holder = rig.holder("s11", fence=FakeSessionFence(session))
+    run_gate(rig, session, holder)
     task = asyncio.create_task(holder.run())
     await asyncio.sleep(0.4)
     writes_before = len(rig.journal.entries)

@@ -1,7 +1,8 @@
 """Sinks: where delivered upstream messages go. Chosen by ``Settings.sink``.
 
 ``kinesis`` (AWS default), ``file`` (local default: JSONL per stream under ``sink_dir``),
-``null`` (counts only), or ``module:factory`` where ``factory(settings)`` returns a :class:`Sink`.
+``null`` (counts only), or ``module:factory`` where ``factory(settings)`` returns a :class:`Sink`
+(the simplest: a :class:`BufferedSink` subclass with its own ``store``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,18 @@ from typing import Any
 
 from streamlease.errors import ConfigError
 from streamlease.settings import Settings
-from worker.sinks.base import Deadline, NoDeadline, Sink, SinkRecord, encode_record
+from worker.sinks.base import (
+    BatchHeader,
+    BatchOwner,
+    BufferedSink,
+    Deadline,
+    NoDeadline,
+    Sink,
+    SinkBatch,
+    SinkRecord,
+    encode_record,
+    write_batch,
+)
 from worker.sinks.file import FileSink, read_records, sink_file_name
 from worker.sinks.kinesis import KinesisSink, partition_key
 from worker.sinks.null import NullSink
@@ -53,16 +65,21 @@ def load_sink(settings: Settings) -> Sink:
 
 __all__ = [
     "BUILT_IN",
+    "BatchHeader",
+    "BatchOwner",
+    "BufferedSink",
     "Deadline",
     "FileSink",
     "KinesisSink",
     "NoDeadline",
     "NullSink",
     "Sink",
+    "SinkBatch",
     "SinkRecord",
     "encode_record",
     "load_sink",
     "partition_key",
     "read_records",
     "sink_file_name",
+    "write_batch",
 ]

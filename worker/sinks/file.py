@@ -1,4 +1,4 @@
-"""JSONL file sink (the local default): one append-only file per stream, flushed per batch."""
+"""JSONL file sink (the local default): one append-only file per stream, flushed per store."""
 
 from __future__ import annotations
 
@@ -6,13 +6,21 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 from urllib.parse import quote
 
-from streamlease.errors import SinkDeadlinePassed, SinkError
-from worker.sinks.base import Deadline, SinkRecord, SinkThread, deadline_passed, encode_record
+from streamlease.errors import SinkError
+from worker.sinks.base import (
+    LINGER_SECONDS,
+    BufferedSink,
+    DeadlineClock,
+    SinkBatch,
+    SinkThread,
+    deadline_passed_error,
+    encode_record,
+)
 
 SUFFIX: Final = ".jsonl"
 _MAX_NAME_CHARS: Final = 200  # file systems allow 255 bytes; leave room for the suffix
@@ -43,67 +51,84 @@ def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-class FileSink:
+class FileSink(BufferedSink):
     """Appends each stream's records to ``<sink_dir>/<sink_file_name(stream id)>``.
 
-    Appends run one batch at a time in the sink's own thread (:class:`SinkThread`), so neither
-    the event loop nor the loop's default thread pool waits on the disk, and each batch is
-    flushed to the OS before :meth:`write` returns (no fsync). In that thread, right before the
-    append, the batch's deadline is checked once more and the time is taken: every record of the
-    batch carries it as :attr:`~streamlease.schema.SinkField.WRITTEN_AT_MS`. At most
-    ``max_open_files`` files stay open; the least recently written is closed first.
+    Batches of every stream gather (:class:`~worker.sinks.base.BufferedSink`) and are appended
+    in the sink's own thread (:class:`~worker.sinks.base.SinkThread`), so neither the event loop
+    nor the loop's default thread pool waits on the disk; each file is flushed to the OS before
+    its batch is settled (no fsync). In that thread, right before each batch's append, its
+    deadline is checked once more and the time is taken: every record of the batch carries it as
+    :attr:`~streamlease.schema.SinkField.WRITTEN_AT_MS`. At most ``max_open_files`` files stay
+    open; the least recently written is closed first.
     """
 
-    def __init__(self, sink_dir: str | Path, *, max_open_files: int = 256) -> None:
+    def __init__(
+        self,
+        sink_dir: str | Path,
+        *,
+        max_open_files: int = 256,
+        linger_seconds: float = LINGER_SECONDS,
+    ) -> None:
+        super().__init__(linger_seconds=linger_seconds)
         self.directory = Path(sink_dir)
         self.records = 0
         self._max_open_files = max_open_files
         self._files: OrderedDict[str, BinaryIO] = OrderedDict()
         self._thread = SinkThread("file-sink")
-        self._closed = False
 
     def path_for(self, stream_id: str) -> Path:
         """The file that holds ``stream_id``'s records."""
         return self.directory / sink_file_name(stream_id)
 
-    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
-        """Append ``records``. Raises :class:`SinkError` if the disk refuses or after close,
-        :class:`SinkDeadlinePassed` (nothing written) if ``deadline`` passed before the append
-        started. If the caller is cancelled, an append already queued still runs (and is
-        fenced as any other)."""
-        if self._closed:
-            raise SinkError("sink is closed")
-        if not records:
-            return
-        try:
-            await self._thread.run(self._append, records, deadline)
-        except OSError as exc:
-            raise SinkError(f"file sink write failed ({exc.strerror or 'OS error'})") from exc
-        self.records += len(records)
+    async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+        """Append ``batches`` in the sink's thread: a batch whose deadline has passed by the
+        time its turn comes is not written (:class:`SinkDeadlinePassed`); one the disk refuses
+        fails with :class:`SinkError`."""
+        outcomes = await self._thread.run(self._append_all, batches)
+        self.records += sum(
+            len(b.records) for b, outcome in zip(batches, outcomes, strict=True) if not outcome
+        )
+        return outcomes
 
     async def close(self) -> None:
-        """Close every open file once the appends queued before are done; later writes raise
+        """Store what was accepted, close every open file; later batches raise
         :class:`SinkError`."""
         if self._closed:
             return
-        self._closed = True
-        await self._thread.run(self._close_all)
-        self._thread.shutdown()
+        try:
+            await super().close()
+            await self._thread.run(self._close_all)
+        finally:
+            self._thread.shutdown()
 
-    def _append(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
-        """In the sink's thread: the last deadline check, then the append."""
-        if deadline_passed(deadline):
-            raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
-        written_at_ms = time.time_ns() // 1_000_000
-        lines: dict[str, list[bytes]] = {}
-        for record in records:
-            lines.setdefault(record.stream_id, []).append(
-                encode_record(record, written_at_ms) + b"\n"
+    def _append_all(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+        """In the sink's thread: for each batch, the last deadline check, then the append."""
+        clock = DeadlineClock()
+        outcomes: list[SinkError | None] = []
+        for batch in batches:
+            if not clock.open(batch.deadline):
+                outcomes.append(deadline_passed_error(batch.records))
+                continue
+            header = batch.header
+            written_at_ms = time.time_ns() // 1_000_000
+            chunk = b"".join(
+                [encode_record(header, r, written_at_ms) + b"\n" for r in batch.records]
             )
-        for stream_id, chunk in lines.items():
-            handle = self._open(stream_id)
-            handle.write(b"".join(chunk))
-            handle.flush()
+            try:
+                handle = self._open(header.stream_id)
+                handle.write(chunk)
+                handle.flush()
+            except OSError as exc:
+                outcomes.append(
+                    SinkError(
+                        f"file sink write failed ({exc.strerror or 'OS error'})",
+                        unsent=batch.records,
+                    )
+                )
+                continue
+            outcomes.append(None)
+        return outcomes
 
     def _open(self, stream_id: str) -> BinaryIO:
         handle = self._files.get(stream_id)

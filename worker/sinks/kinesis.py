@@ -1,31 +1,33 @@
 """Kinesis Data Streams sink (the AWS default): messages from every stream share PutRecords calls.
 
-Concurrent :meth:`KinesisSink.write` calls queue their messages; one flusher task sends them in
-``PutRecords`` calls of at most 500 records and 5 MiB (group commit: while one call is in flight
-the next batch gathers, and a batch that is not full waits :data:`LINGER_SECONDS` for more, as
-Kafka's ``linger.ms`` and the KPL's buffering do: a call costs the worker about a millisecond of
-CPU whatever it carries), retries only the messages of records Kinesis reports as failed, with
-backoff, and fails a write with :class:`SinkError` once one of its messages used
-``sink_max_attempts``.
+Batches of every stream gather in the shared buffer (:class:`~worker.sinks.base.BufferedSink`:
+group commit — while one store is under way the next gathers, and a store that is not full
+waits :data:`~worker.sinks.base.LINGER_SECONDS` for more, as Kafka's ``linger.ms`` and the
+KPL's buffering do: a call costs the worker about a millisecond of CPU whatever it carries).
+A store sends them in ``PutRecords`` calls of at most 500 records and 5 MiB, retries only the
+messages of records Kinesis reports as failed, with backoff, and fails a batch with
+:class:`SinkError` once one of its messages used ``sink_max_attempts``.
 
 With ``kinesis_aggregation`` on (the default) the messages bound for one shard share KPL
 aggregated records (:mod:`worker.sinks.kinesis_batch`, :mod:`streamlease.kinesis_records`): a
 Kinesis record carries up to 50 KB of messages instead of one, each message keeping its stream id
-as its own partition key. The shard map comes from ``ListShards``; a record that Kinesis stores on
-another shard than the one it was packed for (the stream was resharded) stores only the messages
-that shard covers: the rest are sent again, and the map is read again.
+as its own partition key. What a batch's messages share — partition key, its hash, the epoch's
+field, the producer — is worked out once per batch from its header. The shard map comes from
+``ListShards``; a record that Kinesis stores on another shard than the one it was packed for (the
+stream was resharded) stores only the messages that shard covers: the rest are sent again, and
+the map is read again.
 
-Each write carries its holder's fencing deadline: a message is taken into a call only while
+Each batch carries its holder's fencing deadline: a message is taken into a call only while
 that deadline has not passed, and the call itself is packed and sent from the sink's own thread
-(:class:`~worker.sinks.base.SinkThread`), which looks at every deadline of the batch once more
-right before ``PutRecords`` and leaves out the messages of a write whose deadline has passed.
+(:class:`~worker.sinks.base.SinkThread`), which looks at every deadline of the call once more
+right before ``PutRecords`` and leaves out the messages of a batch whose deadline has passed.
 So neither a first attempt nor a retry is sent after the deadline (the client has no botocore
 retries of its own), and a call started before it ends within the client's timeout
-(``Settings.sink_call_timeout_seconds``, which the fence margin must cover). A write cut short
+(``Settings.sink_call_timeout_seconds``, which the fence margin must cover). A batch cut short
 fails with :class:`SinkDeadlinePassed`, and both errors name the records that were not stored —
 only once the answer of any call carrying them is known, even if the flusher is cancelled
 meanwhile — so the holder never acknowledges them and a later retry repeats nothing that
-landed. An aggregated record holds messages of several writes; a write whose deadline passed
+landed. An aggregated record holds messages of several batches; a batch whose deadline passed
 before its record was sent takes its messages out first, so none of them is sent.
 """
 
@@ -35,8 +37,9 @@ import asyncio
 import contextlib
 import hashlib
 import random
+import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -47,7 +50,15 @@ from streamlease.kinesis_records import encode_message, epoch_prefix
 from streamlease.kpl import hash_key
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
-from worker.sinks.base import Deadline, SinkRecord, SinkThread, deadline_passed, encode_record
+from worker.sinks.base import (
+    LINGER_SECONDS,
+    BufferedSink,
+    DeadlineClock,
+    SinkBatch,
+    SinkRecord,
+    SinkThread,
+    encode_record,
+)
 from worker.sinks.kinesis_batch import (
     MAX_CALL_BYTES,
     MAX_CALL_RECORDS,
@@ -66,8 +77,6 @@ if TYPE_CHECKING:
     )
 
 MAX_PARTITION_KEY_CHARS: Final = 256
-LINGER_SECONDS: Final = 0.02
-"""How long a batch that is not full waits for more records before it is sent."""
 RETRYABLE_ERRORS: Final = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -90,97 +99,106 @@ def partition_key(stream_id: str) -> str:
     return hashlib.sha256(stream_id.encode()).hexdigest()
 
 
-class _Write:
-    """One ``write`` call waiting for its records."""
+class _Batch:
+    """One submitted batch during a store: its messages and how it ended (None: not yet)."""
 
-    __slots__ = ("deadline", "entries", "future", "remaining")
+    __slots__ = ("entries", "outcome", "source", "unstored")
 
-    def __init__(self, future: asyncio.Future[None], deadline: Deadline) -> None:
-        self.future = future
-        self.deadline = deadline
+    def __init__(self, source: SinkBatch) -> None:
+        self.source = source
         self.entries: list[Entry] = []
-        self.remaining = 0
-
-    def record_stored(self) -> None:
-        self.remaining -= 1
-        if self.remaining == 0 and not self.future.done():
-            self.future.set_result(None)
+        self.unstored = 0
+        self.outcome: SinkError | None = None
 
     def fail(self, message: str, *, deadline: bool = False) -> None:
-        if self.future.done():
+        if self.outcome is not None or self.unstored == 0:
             return
         unsent = [entry.record for entry in self.entries if not entry.stored]
         error = SinkDeadlinePassed if deadline else SinkError
-        self.future.set_exception(error(message, unsent=unsent))
+        self.outcome = error(message, unsent=unsent)
 
 
 class Entry:
     """One message waiting to be stored: its bytes (a ``StreamMessage`` when aggregated, the
-    JSON line when not), its partition key and that key's hash."""
+    JSON line when not), its partition key, that key's hash and its producer (the worker)."""
 
-    __slots__ = ("attempts", "data", "hash_key", "key", "record", "size", "stored", "write")
+    __slots__ = (
+        "attempts",
+        "batch",
+        "data",
+        "hash_key",
+        "key",
+        "producer",
+        "record",
+        "size",
+        "stored",
+    )
 
     def __init__(
-        self, record: SinkRecord, write: _Write, data: bytes, key: str, hashed: int
+        self, batch: _Batch, record: SinkRecord, data: bytes, key: str, hashed: int, producer: str
     ) -> None:
+        self.batch = batch
         self.record = record
         self.data = data
         self.key = key
         self.hash_key = hashed
+        self.producer = producer
         self.size = len(data) + len(key.encode())
-        self.write = write
         self.attempts = 0
         self.stored = False
 
     def store(self) -> None:
         self.stored = True
-        self.write.record_stored()
+        self.batch.unstored -= 1
 
 
-def _entries(records: Sequence[SinkRecord], write: _Write, aggregate: bool) -> list[Entry]:
-    """The queue entries of one write; what all its records share is worked out once."""
-    keys: dict[str, tuple[str, int]] = {}
-    epochs: dict[int, bytes] = {}
-    out = []
-    for record in records:
-        stream = record.stream_id
-        known = keys.get(stream)
-        if known is None:
-            key = partition_key(stream)
-            known = keys[stream] = (key, hash_key(key))
-        if aggregate:
-            prefix = epochs.get(record.epoch)
-            if prefix is None:
-                prefix = epochs[record.epoch] = epoch_prefix(record.epoch)
-            data = encode_message(
-                prefix, record.seq, record.received_at_ms, record.payload, record.payload_encoding
+def _entries(batch: _Batch, aggregate: bool) -> list[Entry]:
+    """The messages of one batch, what they share worked out once from its header."""
+    header = batch.source.header
+    key = partition_key(header.stream_id)
+    hashed = hash_key(key)
+    producer = header.worker_id
+    if aggregate:
+        prefix = epoch_prefix(header.epoch)
+        return [
+            Entry(
+                batch,
+                r,
+                encode_message(prefix, r.seq, r.received_at_ms, r.payload, r.payload_encoding),
+                key,
+                hashed,
+                producer,
             )
-        else:
-            data = encode_record(record)
-        out.append(Entry(record, write, data, *known))
-    return out
+            for r in batch.source.records
+        ]
+    return [
+        Entry(batch, r, encode_record(header, r), key, hashed, producer)
+        for r in batch.source.records
+    ]
 
 
 class _Call:
-    """One ``PutRecords`` attempt, as its thread did it."""
+    """One ``PutRecords`` attempt, as the sink's thread made it."""
 
     __slots__ = ("error", "late", "overflow", "puts", "response")
 
     def __init__(self) -> None:
         self.puts: list[Put] = []
-        self.late: list[_Write] = []
-        """Writes whose deadline had passed at the last look: none of their messages was sent."""
+        self.late: list[_Batch] = []
+        """Batches whose deadline had passed at the last look: none of their messages was sent."""
         self.overflow: list[Entry] = []
         """Messages packed into records beyond what one call takes: for the next call."""
         self.response: PutRecordsOutputTypeDef | None = None
         self.error: ClientError | BotoCoreError | None = None
 
 
-class KinesisSink:
+class KinesisSink(BufferedSink):
     """Writes records to ``settings.kinesis_stream_name``, partition key = stream id.
 
-    ``client`` defaults to ``streamlease.aws.client("kinesis", settings)``; its calls run in a
-    thread. Raises :class:`ConfigError` when no stream name is configured.
+    ``client`` defaults to ``streamlease.aws.client("kinesis", settings)`` with one attempt per
+    call and ``settings.sink_call_timeout_seconds``; its calls run in the sink's own thread.
+    ``rand`` (uniform in [0, 1)) and ``clock`` (monotonic seconds) are injectable for tests.
+    Raises :class:`ConfigError` when no stream name is configured.
     """
 
     def __init__(
@@ -192,9 +210,11 @@ class KinesisSink:
         backoff_max_seconds: float = 2.0,
         rand: Callable[[], float] = random.random,
         linger_seconds: float = LINGER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not settings.kinesis_stream_name:
             raise ConfigError("the kinesis sink needs STREAMLEASE_KINESIS_STREAM_NAME")
+        super().__init__(linger_seconds=linger_seconds, flush_records=MAX_CALL_RECORDS)
         self.stream_name = settings.kinesis_stream_name
         self.max_attempts = settings.sink_max_attempts
         self.aggregate = settings.kinesis_aggregation
@@ -215,182 +235,152 @@ class KinesisSink:
             )
         )
         self._thread = SinkThread("kinesis-sink")
+        self._taken: list[_Batch] = []
         self._backoff = (backoff_base_seconds, backoff_max_seconds)
         self._rand = rand
-        self._linger = linger_seconds
-        self._pending: deque[Entry] = deque()
-        self._in_flight: list[Entry] = []
+        self._clock = clock
         self._shards = ShardMap()
         self._shards_stale = self.aggregate
-        self._wakeup = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
-        self._closed = False
 
-    async def write(self, records: Sequence[SinkRecord], deadline: Deadline) -> None:
-        """Store ``records`` (see :class:`~worker.sinks.base.Sink`), sending nothing once
-        ``deadline`` has passed. If the caller is cancelled, its records not yet sent are
-        dropped. Raises :class:`SinkError` / :class:`SinkDeadlinePassed`."""
-        if self._closed:
-            raise SinkError("sink is closed")
-        if not records:
-            return
-        if deadline.remaining_seconds() <= 0:
-            raise SinkDeadlinePassed("fencing deadline passed", unsent=records)
-        write = _Write(asyncio.get_running_loop().create_future(), deadline)
-        entries = _entries(records, write, self.aggregate)
-        if any(entry.size > MAX_RECORD_BYTES for entry in entries):
-            raise SinkError(
-                f"a record is larger than the Kinesis limit of {MAX_RECORD_BYTES} bytes",
-                unsent=records,
-            )
-        write.entries = entries
-        write.remaining = len(entries)
-        self._pending.extend(entries)
-        if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(
-                self._run_flusher(), name="kinesis sink flusher"
-            )
-        self._wakeup.set()
-        await write.future
+    async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+        """Send ``batches`` (see the module docstring); one outcome per batch."""
+        taken = self._taken = [_Batch(source) for source in batches]
+        pending: deque[Entry] = deque()
+        for batch in taken:
+            batch.entries = _entries(batch, self.aggregate)
+            batch.unstored = len(batch.entries)
+            if any(entry.size > MAX_RECORD_BYTES for entry in batch.entries):
+                batch.fail(f"a record is larger than the Kinesis limit of {MAX_RECORD_BYTES} bytes")
+                continue
+            pending.extend(batch.entries)
+        while pending:
+            if self._shards_stale:
+                await self._read_shards()
+            await self._send(self._take_call(pending, DeadlineClock(self._clock)), pending)
+        self._taken = []
+        return [batch.outcome for batch in taken]
+
+    def stopped(self, due: list[SinkBatch]) -> list[SinkError | None]:
+        """A cancelled store: what its calls stored counts as stored, the rest is unsent."""
+        taken, self._taken = self._taken, []
+        if [batch.source for batch in taken] != due:
+            return super().stopped(due)
+        for batch in taken:
+            batch.fail("sink stopped")
+        return [batch.outcome for batch in taken]
 
     async def close(self) -> None:
-        """Send what was accepted, then stop. Cancelling ``close`` abandons what is left."""
-        self._closed = True
-        self._wakeup.set()
-        flusher = self._flusher
+        """Store what was accepted, then refuse more (see :meth:`BufferedSink.close`)."""
         try:
-            if flusher is not None:
-                await flusher
+            await super().close()
         finally:
             self._thread.shutdown()
 
-    async def _run_flusher(self) -> None:
-        try:
-            while True:
-                if not self._pending:
-                    if self._closed:
-                        return
-                    self._wakeup.clear()
-                    await self._wakeup.wait()
-                    continue
-                if self._linger > 0 and len(self._pending) < MAX_CALL_RECORDS:
-                    await asyncio.sleep(self._linger)  # let the batch fill
-                if self._shards_stale:
-                    await self._read_shards()
-                await self._send(self._take_batch())
-        except BaseException:
-            for entry in (*self._in_flight, *self._pending):
-                entry.write.fail("kinesis sink stopped")
-            self._pending.clear()
-            raise
-        finally:
-            self._flusher = None
-
-    def _take_batch(self) -> list[Entry]:
-        batch: list[Entry] = []
+    def _take_call(self, pending: deque[Entry], clock: DeadlineClock) -> list[Entry]:
+        call: list[Entry] = []
         size = 0
-        pending = self._pending
         # Aggregated, many messages share a record: the call's size is the bound.
         most = len(pending) if self.aggregate else MAX_CALL_RECORDS
-        while pending and len(batch) < most:
+        while pending and len(call) < most:
             entry = pending[0]
-            if entry.write.future.done():  # failed or cancelled: send nothing more of it
+            batch = entry.batch
+            if batch.outcome is not None:  # failed: send nothing more of it
                 pending.popleft()
                 continue
-            write = entry.write
-            if write.deadline.remaining_seconds() <= 0:
+            if not clock.open(batch.source.deadline):
                 pending.popleft()
-                write.fail("fencing deadline passed before the records were sent", deadline=True)
-                # Its records already taken into this batch are not sent either: the write
+                batch.fail("fencing deadline passed before the records were sent", deadline=True)
+                # Its messages already taken into this call are not sent either: the batch
                 # reported them unsent, and its holder sends them again once it may.
-                size -= sum(e.size for e in batch if e.write is write)
-                batch = [e for e in batch if e.write is not write]
+                size -= sum(e.size for e in call if e.batch is batch)
+                call = [e for e in call if e.batch is not batch]
                 continue
-            if batch and size + entry.size > _CALL_BUDGET_BYTES:
+            if call and size + entry.size > _CALL_BUDGET_BYTES:
                 break
-            batch.append(pending.popleft())
+            call.append(pending.popleft())
             size += entry.size
-        return batch
+        return call
 
-    async def _send(self, batch: list[Entry]) -> None:
-        if not batch:
+    async def _send(self, call: list[Entry], pending: deque[Entry]) -> None:
+        if not call:
             return
-        self._in_flight = batch
-        call = self._thread.run(self._put, batch, self._shards)
+        sending = self._thread.run(self._put, call, self._shards)
         try:
-            done = await asyncio.shield(call)
+            done = await asyncio.shield(sending)
         except asyncio.CancelledError:
-            # A call under way cannot be recalled: learn what it stored before the flusher
+            # A call under way cannot be recalled: learn what it stored before the store
             # reports anything unsent (what landed must not be sent again).
             with contextlib.suppress(Exception):
-                self._apply(await call)
+                self._apply(await sending, pending)
             raise
-        finally:
-            self._in_flight = []
-        failed, reason, misrouted = self._apply(done)
+        failed, reason, misrouted = self._apply(done, pending)
         if misrouted:
             failed += await self._settle_misrouted(misrouted)
             reason = reason or "the stream was resharded"
         if failed:
-            await self._retry_later(failed, reason)
+            await self._retry_later(failed, reason, pending)
 
-    def _put(self, batch: list[Entry], shards: ShardMap) -> _Call:
-        """In the sink's thread: the last look at each write's deadline, then the records of
-        the writes still inside theirs, packed and sent in one call."""
-        call = _Call()
-        late = {entry.write for entry in batch if deadline_passed(entry.write.deadline)}
+    def _put(self, call: list[Entry], shards: ShardMap) -> _Call:
+        """In the sink's thread: the last look at each batch's deadline, then the messages of
+        the batches still inside theirs, packed and sent in one call."""
+        sent = _Call()
+        clock = DeadlineClock(self._clock)
+        late = {e.batch for e in call if not clock.open(e.batch.source.deadline)}
         if late:
-            call.late = list(late)
-            batch = [entry for entry in batch if entry.write not in late]
-        puts = pack(batch, shards, self.aggregate)
+            sent.late = list(late)
+            call = [entry for entry in call if entry.batch not in late]
+        puts = pack(call, shards, self.aggregate)
         if len(puts) > MAX_CALL_RECORDS:  # more shards than a call takes: the rest go next
-            call.overflow = [entry for put in puts[MAX_CALL_RECORDS:] for entry in put.entries]
+            sent.overflow = [entry for put in puts[MAX_CALL_RECORDS:] for entry in put.entries]
             puts = puts[:MAX_CALL_RECORDS]
-        call.puts = puts
+        sent.puts = puts
         if not puts:
-            return call
+            return sent
         request: list[PutRecordsRequestEntryTypeDef] = [_request_entry(put) for put in puts]
         try:
-            call.response = self._client.put_records(StreamName=self.stream_name, Records=request)
+            sent.response = self._client.put_records(StreamName=self.stream_name, Records=request)
         except (ClientError, BotoCoreError) as exc:
-            call.error = exc
-        return call
+            sent.error = exc
+        return sent
 
-    def _apply(self, call: _Call) -> tuple[list[Entry], str, list[tuple[Put, str]]]:
-        """A call's answer, in the event loop: late writes failed, overflow queued again, stored
-        messages acknowledged; returns those worth another attempt, why they failed, and the
-        records stored on another shard than packed for."""
-        for write in call.late:
-            write.fail("fencing deadline passed before the records were sent", deadline=True)
-        self._pending.extendleft(reversed(call.overflow))
-        sent = [entry for put in call.puts for entry in put.entries]
-        if call.puts:
+    def _apply(
+        self, sent: _Call, pending: deque[Entry]
+    ) -> tuple[list[Entry], str, list[tuple[Put, str]]]:
+        """A call's answer, in the event loop: late batches failed, overflow queued again,
+        stored messages acknowledged; returns those worth another attempt, why they failed, and
+        the records stored on another shard than packed for."""
+        for batch in sent.late:
+            batch.fail("fencing deadline passed before the records were sent", deadline=True)
+        pending.extendleft(reversed(sent.overflow))
+        entries = [entry for put in sent.puts for entry in put.entries]
+        if sent.puts:
             self.calls += 1
-        error = call.error
+        error = sent.error
         if isinstance(error, ClientError):
             code = str(error.response.get("Error", {}).get("Code", "ClientError"))
             if code not in RETRYABLE_ERRORS:
-                self._fail(sent, f"Kinesis PutRecords failed ({code})")
+                for entry in entries:
+                    entry.batch.fail(f"Kinesis PutRecords failed ({code})")
                 return [], code, []
-            return sent, code, []
+            return entries, code, []
         if error is not None:
-            return sent, type(error).__name__, []
-        if call.response is None:
+            return entries, type(error).__name__, []
+        if sent.response is None:
             return [], "", []
         failed: list[Entry] = []
         reason = ""
         misrouted: list[tuple[Put, str]] = []
-        for put, result in zip(call.puts, call.response["Records"], strict=True):
+        for put, result in zip(sent.puts, sent.response["Records"], strict=True):
             if "ErrorCode" in result:
                 failed += put.entries
                 reason = str(result["ErrorCode"])
             elif put.shard_id and result.get("ShardId", put.shard_id) != put.shard_id:
                 misrouted.append((put, str(result.get("ShardId", ""))))
             else:
-                self._stored(put, put.entries)
+                self._stored(put.entries)
         return failed, reason, misrouted
 
-    def _stored(self, put: Put, entries: list[Entry]) -> None:
+    def _stored(self, entries: list[Entry]) -> None:
         self.records += 1
         self.messages += len(entries)
         for entry in entries:
@@ -405,7 +395,7 @@ class KinesisSink:
         for put, shard_id in misrouted:
             landed = [e for e in put.entries if self._shards.holds(shard_id, e.hash_key)]
             if landed:
-                self._stored(put, landed)
+                self._stored(landed)
             unsent += [e for e in put.entries if not e.stored]
         return unsent
 
@@ -419,26 +409,21 @@ class KinesisSink:
             return
         self._shards_stale = False
 
-    async def _retry_later(self, failed: list[Entry], reason: str) -> None:
+    async def _retry_later(self, failed: list[Entry], reason: str, pending: deque[Entry]) -> None:
         retry = []
         for entry in failed:
             entry.attempts += 1
             if entry.attempts >= self.max_attempts:
-                entry.write.fail(
+                entry.batch.fail(
                     f"Kinesis did not take a record after {entry.attempts} attempts ({reason})"
                 )
             else:
                 retry.append(entry)
         if not retry:
             return
-        # Back in the queue first, so a flusher cancelled while sleeping still fails them.
-        self._pending.extendleft(reversed(retry))
+        pending.extendleft(reversed(retry))
         attempt = min(entry.attempts for entry in retry) - 1
         await asyncio.sleep(backoff_seconds(attempt, *self._backoff, self._rand()))
-
-    def _fail(self, batch: list[Entry], message: str) -> None:
-        for entry in batch:
-            entry.write.fail(message)
 
 
 _CALL_BUDGET_BYTES: Final = MAX_CALL_BYTES - 512 * 1024

@@ -89,7 +89,7 @@ def pack(entries: Sequence[Entry], shards: ShardMap, aggregate: bool) -> list[Pu
         shard_id = shards.shard_for(entry.hash_key)
         # No known shard (no map yet, or a gap in it): aggregate by stream only, which is
         # always one shard's.
-        group = (shard_id, "" if shard_id else entry.key, entry.record.worker_id)
+        group = (shard_id, "" if shard_id else entry.key, entry.producer)
         by_shard.setdefault(group, []).append(entry)
     puts = []
     for (shard_id, _, producer), members in by_shard.items():

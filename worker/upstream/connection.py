@@ -13,18 +13,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, NamedTuple
 from urllib.parse import quote, unquote_plus
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-from websockets.typing import Subprotocol
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from streamlease.profile import DEFAULT_PROFILE, RESUME_QUERY, Profile
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy, check_address, parse_upstream_url
+from worker.stream.transport import CloseBy, Closed, Target, UpstreamHandler, UpstreamTransport
+from worker.stream.websocket import KeepaliveRegistry, open_websocket
 
 MAX_FRAME_BYTES: Final = 1_000_000
 """Largest upstream message accepted, in bytes: a sink record must fit a 1 MiB Kinesis record."""
-CLOSE_TIMEOUT_SECONDS: Final = 3.0
-"""How long a closing handshake may take before the socket is dropped."""
 ENDED_CLOSE_CODES: Final = frozenset({1000})
 """Close codes with which the upstream says the stream is over (not retried): 1000, "normal
 closure" — the meeting ended, the feed is done. 1001 ("going away": a server restarting) and
@@ -89,19 +87,18 @@ def describe_connect_error(exc: BaseException) -> Failure:
     return Failure(False, f"connecting to the upstream failed ({type(exc).__name__})")
 
 
-def describe_close(exc: ConnectionClosed) -> Failure:
+def describe_close(closed: Closed) -> Failure:
     """Classify a closed connection; ``fatal`` here means the stream ended (1000).
 
     The side that sent its close frame first decides: an upstream echoing our 1009 did not end
     the stream.
     """
-    if exc.rcvd is not None and (exc.sent is None or exc.rcvd_then_sent):
-        code = exc.rcvd.code
+    code = closed.code
+    if closed.by is CloseBy.UPSTREAM:
         if code in ENDED_CLOSE_CODES:
             return Failure(True, f"upstream ended the stream (close code {code})", close_code=code)
         return Failure(False, f"upstream closed the connection (close code {code})", None, code)
-    if exc.sent is not None:
-        code = exc.sent.code
+    if closed.by is CloseBy.WORKER:
         if code == 1011:
             return Failure(False, "upstream did not answer keepalive pings", close_code=code)
         if code == 1009:
@@ -115,13 +112,6 @@ def describe_close(exc: ConnectionClosed) -> Failure:
 # --- connecting ------------------------------------------------------------------------------
 
 
-class _NoRedirectConnect(connect):
-    """``connect`` that treats a 3xx answer as an answer: a redirect is never followed."""
-
-    def process_redirect(self, exc: Exception) -> Exception | str:
-        return exc
-
-
 async def _getaddrinfo(host: str, port: int) -> list[str]:
     infos = await asyncio.get_running_loop().getaddrinfo(
         host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
@@ -132,24 +122,29 @@ async def _getaddrinfo(host: str, port: int) -> list[str]:
 async def connect_upstream(
     url: str,
     settings: Settings,
+    handler: UpstreamHandler,
     *,
     from_seq: int,
     policy: UrlPolicy | None = None,
     resolver: Resolver | None = None,
     profile: Profile = DEFAULT_PROFILE,
     headers: Sequence[tuple[str, str]] = (),
-) -> ClientConnection:
-    """Open one WebSocket connection to ``url`` asking for ``from_seq``; no retries.
+    keepalive: KeepaliveRegistry | None = None,
+) -> UpstreamTransport:
+    """Open one WebSocket connection to ``url`` asking for ``from_seq``; no retries. Its messages
+    and its close go to ``handler``; ``keepalive`` (if given) watches it while it is open.
 
     The stream's ``profile`` decides how ``from_seq`` is asked for (a query parameter: its
     ``resume_param``, else ``settings.resume_param``; otherwise not in the URL) and which
     subprotocols are offered; ``headers`` are extra handshake headers, secrets resolved.
 
     Every address the host resolves to must pass the URL policy (default: from ``settings``);
-    addresses are tried in resolver order until one accepts TCP, all within
-    ``settings.connect_timeout_seconds``. Raises :class:`UrlRejected` (URL or an address refused),
-    ``TimeoutError``, ``OSError`` or a websockets ``InvalidHandshake`` (``InvalidStatus`` for a
-    non-101 answer). The caller owns the returned connection and must close it.
+    the socket goes to a checked address — tried in resolver order until one accepts TCP — while
+    the URL's host stays in ``Host`` and TLS's SNI (certificates verified), all within
+    ``settings.connect_timeout_seconds``. No proxy, no redirect, no compression. Raises
+    :class:`UrlRejected` (URL or an address refused), ``TimeoutError``, ``OSError`` or a
+    websockets ``InvalidHandshake`` (``InvalidStatus`` for a non-101 answer). The caller owns the
+    returned connection and must close it.
     """
     policy = policy or UrlPolicy.from_settings(settings)
     upstream = parse_upstream_url(url, policy)
@@ -158,8 +153,6 @@ async def connect_upstream(
         param = profile.resume_param or settings.resume_param
         resource = with_resume_param(resource, param, from_seq)
     uri = f"{upstream.scheme}://{upstream.netloc}{resource}"
-    ping_interval = settings.ping_interval_seconds if settings.ping_interval_seconds > 0 else None
-    ping_timeout = settings.ping_timeout_seconds if settings.ping_timeout_seconds > 0 else None
     async with asyncio.timeout(settings.connect_timeout_seconds):
         if upstream.literal_ip is not None:
             addresses: Sequence[str] = [str(upstream.literal_ip)]
@@ -171,38 +164,18 @@ async def connect_upstream(
                 check_address(address, policy)
         refused: OSError | None = None
         for address in addresses:
+            target = Target(
+                uri,
+                address,
+                headers=headers,
+                subprotocols=profile.subprotocols,
+                max_size=MAX_FRAME_BYTES,
+            )
             try:
-                return await _NoRedirectConnect(
-                    uri,
-                    host=address,
-                    port=upstream.port,
-                    proxy=None,
-                    compression=None,
-                    open_timeout=None,  # the enclosing deadline covers DNS, TCP, TLS and HTTP
-                    ping_interval=ping_interval,
-                    ping_timeout=ping_timeout,
-                    close_timeout=CLOSE_TIMEOUT_SECONDS,
-                    max_size=MAX_FRAME_BYTES,
-                    max_queue=16,
-                    subprotocols=[Subprotocol(p) for p in profile.subprotocols] or None,
-                    additional_headers=list(headers) or None,
-                )
+                return await open_websocket(target, handler, keepalive)
             except OSError as exc:
                 if isinstance(exc, TimeoutError | ssl.SSLError):
                     raise
                 refused = exc
         assert refused is not None
         raise refused
-
-
-async def close_connection(ws: ClientConnection, code: int, reason: str) -> None:
-    """Close ``ws``; if that is interrupted (cancelled, failed), drop the socket at once."""
-    # With a full receive queue websockets has paused reading, so the upstream's close frame
-    # would sit unread until the close timeout. Messages still unread are discarded anyway.
-    if not ws.transport.is_closing():
-        ws.transport.resume_reading()
-    try:
-        await ws.close(code, reason)
-    except BaseException:
-        ws.transport.abort()
-        raise

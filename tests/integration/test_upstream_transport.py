@@ -1,0 +1,294 @@
+"""The default upstream transport (websockets' sans-I/O client) against a raw WebSocket server
+whose every byte the test writes (real sockets): messages in batches, fragmented messages
+assembled, the size limit, a close in the middle of a batch, no redirect followed, pause and
+resume, and the shared keepalive."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.frames import BINARY, CLOSE, CONT, PING, PONG, TEXT, Close, Frame
+from websockets.streams import StreamReader
+from websockets.utils import accept_key
+
+from worker.stream.keepalive import Keepalive
+from worker.stream.transport import CloseBy, Closed, Target
+from worker.stream.websocket import WebSocketTransport, open_websocket
+
+LIMIT = 1_000_000
+
+
+def frame_bytes(opcode: int, data: bytes, *, fin: bool = True) -> bytes:
+    """One server frame (unmasked), as it goes on the wire."""
+    return Frame(opcode, data, fin).serialize(mask=False)  # type: ignore[arg-type]
+
+
+def text(data: str, *, fin: bool = True) -> bytes:
+    return frame_bytes(TEXT, data.encode(), fin=fin)
+
+
+def close_frame(code: int) -> bytes:
+    return frame_bytes(CLOSE, Close(code, "").serialize())
+
+
+@dataclass
+class Peer:
+    """One accepted client connection of the raw server."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    received: list[Frame] = field(default_factory=list)
+
+    def write(self, *chunks: bytes) -> None:
+        """Send ``chunks`` in one write (one segment on loopback: one read on the other side)."""
+        self.writer.write(b"".join(chunks))
+
+    async def frames(self, count: int, limit_seconds: float = 5.0) -> list[Frame]:
+        """The first ``count`` frames the client sent (masked, as clients send them)."""
+        parser = StreamReader()
+        parsed: list[Frame] = []
+        async with asyncio.timeout(limit_seconds):
+            while len(parsed) < count:
+                chunk = await self.reader.read(65536)
+                if not chunk:
+                    break
+                parser.feed_data(chunk)
+                while True:
+                    generator = Frame.parse(parser.read_exact, mask=True)
+                    try:
+                        next(generator)
+                    except StopIteration as done:
+                        parsed.append(done.value)
+                        continue
+                    break  # not enough data: the frame is read again with more
+        return parsed
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def raw_server(
+    answer: Callable[[bytes], bytes] | None = None,
+) -> AsyncIterator[tuple[str, asyncio.Queue[Peer]]]:
+    """A server on 127.0.0.1 that answers each handshake (101 by default, or ``answer(key)``)
+    and hands the connection to the test. Yields its ``ws://`` URL and the queue of peers."""
+    peers: asyncio.Queue[Peer] = asyncio.Queue()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readuntil(b"\r\n\r\n")
+        match = re.search(rb"(?i)sec-websocket-key: *(\S+)", request)
+        assert match is not None
+        key = match.group(1)
+        if answer is not None:
+            writer.write(answer(key))
+            await writer.drain()
+            writer.close()
+            return
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept_key(key.decode()).encode() + b"\r\n\r\n"
+        )
+        await peers.put(Peer(reader, writer))
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"ws://127.0.0.1:{port}/feed", peers
+    finally:
+        server.close()
+        with contextlib.suppress(Exception):
+            await server.wait_closed()
+
+
+class Recorder:
+    """A handler that keeps every batch and the close."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Frame]] = []
+        self.closed: Closed | None = None
+        self.changed = asyncio.Event()
+
+    def messages_received(self, messages: list[Frame]) -> None:
+        self.batches.append(messages)
+        self.changed.set()
+
+    def connection_closed(self, closed: Closed) -> None:
+        self.closed = closed
+        self.changed.set()
+
+    async def until(self, condition: Callable[[], bool], limit_seconds: float = 5.0) -> None:
+        async with asyncio.timeout(limit_seconds):
+            while not condition():
+                self.changed.clear()
+                await self.changed.wait()
+
+    @property
+    def messages(self) -> list[bytes]:
+        return [bytes(m.data) for batch in self.batches for m in batch]
+
+
+async def opened(
+    url: str, keepalive: Keepalive | None = None
+) -> tuple[WebSocketTransport, Recorder]:
+    recorder = Recorder()
+    transport = await open_websocket(Target(url, "127.0.0.1", max_size=LIMIT), recorder, keepalive)
+    return transport, recorder
+
+
+async def test_what_one_read_completed_is_one_batch_in_order() -> None:
+    async with raw_server() as (url, peers):
+        transport, recorder = await opened(url)
+        peer = await peers.get()
+        peer.write(text("a"), text("b"), frame_bytes(BINARY, b"\x00c"))
+        await recorder.until(lambda: len(recorder.messages) == 3)
+        assert recorder.batches == [recorder.batches[0]]
+        assert [(m.opcode, bytes(m.data)) for m in recorder.batches[0]] == [
+            (TEXT, b"a"),
+            (TEXT, b"b"),
+            (BINARY, b"\x00c"),
+        ]
+        transport.abort()
+
+
+async def test_a_fragmented_message_arrives_whole_and_a_ping_between_is_answered() -> None:
+    """Three fragments with a ping between them (control frames may interleave): one message,
+    its bytes joined, its type the first fragment's; the ping gets its pong."""
+    async with raw_server() as (url, peers):
+        transport, recorder = await opened(url)
+        peer = await peers.get()
+        peer.write(text('{"seq":1,', fin=False), frame_bytes(PING, b"hi"))
+        peer.write(frame_bytes(CONT, b'"data":', fin=False))
+        await asyncio.sleep(0.05)
+        assert recorder.batches == []  # nothing until the last fragment
+        peer.write(frame_bytes(CONT, b'"x"}'), text("next"))
+        await recorder.until(lambda: len(recorder.messages) == 2)
+        assert recorder.messages == [b'{"seq":1,"data":"x"}', b"next"]
+        assert recorder.batches[0][0].opcode is TEXT
+        (pong,) = await peer.frames(1)
+        assert (pong.opcode, bytes(pong.data)) == (PONG, b"hi")
+        transport.abort()
+
+
+async def test_a_message_at_the_size_limit_is_delivered_and_one_byte_more_is_1009() -> None:
+    """1,000,000 bytes pass; 1,000,001 close the connection with 1009 before the payload is
+    read, by us (so it is retried, not an end of the stream), and nothing of it is delivered."""
+    async with raw_server() as (url, peers):
+        transport, recorder = await opened(url)
+        peer = await peers.get()
+        peer.write(frame_bytes(BINARY, b"x" * LIMIT))
+        await recorder.until(lambda: len(recorder.messages) == 1)
+        assert len(recorder.messages[0]) == LIMIT
+        peer.write(frame_bytes(BINARY, b"y" * (LIMIT + 1)))
+        (close,) = await peer.frames(1)
+        assert close.opcode is CLOSE and Close.parse(close.data).code == 1009
+        peer.writer.close()
+        await recorder.until(lambda: recorder.closed is not None)
+        assert recorder.closed == Closed(1009, recorder.closed.reason, CloseBy.WORKER)
+        assert len(recorder.messages) == 1
+        del transport
+
+
+async def test_a_fragmented_message_over_the_limit_is_1009_too() -> None:
+    async with raw_server() as (url, peers):
+        _, recorder = await opened(url)
+        peer = await peers.get()
+        peer.write(frame_bytes(TEXT, b"a" * (LIMIT // 2), fin=False))
+        peer.write(frame_bytes(CONT, b"b" * (LIMIT // 2 + 1)))
+        (close,) = await peer.frames(1)
+        assert Close.parse(close.data).code == 1009
+        peer.writer.close()
+        await recorder.until(lambda: recorder.closed is not None)
+        assert recorder.messages == []
+
+
+async def test_a_close_in_the_middle_of_a_batch_delivers_what_came_before_it() -> None:
+    """Messages and the upstream's close in one read: the messages are one batch, handed over
+    before the close is reported; what follows the close frame is discarded; the close is
+    echoed and attributed to the upstream."""
+    async with raw_server() as (url, peers):
+        _, recorder = await opened(url)
+        peer = await peers.get()
+        peer.write(text("1"), text("2"), close_frame(1000), text("after"))
+        (echo,) = await peer.frames(1)
+        assert Close.parse(echo.data).code == 1000
+        peer.writer.close()
+        await recorder.until(lambda: recorder.closed is not None)
+        assert recorder.messages == [b"1", b"2"]
+        assert recorder.closed is not None
+        assert (recorder.closed.code, recorder.closed.by) == (1000, CloseBy.UPSTREAM)
+
+
+async def test_a_redirect_at_the_handshake_is_an_answer_not_followed() -> None:
+    """302 with a Location: the open fails with that status; the other address never sees a
+    connection, and the handler hears of nothing."""
+    async with raw_server() as (elsewhere, other_peers):
+        location = elsewhere.encode()
+
+        def redirect(_: bytes) -> bytes:
+            return b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n"
+
+        recorder = Recorder()
+        async with raw_server(redirect) as (url, _):
+            with pytest.raises(InvalidStatus) as refused:
+                await open_websocket(Target(url, "127.0.0.1"), recorder)
+        assert refused.value.response.status_code == 302
+        await asyncio.sleep(0.1)
+        assert other_peers.empty()
+        assert recorder.closed is None  # a connection that never opened closes for nobody
+
+
+async def test_paused_reading_delivers_nothing_until_resumed() -> None:
+    async with raw_server() as (url, peers):
+        transport, recorder = await opened(url)
+        peer = await peers.get()
+        transport.pause_reading()
+        peer.write(text("1"), text("2"))
+        await asyncio.sleep(0.1)
+        assert recorder.messages == []
+        transport.resume_reading()
+        await recorder.until(lambda: len(recorder.messages) == 2)
+        transport.abort()
+
+
+async def test_a_silent_upstream_that_never_answers_pings_is_closed_with_1011() -> None:
+    """The shared keepalive pings a connection silent for the interval; with no answer within
+    the timeout it fails it with 1011 (ours: retried by the stream, as any drop)."""
+    keepalive = Keepalive(0.2, 0.2)
+    async with raw_server() as (url, peers), asyncio.TaskGroup() as tasks:
+        pings = tasks.create_task(keepalive.run())
+        _, recorder = await opened(url, keepalive)
+        peer = await peers.get()
+        ping, close = await peer.frames(2)
+        assert ping.opcode is PING
+        assert Close.parse(close.data).code == 1011
+        peer.writer.close()
+        await recorder.until(lambda: recorder.closed is not None)
+        assert recorder.closed is not None
+        assert (recorder.closed.code, recorder.closed.by) == (1011, CloseBy.WORKER)
+        assert len(keepalive) == 0
+        pings.cancel()
+
+
+async def test_a_connection_that_talks_is_never_pinged() -> None:
+    """Anything read proves a connection alive: a busy one costs the keepalive nothing."""
+    keepalive = Keepalive(0.2, 0.2)
+    async with raw_server() as (url, peers), asyncio.TaskGroup() as tasks:
+        pings = tasks.create_task(keepalive.run())
+        transport, recorder = await opened(url, keepalive)
+        peer = await peers.get()
+        for n in range(10):
+            peer.write(text(str(n)))
+            await asyncio.sleep(0.06)
+        await recorder.until(lambda: len(recorder.messages) == 10)
+        transport.close(1000)
+        (close,) = await peer.frames(1)
+        assert close.opcode is CLOSE  # the first frame it sent: no ping before it
+        transport.abort()
+        pings.cancel()

@@ -1,0 +1,370 @@
+"""The upstream link of one held stream: connect safely, resume, reconnect with backoff.
+
+An :class:`UpstreamLink` keeps one stream's connection open for as long as its owner wants it,
+and knows nothing of leases. Messages never pass through its code: each connection's handler
+(:class:`~worker.stream.transport.UpstreamHandler`) has the owner's ``on_messages`` as its very
+``messages_received``. The link opens connections, hears of their close, and decides what a
+failed connect or a close means.
+
+* **Connect** (:func:`~worker.upstream.connect_upstream`): the URL passes the URL policy again,
+  every address the host resolves to is checked, and the socket goes to a checked address while
+  TLS's SNI and ``Host`` keep the URL's name. No proxy, no redirects, no compression.
+* **Resume**: each connect asks for the next seq the stream wants (``resume_from() + 1``), by the
+  profile's means (a query parameter, or the open message sent right after the handshake).
+* **Reconnect**: exponential backoff with full jitter that resets only after a connection stayed
+  up ``settings.stable_seconds`` (an upstream that accepts and drops would see a tight loop).
+* **Outcomes** (README, "each outcome has one meaning"): close 1000 from the upstream ends the
+  link (the stream is finished, :attr:`UpstreamLink.upstream_ended`); a 4xx at the handshake
+  (except 408/425/429), a redirect or a refused address is a *rejection*: reported, then the
+  stream is parked — tried again every ``backoff_max_seconds`` with its secrets read afresh,
+  not handed around the fleet; everything else (1001, 1006, 1011-1014, 5xx, refused, timeouts,
+  DNS) is retried with backoff. Every outcome is reported to ``on_event`` with a short message
+  that never contains the URL, its query or upstream text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from websockets.exceptions import WebSocketException
+from websockets.frames import Frame
+
+from streamlease.errors import UpstreamRejected, UrlRejected
+from streamlease.profile import DEFAULT_PROFILE, Profile
+from streamlease.rules import backoff_seconds
+from streamlease.settings import Settings
+from streamlease.url_policy import UrlPolicy
+from worker.stream.keepalive import Keepalive
+from worker.stream.transport import Closed, UpstreamTransport
+from worker.stream.websocket import CLOSE_TIMEOUT_SECONDS
+from worker.upstream.connection import (
+    Failure,
+    Resolver,
+    connect_upstream,
+    describe_close,
+    describe_connect_error,
+)
+
+
+class UpstreamEventKind(StrEnum):
+    """What an :class:`UpstreamEvent` reports."""
+
+    CONNECTED = "connected"
+    RETRYING = "retrying"
+    """A connect failed or a connection dropped; the next attempt follows ``delay_seconds``."""
+    REJECTED = "rejected"
+    """The upstream refused the stream; the next attempt follows ``delay_seconds``."""
+    ENDED = "ended"
+    """The upstream closed with 1000 (the stream is finished); the link stops."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamEvent:
+    """Reported to the link's ``on_event`` hook. ``error`` is safe to store and log."""
+
+    kind: UpstreamEventKind
+    stream_id: str
+    error: str = ""
+    close_code: int | None = None
+    status: int | None = None
+    """HTTP status of a refused handshake."""
+    delay_seconds: float = 0.0
+    attempt: int = 0
+    """Consecutive failures so far (``RETRYING``); connections so far (``CONNECTED``)."""
+
+
+class HeadersUnavailable(Exception):
+    """The handshake headers cannot be had for now (a secret not readable yet): retry later.
+    Its text is safe to store and log."""
+
+
+HeadersSource = Callable[[], Awaitable[Sequence[tuple[str, str]]]]
+"""Gives the handshake headers before each connect (secrets resolved). May raise
+:class:`UpstreamRejected`, or :class:`HeadersUnavailable` to be retried."""
+
+ConnectSpan = Callable[[int], AbstractContextManager[object]]
+"""Wraps one connect attempt (its number given) until the first connection opened: the stream
+start's ``stream.connect`` span (:class:`~worker.tracing.StreamTrace`)."""
+
+
+class _Connection:
+    """The handler of one connection: its messages go to the owner, its close to the link."""
+
+    __slots__ = ("closed", "messages_received")
+
+    def __init__(self, on_messages: Callable[[list[Frame]], None]) -> None:
+        self.messages_received = on_messages
+        self.closed: asyncio.Future[Closed] = asyncio.get_running_loop().create_future()
+
+    def connection_closed(self, closed: Closed) -> None:
+        if not self.closed.done():
+            self.closed.set_result(closed)
+
+
+class UpstreamLink:
+    """One stream's upstream connection, across reconnects (see the module docstring).
+
+    Run :meth:`run` in the owner's task; stop it with :meth:`close` (which closes the current
+    connection with the owner's code) or by cancelling :meth:`run` and then calling
+    :meth:`close`. ``on_messages(batch)`` gets every batch of every connection (see
+    :class:`~worker.stream.transport.UpstreamHandler`); ``resume_from()`` is the last seq the
+    stream has taken in; ``on_event`` is
+    called synchronously and must neither block nor raise. ``forget_secrets()`` is called when
+    the upstream refused the stream (its credentials may have been rotated). ``connect_span``
+    wraps each connect attempt before the first connection opened (a trace of the start).
+    ``rand`` (uniform in [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable
+    for tests.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_close_code",
+        "_close_requested",
+        "_closed",
+        "_connect_span",
+        "_connected_at",
+        "_failures",
+        "_forget_secrets",
+        "_headers",
+        "_keepalive",
+        "_on_event",
+        "_on_messages",
+        "_paused",
+        "_policy",
+        "_profile",
+        "_rand",
+        "_resolver",
+        "_resume_from",
+        "_settings",
+        "_transport",
+        "_url",
+        "connects",
+        "end_reason",
+        "retries",
+        "stream_id",
+        "upstream_ended",
+    )
+
+    def __init__(
+        self,
+        stream_id: str,
+        url: str,
+        settings: Settings,
+        on_messages: Callable[[list[Frame]], None],
+        *,
+        resume_from: Callable[[], int],
+        on_event: Callable[[UpstreamEvent], None] | None = None,
+        profile: Profile = DEFAULT_PROFILE,
+        headers: HeadersSource | None = None,
+        forget_secrets: Callable[[], None] | None = None,
+        keepalive: Keepalive | None = None,
+        connect_span: ConnectSpan | None = None,
+        policy: UrlPolicy | None = None,
+        resolver: Resolver | None = None,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream_id = stream_id
+        self.connects = 0
+        self.retries = 0
+        self.upstream_ended = False
+        """True once the upstream closed with 1000 (it finished the stream)."""
+        self.end_reason: str | None = None
+        """Why the link stopped (sanitized), None while it runs."""
+        self._on_messages = on_messages
+        self._url = url
+        self._settings = settings
+        self._resume_from = resume_from
+        self._on_event = on_event
+        self._profile = profile
+        self._headers = headers
+        self._forget_secrets = forget_secrets
+        self._keepalive = keepalive
+        self._connect_span = connect_span
+        self._policy = policy or UrlPolicy.from_settings(settings)
+        self._resolver = resolver
+        self._rand = rand
+        self._clock = clock
+        self._transport: UpstreamTransport | None = None
+        self._paused = False
+        self._failures = 0  # consecutive, drives the backoff
+        self._connected_at = 0.0
+        self._close_requested = asyncio.Event()
+        self._close_code = 1000
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open right now."""
+        return self._transport is not None
+
+    async def run(self) -> None:
+        """Connect, and reconnect after every failure, until the upstream ends the stream (then
+        :attr:`upstream_ended`) or :meth:`close` is called."""
+        while not self._close_requested.is_set():
+            connected = await self._connect()
+            if connected is None:
+                return
+            closed = await asyncio.shield(connected.closed)
+            self._transport = None
+            if self._close_requested.is_set():
+                return
+            failure = describe_close(closed)
+            if failure.fatal:
+                self.upstream_ended = True
+                self.end_reason = failure.message
+                self._emit(
+                    UpstreamEventKind.ENDED, error=failure.message, close_code=failure.close_code
+                )
+                return
+            if self._clock() - self._connected_at >= self._settings.stable_seconds:
+                self._failures = 0
+            await self._back_off(UpstreamEventKind.RETRYING, failure)
+
+    def pause_reading(self) -> None:
+        """Read nothing until :meth:`resume_reading`, across reconnects."""
+        self._paused = True
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again."""
+        self._paused = False
+        if self._transport is not None:
+            self._transport.resume_reading()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Stop the link and close the connection with ``code`` (1000: the stream stopped;
+        1001: this worker is going away), waiting at most a little longer than the closing
+        handshake may take; then the socket is dropped. Idempotent; never raises."""
+        if not self._close_requested.is_set():
+            self._close_code = code
+            self._close_requested.set()
+        if self.end_reason is None:
+            self.end_reason = f"closed by the owner (close code {self._close_code})"
+        transport = self._transport
+        if transport is None:
+            return
+        transport.close(self._close_code, reason)
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS + 1.0):
+                await transport.wait_closed()
+        except TimeoutError:
+            transport.abort()
+
+    # --- internals -----------------------------------------------------------------------
+
+    async def _connect(self) -> _Connection | None:
+        """The next open connection (retrying as the outcomes say), or None once closing."""
+        settings = self._settings
+        while not self._close_requested.is_set():
+            try:
+                headers = await self._headers() if self._headers is not None else ()
+                last_seq = self._resume_from()
+                connection = _Connection(self._on_messages)
+                with self._span_of_attempt():
+                    transport = await connect_upstream(
+                        self._url,
+                        settings,
+                        connection,
+                        from_seq=last_seq + 1,
+                        policy=self._policy,
+                        resolver=self._resolver,
+                        profile=self._profile,
+                        headers=headers,
+                        keepalive=self._keepalive,
+                    )
+            except (UrlRejected, UpstreamRejected) as exc:
+                await self._park(Failure(True, str(exc)))
+                continue
+            except HeadersUnavailable as exc:
+                await self._back_off(UpstreamEventKind.RETRYING, Failure(False, str(exc)))
+                continue
+            except (OSError, WebSocketException) as exc:
+                failure = describe_connect_error(exc)
+                if failure.fatal:
+                    await self._park(failure)
+                else:
+                    await self._back_off(UpstreamEventKind.RETRYING, failure)
+                continue
+            opening = self._profile.open_message_for(last_seq)
+            if opening is not None:
+                try:
+                    transport.send_text(opening)
+                except ConnectionError:
+                    transport.abort()  # not kept: its keepalive would hold it open otherwise
+                    failure = Failure(False, "upstream closed before the open message was sent")
+                    await self._back_off(UpstreamEventKind.RETRYING, failure)
+                    continue
+            if self._close_requested.is_set():
+                transport.close(self._close_code)
+                return None
+            self._transport = transport
+            if self._paused:
+                transport.pause_reading()
+            self._connected_at = self._clock()
+            self.connects += 1
+            self._emit(UpstreamEventKind.CONNECTED, attempt=self.connects)
+            return connection
+        return None
+
+    def _span_of_attempt(self) -> AbstractContextManager[object]:
+        """The trace span of the next connect attempt: only until a first connection opened
+        (later reconnects belong to no start)."""
+        if self._connect_span is None or self.connects:
+            return contextlib.nullcontext()
+        return self._connect_span(self._failures + 1)
+
+    async def _park(self, failure: Failure) -> None:
+        """The upstream refused the stream: report it, read the secrets afresh next time, and
+        try again after ``backoff_max_seconds``. Handing it to another worker would only make
+        the whole fleet knock on the same door."""
+        if self._forget_secrets is not None:
+            self._forget_secrets()
+        delay = self._settings.backoff_max_seconds
+        self._emit(
+            UpstreamEventKind.REJECTED,
+            error=failure.message,
+            status=failure.status,
+            delay_seconds=delay,
+        )
+        await self._wait(delay)
+
+    async def _back_off(self, kind: UpstreamEventKind, failure: Failure) -> None:
+        settings = self._settings
+        delay = backoff_seconds(
+            self._failures,
+            settings.backoff_base_seconds,
+            settings.backoff_max_seconds,
+            self._rand(),
+        )
+        self._failures += 1
+        self.retries += 1
+        self._emit(
+            kind,
+            error=failure.message,
+            status=failure.status,
+            close_code=failure.close_code,
+            delay_seconds=delay,
+            attempt=self._failures,
+        )
+        await self._wait(delay)
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` unless :meth:`close` is called first."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._close_requested.wait()
+        except TimeoutError:
+            return
+
+    def _emit(self, kind: UpstreamEventKind, **fields: Any) -> None:
+        if self._on_event is not None:
+            self._on_event(UpstreamEvent(kind, self.stream_id, **fields))

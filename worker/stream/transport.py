@@ -1,0 +1,102 @@
+"""The upstream transport seam: one WebSocket connection that calls back with batches.
+
+An :class:`UpstreamTransport` is all the rest of the worker knows of a connection. It is opened
+to an address the URL policy has already checked (:func:`worker.upstream.connect_upstream`, a
+:class:`Target`); it hands its :class:`UpstreamHandler` every complete message that one read of
+the socket produced — a *batch*: a list of websockets :class:`~websockets.frames.Frame`
+objects, each a whole text or binary message — and, once, how the connection closed
+(:class:`Closed`: code, reason, who closed first). It can pause and resume reading, send a text
+message (a profile's open message) and close. Nothing awaits per message: a batch is handled
+inside the read callback.
+
+The default implementation is :mod:`worker.stream.websocket` (websockets' own sans-I/O client
+on the event loop's transport); another one may sit behind the same seam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from websockets.frames import Frame
+
+
+class CloseBy(StrEnum):
+    """Which side ended a connection."""
+
+    UPSTREAM = "upstream"
+    """The upstream's close frame came first."""
+    WORKER = "worker"
+    """Ours came first: the owner's close, a keepalive timeout (1011), a message over the size
+    limit (1009), a protocol error the library found (1002, 1007)."""
+    NETWORK = "network"
+    """No close frame either way: the TCP connection ended (reported as 1006)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """How a connection ended. ``reason`` is the upstream's own text when it closed first:
+    never log or store it."""
+
+    code: int
+    reason: str
+    by: CloseBy
+
+
+class UpstreamHandler(Protocol):
+    """What a transport calls back, always from the event loop."""
+
+    def messages_received(self, messages: list[Frame]) -> None:
+        """Every message one read completed, in order: whole text or binary messages (a
+        fragmented one assembled). Must not block; may pause reading or close."""
+        ...
+
+    def connection_closed(self, closed: Closed) -> None:
+        """The connection is over (called once, after the handshake had succeeded)."""
+        ...
+
+
+class UpstreamTransport(Protocol):
+    """One open upstream connection (see the module docstring)."""
+
+    async def wait_closed(self) -> Closed:
+        """Return how the connection ended, once it has."""
+        ...
+
+    def pause_reading(self) -> None:
+        """Read nothing more until :meth:`resume_reading` (the socket's buffers fill, then TCP
+        slows the upstream down). Idempotent."""
+        ...
+
+    def resume_reading(self) -> None:
+        """Read again. Idempotent."""
+        ...
+
+    def send_text(self, text: str) -> None:
+        """Send one text message. Raises ``ConnectionError`` when the connection is not open."""
+        ...
+
+    def close(self, code: int, reason: str = "") -> None:
+        """Start the closing handshake with ``code`` (the socket is dropped if it outlasts
+        a few seconds); before the handshake completed, drop it at once."""
+        ...
+
+    def abort(self) -> None:
+        """Drop the socket now, without a close frame."""
+        ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how to open one connection: ``uri`` (``ws[s]://host[:port]/resource``, the
+    host as in the URL: it goes into ``Host`` and TLS's SNI), the checked ``address`` the socket
+    goes to, handshake ``headers`` (secrets resolved), ``subprotocols`` to offer, and
+    ``max_size``, the largest message accepted in bytes."""
+
+    uri: str
+    address: str
+    headers: Sequence[tuple[str, str]] = ()
+    subprotocols: Sequence[str] = ()
+    max_size: int = 1_000_000
