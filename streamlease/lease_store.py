@@ -585,6 +585,29 @@ class LeaseStore:
         }
         return [LeaseView.from_item(item) for item in self._query(query, limit)]
 
+    def held_through_sessions(
+        self, *, limit: int, start: Mapping[str, Any] | None = None
+    ) -> tuple[list[LeaseView], Mapping[str, Any] | None]:
+        """One page of the STARTED streams attached to a session (those with a checkpoint
+        slot), from a Scan of ``by-holder`` reading at most ``limit`` entries (eventually
+        consistent: owner and epoch), from ``start``; and where the next page starts (None:
+        that was the last one). A Scan returns a holder's entries together, so a page names a
+        few owners; each page reads the next key range, so no partition is read twice in a
+        walk. The cursor is opaque: pass it back as it is."""
+        scan: ScanInputTypeDef = {
+            "TableName": self._table,
+            "IndexName": BY_OWNER.name,
+            "FilterExpression": "attribute_exists(#slot) AND #state = :started",
+            "ExpressionAttributeNames": _names("#slot", "#state"),
+            "ExpressionAttributeValues": dynamo.serialize({":started": DesiredState.STARTED.value}),
+            "Limit": limit,
+        }
+        if start is not None:
+            scan["ExclusiveStartKey"] = dict(start)
+        page = dynamo.call(self._client.scan, **scan)
+        views = [LeaseView.from_item(dynamo.plain(item)) for item in page.get("Items", [])]
+        return views, page.get("LastEvaluatedKey") or None
+
     def orphans(
         self, cutoff_ms: int, *, limit: int, segment: int = 0, segments: int = 1
     ) -> list[LeaseView]:
