@@ -36,7 +36,7 @@ from worker.logs import describe, logger
 from worker.secrets import Secrets
 from worker.sinks import BatchHeader
 from worker.stream.delivery import Delivery
-from worker.stream.link import HeadersSource, UpstreamEvent, UpstreamEventKind, UpstreamLink
+from worker.stream.link import SecretsSource, UpstreamEvent, UpstreamEventKind, UpstreamLink
 from worker.stream.progress import ProgressWatch
 from worker.stream.sequence import Sequencer
 from worker.tracing import UNTRACED, StreamTrace
@@ -142,7 +142,7 @@ class StreamHolder:
             resume_from=lambda: sequencer.last_seq,
             on_event=self._on_event,
             profile=profile,
-            headers=_headers_for(profile, secrets),
+            secrets=_secrets_for(profile, secrets),
             forget_secrets=None if secrets is None else lambda: secrets.forget(profile.secrets),
             keepalive=ctx.keepalive,
         )
@@ -465,17 +465,15 @@ class StreamHolder:
             return
 
 
-def _headers_for(profile: Profile, secrets: Secrets | None) -> HeadersSource | None:
-    """What the link calls before each connect for the handshake headers."""
-    if not profile.headers:
+def _secrets_for(profile: Profile, secrets: Secrets | None) -> SecretsSource | None:
+    """What the link calls before each connect for the values of the profile's secrets."""
+    refs = profile.secrets
+    if not refs:
         return None
     if secrets is None:
-        return lambda: _static_headers(profile)
-    return lambda: secrets.headers(profile)
+        return _no_secrets
+    return lambda: secrets.resolve(refs)
 
 
-async def _static_headers(profile: Profile) -> list[tuple[str, str]]:
-    """Headers without a secret resolver: literal values only."""
-    if profile.secrets:
-        raise UpstreamRejected("this worker cannot read secrets")
-    return [(name, value.template) for name, value in profile.headers]
+async def _no_secrets() -> dict[str, str]:
+    raise UpstreamRejected("this worker cannot read secrets")

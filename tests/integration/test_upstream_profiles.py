@@ -43,11 +43,11 @@ def profile(**fields: Any) -> Profile:
     return parse_profile(fields, secrets_prefix=None)
 
 
-def fixed_headers(*pairs: tuple[str, str]) -> Any:
-    async def headers() -> list[tuple[str, str]]:
-        return list(pairs)
+def fixed_secrets(**values: str) -> Any:
+    async def secrets() -> dict[str, str]:
+        return dict(values)
 
-    return headers
+    return secrets
 
 
 def at(document: Any, path: str) -> Any:
@@ -57,16 +57,16 @@ def at(document: Any, path: str) -> Any:
 
 
 async def test_a_bearer_token_from_the_headers_opens_the_feed(sim: UpstreamSimulator) -> None:
-    """The headers the resolver gives are sent in the handshake; a wrong token is a 401 that
-    makes the stream rejected, naming the status and nothing of the token."""
+    """The secrets the resolver gives are put into the handshake's headers; a wrong token is a
+    401 that makes the stream rejected, naming the status and nothing of the token."""
     url = sim.url_for("auth", rate=0, bearer="s3cr3t-token")
     auth = profile(headers={"Authorization": "Bearer {secret:feed}"})
-    good = fixed_headers(("Authorization", "Bearer s3cr3t-token"))
-    async with LinkRun("auth", url, SETTINGS, profile=auth, headers=good) as run:
+    good = fixed_secrets(feed="s3cr3t-token")
+    async with LinkRun("auth", url, SETTINGS, profile=auth, secrets=good) as run:
         assert [r.seq for r in await run.take(3)] == [1, 2, 3]
 
-    wrong = fixed_headers(("Authorization", "Bearer old"))
-    async with LinkRun("auth", url, SETTINGS, profile=auth, headers=wrong) as refused:
+    wrong = fixed_secrets(feed="old")
+    async with LinkRun("auth", url, SETTINGS, profile=auth, secrets=wrong) as refused:
         rejected = await refused.event(UpstreamEventKind.REJECTED)
     assert "401" in rejected.error
     assert "old" not in rejected.error and "s3cr3t" not in rejected.error

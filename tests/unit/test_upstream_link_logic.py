@@ -18,7 +18,7 @@ from streamlease.errors import UrlRejected
 from streamlease.profile import parse_profile
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
-from worker.stream.link import HeadersUnavailable, UpstreamEvent, UpstreamEventKind, UpstreamLink
+from worker.stream.link import SecretsUnavailable, UpstreamEvent, UpstreamEventKind, UpstreamLink
 from worker.stream.transport import CloseBy, Closed, UpstreamHandler
 
 SETTINGS = Settings(
@@ -92,9 +92,15 @@ class FakeUpstream:
     headers: list[Any] = field(default_factory=list)
 
     async def connect(
-        self, url: str, settings: Settings, handler: UpstreamHandler, *, from_seq: int, **kw: Any
+        self,
+        url: str,
+        settings: Settings,
+        handler: UpstreamHandler,
+        *,
+        query: list[tuple[str, str]],
+        **kw: Any,
     ) -> Any:
-        self.from_seqs.append(from_seq)
+        self.from_seqs.append(int(dict(query).get(settings.resume_param, "-1")))
         self.headers.append(kw.get("headers"))
         outcome = self.outcomes.pop(0) if self.outcomes else ConnectionRefusedError(111, "x")
         if isinstance(outcome, BaseException):
@@ -287,17 +293,21 @@ async def test_a_rejection_carries_no_upstream_response(upstream: Any) -> None:
     assert all("s3cr3t" not in e.error for e in stream.events)
 
 
-async def test_headers_not_available_yet_are_retried(upstream: Any) -> None:
-    """A secret that cannot be read for now: back off and try again, no connect meanwhile."""
+async def test_secrets_not_available_yet_are_retried(upstream: Any) -> None:
+    """A secret that cannot be read for now: back off and try again, no connect meanwhile;
+    then its value goes into the header that refers to it."""
     fake = upstream(FakeTransport([[1]]))
-    answers: list[Any] = [HeadersUnavailable("secret streamlease/x not readable (throttled)")]
+    answers: list[Any] = [SecretsUnavailable("secret streamlease/x not readable (throttled)")]
 
-    async def headers() -> list[tuple[str, str]]:
+    async def secrets() -> dict[str, str]:
         if answers:
             raise answers.pop()
-        return [("Authorization", "Bearer t")]
+        return {"streamlease/x": "t"}
 
-    stream = Stream(headers=headers)
+    auth = parse_profile(
+        {"headers": {"Authorization": "Bearer {secret:streamlease/x}"}}, secrets_prefix=None
+    )
+    stream = Stream(secrets=secrets, profile=auth)
     await run_until(stream, 1)
     assert fake.headers == [[("Authorization", "Bearer t")]]
     assert "throttled" in stream.kinds(UpstreamEventKind.RETRYING)[0].error
