@@ -283,6 +283,10 @@ class StreamView(BaseModel):
         description="Frames of the current holding that could not be delivered (no sequence "
         "number where the profile says, out of bounds, ...)."
     )
+    frames_control: int | None = Field(
+        description="Control frames of the current holding skipped as the profile's control "
+        "conditions say (pongs, heartbeats): neither data nor malformed."
+    )
     seq_gaps: int | None = Field(description="Sequence gaps seen during the current holding.")
     progress_at: str | None = Field(
         description="When the holder wrote the counts above (they may trail by a few minutes)."
@@ -364,6 +368,7 @@ def _progress_fields(stream: Stream) -> dict[str, Any]:
         "frames_received": current.received if current else None,
         "frames_delivered": current.delivered if current else None,
         "frames_malformed": current.malformed if current else None,
+        "frames_control": current.control if current else None,
         "seq_gaps": current.gaps if current else None,
         "progress_at": iso_ms(current.at_ms) if current else None,
         "last_message_at": iso_ms(last) if last else None,

@@ -66,6 +66,7 @@ _NAMES: Final = {
     "#fdl": _A.FRAMES_DELIVERED,
     "#fml": _A.FRAMES_MALFORMED,
     "#gaps": _A.SEQ_GAPS,
+    "#fctl": _A.FRAMES_CONTROL,
     "#lmsg": _A.LAST_MESSAGE_AT_MS,
     "#pat": _A.PROGRESS_AT_MS,
 }
@@ -75,6 +76,7 @@ _PROGRESS: Final = (
     ("#fdl", "delivered"),
     ("#fml", "malformed"),
     ("#gaps", "gaps"),
+    ("#fctl", "control"),
 )
 """Progress counters: placeholder and :class:`StreamProgress` field."""
 _NEW_HOLDING_REMOVES: Final = (*(name for name, _ in _PROGRESS), "#lmsg", "#pat")

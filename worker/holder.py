@@ -120,7 +120,7 @@ class StreamHolder:
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._trace = UNTRACED
         profile = self._profile(lease)
-        sequencer = Sequencer(profile.seq_path, lease.last_seq)
+        sequencer = Sequencer(profile.seq_path, lease.last_seq, profile.control)
         self.progress = ProgressWatch(sequencer, profile.idle_seconds)
         self.delivery = Delivery(
             BatchHeader(lease.stream_id, lease.epoch, lease.owner),

@@ -377,6 +377,8 @@ def progress_detail(stream: Mapping[str, Any], at_ms: int) -> str:
     text = ", ".join(
         f"{label} {cell(stream.get(key))}" for label, key in zip(labels, PROGRESS_KEYS, strict=True)
     )
+    if stream.get("frames_control"):
+        text += f", control {cell(stream.get('frames_control'))}"
     age = age_ms(stream.get("progress_at"), at_ms)
     return text if age is None else f"{text} (reported {seconds_text(age)} ago)"
 
