@@ -322,7 +322,9 @@ class StreamView(BaseModel):
             if session is not None and stream.slot is not None:
                 # The live checkpoint rides on the session's renewals, not on the stream item.
                 entry = checkpoints.entry_at(session.checkpoints, stream.slot)
-                last_seq = max(last_seq, rules.checkpoint_for(entry, stream.epoch) or 0)
+                last_seq = max(
+                    last_seq, rules.checkpoint_for(entry, stream.stream_id, stream.epoch) or 0
+                )
         remaining = max(0, expires - now_ms) if stream.owner else 0
         lease_state = "held" if remaining > 0 else "expired"
         if stream.owner is None:

@@ -224,7 +224,7 @@ def _reap_lease(
             lease.stream_id,
             lease.owner,
             lease.epoch,
-            rules.checkpoint_for(entry, lease.epoch),
+            rules.checkpoint_for(entry, lease.stream_id, lease.epoch),
             last_error=message[:_MAX_ERROR_CHARS],
         )
     except StoreError as exc:

@@ -28,6 +28,7 @@ def client(
     settings: Settings,
     *,
     read_timeout_seconds: float | None = None,
+    connect_timeout_seconds: float | None = None,
     max_attempts: int = 3,
 ) -> DynamoDBClient: ...
 @overload
@@ -36,6 +37,7 @@ def client(
     settings: Settings,
     *,
     read_timeout_seconds: float | None = None,
+    connect_timeout_seconds: float | None = None,
     max_attempts: int = 3,
 ) -> SQSClient: ...
 @overload
@@ -44,6 +46,7 @@ def client(
     settings: Settings,
     *,
     read_timeout_seconds: float | None = None,
+    connect_timeout_seconds: float | None = None,
     max_attempts: int = 3,
 ) -> KinesisClient: ...
 @overload
@@ -52,6 +55,7 @@ def client(
     settings: Settings,
     *,
     read_timeout_seconds: float | None = None,
+    connect_timeout_seconds: float | None = None,
     max_attempts: int = 3,
 ) -> SecretsManagerClient: ...
 def client(
@@ -59,23 +63,31 @@ def client(
     settings: Settings,
     *,
     read_timeout_seconds: float | None = None,
+    connect_timeout_seconds: float | None = None,
     max_attempts: int = 3,
 ) -> BaseClient:
     """A boto3 client for ``service``: ``dynamodb``, ``sqs``, ``kinesis`` or ``secretsmanager``,
     typed for mypy as that service's client (the overloads above), so every call's arguments are
     checked against the service's API.
 
-    ``read_timeout_seconds`` defaults to ``settings.dynamodb_timeout_seconds``; an SQS long poll
-    needs more than its wait time. Retries use botocore's ``standard`` mode, ``max_attempts``
-    attempts in all, the first included (1: no retry behind the caller's back, for callers that
-    must not send after a deadline). botocore's own ``max_attempts`` key counts *retries*; this
-    sets ``total_max_attempts``, which counts attempts.
+    ``read_timeout_seconds`` and ``connect_timeout_seconds`` default to
+    ``settings.dynamodb_timeout_seconds``; an SQS long poll needs a longer read, the Kinesis sink
+    its own timeout (``settings.sink_call_timeout_seconds``). Retries use botocore's
+    ``standard`` mode, ``max_attempts`` attempts in all, the first included (1: no retry behind
+    the caller's back, for callers that must not send after a deadline). botocore's own
+    ``max_attempts`` key counts *retries*; this sets ``total_max_attempts``, which counts
+    attempts.
     """
     timeout = (
         settings.dynamodb_timeout_seconds if read_timeout_seconds is None else read_timeout_seconds
     )
+    connect = (
+        settings.dynamodb_timeout_seconds
+        if connect_timeout_seconds is None
+        else connect_timeout_seconds
+    )
     config = Config(
-        connect_timeout=settings.dynamodb_timeout_seconds,
+        connect_timeout=connect,
         read_timeout=timeout,
         retries={"mode": "standard", "total_max_attempts": max_attempts},
         max_pool_connections=64,

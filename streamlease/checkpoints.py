@@ -1,36 +1,65 @@
-"""The checkpoint vector a session renewal carries: ``(epoch, last_seq)`` of every held stream.
+"""The checkpoint vector a session renewal carries: ``(epoch, last_seq)`` of every held stream,
+each tied to its stream by a short tag of the stream id.
 
 A session's streams are numbered by *slot* (a small integer stored on the stream item at
 acquire, :attr:`~streamlease.schema.StreamAttr.LEASE_SLOT`); the vector holds, per slot, the
-epoch the stream is held at and the last seq its sink acknowledged, or nothing for a free slot.
-It is binary to keep the worker item small (a worker at 100 streams stays well under 1 KB):
+epoch the stream is held at, a 16-bit tag of its stream id (:func:`stream_tag`) and the last seq
+its sink acknowledged, or nothing for a free slot. It is binary to keep the worker item small (a
+worker at 100 streams stays well under 1 KB):
 
 - one version byte (:data:`FORMAT_VERSION`);
-- then per slot, in slot order: ``varint(epoch)``, followed by ``varint(last_seq)`` when the
-  epoch is not 0 (a free slot is the single byte 0);
+- then per slot, in slot order: ``varint(epoch)``, followed, when the epoch is not 0, by the tag
+  (2 bytes, big-endian) and ``varint(last_seq)`` (a free slot is the single byte 0);
 - trailing free slots are left out.
 
-Varints are unsigned LEB128. A takeover merges the vector into the stream item
-(:func:`streamlease.rules.resume_seq`): an entry counts only for the epoch it names, so an entry
-left over from an earlier holding of the slot can never be applied to a later one.
+Varints are unsigned LEB128. Version 1 (:data:`UNTAGGED_VERSION`, written by workers that
+predate tags) is the same without the tag; it is still read, its entries with ``tag`` None.
+
+A takeover merges the vector into the stream item (:func:`streamlease.rules.checkpoint_for`):
+an entry counts only for the epoch it names *and* the stream its tag names, so an entry left
+over from an earlier holding of the slot, or written by another stream that was given the slot
+while a stale stream item still pointed at it, is never applied. An untagged entry (a vector
+written by an older worker during a rolling deploy) is matched by epoch alone, as that worker
+would have matched it: refusing it would resume its streams from their items' ``last_seq``,
+possibly hours old.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
-FORMAT_VERSION: Final = 1
-MAX_SLOT_BYTES: Final = 20
-"""Worst case of one slot: two 64-bit varints (the item-size bound of a session)."""
+from streamlease.seqs import MAX_SEQ
 
-Checkpoint = tuple[int, int]
-"""``(epoch, last_seq)`` of one held stream."""
+FORMAT_VERSION: Final = 2
+UNTAGGED_VERSION: Final = 1
+"""The format before tags: read, never written."""
+TAG_BYTES: Final = 2
+MAX_SLOT_BYTES: Final = 9 + TAG_BYTES + 9
+"""Worst case of one slot: an epoch and a seq of at most 2^63 − 1 (9-byte varints each) and the
+tag (the item-size bound of a session)."""
+
+
+class Checkpoint(NamedTuple):
+    """One held stream's entry: its epoch, acknowledged seq and stream tag (None: an entry of
+    the untagged format, whose stream is unknown)."""
+
+    epoch: int
+    last_seq: int
+    tag: int | None = None
+
+
+def stream_tag(stream_id: str) -> int:
+    """The 16-bit tag of ``stream_id``: BLAKE2b of its UTF-8 with a 2-byte digest, as a
+    big-endian number. Stable across processes, versions and languages (it is stored)."""
+    digest = hashlib.blake2b(stream_id.encode(), digest_size=TAG_BYTES).digest()
+    return int.from_bytes(digest, "big")
 
 
 def encode(entries: Sequence[Checkpoint | None]) -> bytes:
-    """The vector of ``entries`` (index = slot). Raises ``ValueError`` for a negative number or
-    an epoch of 0 (epochs start at 1)."""
+    """The vector of ``entries`` (index = slot). Raises ``ValueError`` for an epoch outside
+    ``1 .. MAX_SEQ``, a seq outside ``0 .. MAX_SEQ``, or a tag that is not 16 bits."""
     out = bytearray((FORMAT_VERSION,))
     last = len(entries)
     while last and entries[last - 1] is None:
@@ -39,20 +68,25 @@ def encode(entries: Sequence[Checkpoint | None]) -> bytes:
         if entry is None:
             out.append(0)
             continue
-        epoch, seq = entry
-        if epoch <= 0 or seq < 0:
+        epoch, seq, tag = entry
+        if not (0 < epoch <= MAX_SEQ and 0 <= seq <= MAX_SEQ) or tag is None or tag >> 16:
             raise ValueError(f"invalid checkpoint {entry!r}")
         _put_varint(out, epoch)
+        out += tag.to_bytes(TAG_BYTES, "big")
         _put_varint(out, seq)
     return bytes(out)
 
 
 def decode(data: bytes) -> list[Checkpoint | None]:
-    """The entries of a vector (index = slot). Raises ``ValueError`` for anything malformed."""
+    """The entries of a vector (index = slot), of either version. Raises ``ValueError`` for
+    anything malformed. An entry whose seq is beyond :data:`~streamlease.seqs.MAX_SEQ` (an
+    older worker accepted any seq) reads as a free slot: no stream may resume there."""
     if not data:
         return []
-    if data[0] != FORMAT_VERSION:
-        raise ValueError(f"unknown checkpoint vector version {data[0]}")
+    version = data[0]
+    if version not in (FORMAT_VERSION, UNTAGGED_VERSION):
+        raise ValueError(f"unknown checkpoint vector version {version}")
+    tagged = version == FORMAT_VERSION
     entries: list[Checkpoint | None] = []
     pos = 1
     while pos < len(data):
@@ -60,8 +94,14 @@ def decode(data: bytes) -> list[Checkpoint | None]:
         if epoch == 0:
             entries.append(None)
             continue
+        tag = None
+        if tagged:
+            if pos + TAG_BYTES > len(data):
+                raise ValueError("truncated tag in checkpoint vector")
+            tag = int.from_bytes(data[pos : pos + TAG_BYTES], "big")
+            pos += TAG_BYTES
         seq, pos = _get_varint(data, pos)
-        entries.append((epoch, seq))
+        entries.append(Checkpoint(epoch, seq, tag) if seq <= MAX_SEQ else None)
     return entries
 
 

@@ -29,12 +29,18 @@ class StreamNotFound(StreamleaseError):
 
 
 class LeaseConflict(StreamleaseError):
-    """An acquire lost: the stream is owned by someone else, stopped, or gone."""
+    """An acquire lost: the stream is owned by someone else, stopped, or gone.
 
-    def __init__(self, stream_id: str, reason: str) -> None:
+    ``write_may_land``: the acquire's own write got no answer and the conflict was read after
+    it, so that write may still land later (what it would attach, such as a session's slot,
+    must not be given to anything else meanwhile).
+    """
+
+    def __init__(self, stream_id: str, reason: str, *, write_may_land: bool = False) -> None:
         super().__init__(f"cannot acquire {stream_id!r}: {reason}")
         self.stream_id = stream_id
         self.reason = reason
+        self.write_may_land = write_may_land
 
 
 class LeaseLost(StreamleaseError):

@@ -242,23 +242,25 @@ class LeaseStore:
 
         This very write is recognised by what only it wrote (owner, acquire time, expiry and
         slot). A stream still free (the write never landed) is tried once more rather than
-        reported as owned: a start command for it must not be dropped.
+        reported as owned: a start command for it must not be dropped. A conflict raised here
+        has ``write_may_land`` set.
         """
         item = self._get(stream_key(take.stream_id), consistent=True)
         previous_owner = None if previous is None else str(previous[_A.LEASE_OWNER])
         if item is not None and _is_this_acquire(item, take):
             return _lease_from(item, previous_owner=previous_owner)
+        # The lost write may still land after this read: every conflict says so.
         if item is None or is_tombstone(item):
-            raise LeaseConflict(take.stream_id, "missing")
+            raise LeaseConflict(take.stream_id, "missing", write_may_land=True)
         if item.get(_A.DESIRED_STATE) != DesiredState.STARTED:
-            raise LeaseConflict(take.stream_id, "stopped")
+            raise LeaseConflict(take.stream_id, "stopped", write_may_land=True)
         if item.get(_A.LEASE_OWNER) is None and previous is None:
             try:
                 return _lease_from(self._take(take, previous=None), previous_owner=None)
             except dynamo.ConditionFailed as failed:
                 if failed.old is not None and _is_this_acquire(failed.old, take):
                     return _lease_from(failed.old, previous_owner=None)
-        raise LeaseConflict(take.stream_id, "owned")
+        raise LeaseConflict(take.stream_id, "owned", write_may_land=True)
 
     # --- per-stream renewal --------------------------------------------------------------------
 

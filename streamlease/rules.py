@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from streamlease.checkpoints import Checkpoint, stream_tag
+
 
 def acquire_cutoff_ms(now_ms: int, clock_skew_ms: int) -> int:
     """The ``:now`` of an acquire condition: a lease is takeable if it expired before this.
@@ -165,18 +167,27 @@ def next_session_expiry_ms(now_ms: int, lease_ms: int, previous_ms: int) -> int:
     return max(now_ms + lease_ms, previous_ms + 1)
 
 
-def checkpoint_for(entry: tuple[int, int] | None, item_epoch: int) -> int | None:
-    """What a dead session's checkpoint-vector ``entry`` says about a stream held at
-    ``item_epoch``: its acknowledged seq if the entry names that *same* epoch, else nothing (an
-    entry of another epoch belongs to another holding of the slot).
+def checkpoint_for(entry: Checkpoint | None, stream_id: str, item_epoch: int) -> int | None:
+    """What a dead session's checkpoint-vector ``entry`` says about ``stream_id`` held at
+    ``item_epoch``: its acknowledged seq if the entry names that *same* epoch and carries that
+    stream's tag, else nothing (an entry of another epoch or tag belongs to another holding of
+    the slot). An untagged entry (the older format, :mod:`streamlease.checkpoints`) is matched
+    by epoch alone.
 
     The stream resumes at the larger of this and the item's own ``last_seq`` (the store's
     conditional write keeps the larger).
     """
-    if entry is not None and entry[0] == item_epoch:
-        return entry[1]
-    return None
+    if entry is None or entry.epoch != item_epoch:
+        return None
+    if entry.tag is not None and entry.tag != stream_tag(stream_id):
+        return None
+    return entry.last_seq
 
+
+LOST_WRITE_LANDS_LEASES: Final = 2.0
+"""A write whose answer was lost has landed, or never will, within this many leases of being
+sent (DynamoDB gives up on a request long before): a checkpoint slot whose acquire got no
+answer is not recovered sooner, as the sweep of a tombstone does not delete it sooner."""
 
 BREAKER_LEASES: Final = 2.0
 """When every other session (at least two) looks dead at once, wait this many more leases of

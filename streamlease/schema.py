@@ -457,6 +457,14 @@ class SinkField:
     """How ``payload`` holds the frame: ``json`` (the JSON document itself), ``text`` (a text
     frame as a JSON string) or ``base64`` (a binary frame)."""
     WORKER_ID: Final = "worker_id"
+    WRITTEN_AT_MS: Final = "written_at_ms"
+    """File sink: wall-clock epoch ms at which the record's batch was appended (taken in the
+    sink's thread right after its last deadline check). Stamped by the sink, so not a field of
+    the records handed to it; the invariant checker judges overlaps by it."""
+
+
+SINK_STAMPED_FIELDS: Final = frozenset({SinkField.WRITTEN_AT_MS})
+"""Fields a sink adds to what it was handed."""
 
 
 class PayloadEncoding(StrEnum):

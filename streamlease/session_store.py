@@ -42,6 +42,7 @@ _NAMES: Final = {
     "#exp": _W.EXPIRES_AT_MS,
     "#hbat": _W.HEARTBEAT_AT_MS,
     "#active": _W.ACTIVE_STREAMS,
+    "#cap": _W.CAPACITY,
     "#cps": _W.CHECKPOINTS,
     "#xat": _W.EXPIRED_AT_MS,
     "#xby": _W.EXPIRED_BY,
@@ -104,9 +105,11 @@ class SessionStore:
         expires_at_ms: int,
         now_ms: int,
         active_streams: int,
+        capacity: int | None = None,
         checkpoints: bytes | None = None,
     ) -> None:
-        """One renewal: ``hb`` + 1, the new expiry, the stream count and (sessions) the vector.
+        """One renewal: ``hb`` + 1, the new expiry, the stream count, the capacity the worker
+        can use now (None: unchanged) and (sessions) the vector.
 
         ``expires_at_ms`` must be above every expiry this session sent before
         (:func:`streamlease.rules.next_session_expiry_ms`). Raises :class:`SessionExpired` when
@@ -121,6 +124,9 @@ class SessionStore:
             ":active": active_streams,
             **_LIVE_VALUES,
         }
+        if capacity is not None:
+            sets.append("#cap = :cap")
+            values[":cap"] = capacity
         if checkpoints is not None:
             sets.append("#cps = :cps")
             values[":cps"] = checkpoints

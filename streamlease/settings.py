@@ -147,6 +147,11 @@ class Settings:
     """Pack the messages bound for one shard into KPL aggregated records (read them with the
     KCL or a deaggregation module; :mod:`streamlease.kinesis_records`). Off: one Kinesis record
     of JSON per message."""
+    sink_timeout_seconds: float = 0.0
+    """Connect and read timeout of each Kinesis sink call; 0: half of ``fence_margin_seconds``
+    (1 s at the defaults). A call the sink's last fence check let start just before the
+    deadline has ended, or been abandoned by the client, about twice this later; the fence
+    margin must cover that, so with the Kinesis sink twice this may not exceed the margin."""
 
     # --- worker process ---
     shutdown_budget_seconds: float = 100.0
@@ -204,6 +209,17 @@ class Settings:
         for name in ("clock_skew_seconds",):
             if getattr(self, name) < 0:
                 problems.append(f"{var(name)} must not be negative")
+        timeout = self.sink_call_timeout_seconds
+        if not (math.isfinite(self.sink_timeout_seconds) and self.sink_timeout_seconds >= 0):
+            problems.append(f"{var('sink_timeout_seconds')} must be 0 or a number of seconds")
+        elif self.sink == "kinesis" and not 0 < 2 * timeout <= self.fence_margin_seconds:
+            problems.append(
+                f"with the Kinesis sink, {var('sink_timeout_seconds')} ({timeout:g} s) must be"
+                f" above 0 and at most half of {var('fence_margin_seconds')}"
+                f" ({self.fence_margin_seconds:g} s): a call started just before the fencing"
+                " deadline may be under way for about twice its timeout, and only the margin"
+                " keeps it from overlapping the next holder"
+            )
         for name in ("capacity", "shed_batch", "sink_max_attempts"):
             if getattr(self, name) < 1:
                 problems.append(f"{var(name)} must be at least 1")
@@ -220,6 +236,12 @@ class Settings:
             problems.append(f"{var('liveness')} must be one of {', '.join(Liveness)}")
         if problems:
             raise ConfigError("; ".join(problems))
+
+    @property
+    def sink_call_timeout_seconds(self) -> float:
+        """The Kinesis sink's call timeout in force (``sink_timeout_seconds``, or half the
+        fence margin when that is 0)."""
+        return self.sink_timeout_seconds or self.fence_margin_seconds / 2
 
     @property
     def lease_ms(self) -> int:

@@ -38,6 +38,11 @@ class WorkerMetric:
     """Streams whose upstream finished them (close code 1000): released and set STOPPED."""
     SESSIONS_EXPIRED: Final = "SessionsExpired"
     """Peer sessions this worker proved dead and tombstoned (then took their streams over)."""
+    CHECKPOINT_SLOTS_LOST: Final = "CheckpointSlotsLost"
+    """Checkpoint slots taken out of use because an acquire or release got no answer (each is
+    recovered once a read shows its stream item no longer names it)."""
+    SESSION_ROLLOVERS: Final = "SessionRollovers"
+    """Sessions this worker replaced by a fresh one because too many slots stayed lost."""
 
 
 class AuditorMetric:

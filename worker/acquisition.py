@@ -85,11 +85,15 @@ class Acquirer:
 
     def may_acquire(self) -> bool:
         """Whether this worker takes streams at all now: not shutting down, its event loop
-        keeps up, and its renewals keep up (the session is healthy; per-stream renewals are
-        not a heartbeat behind). Logs when the answer changes."""
+        keeps up, its renewals keep up (the session is healthy; per-stream renewals are not a
+        heartbeat behind), and its session has a checkpoint slot left (lost slots lower the
+        capacity counted in :class:`Holdings`). Logs when the answer changes."""
         ctx = self._ctx
         if ctx.shutdown_requested.is_set():
             return False
+        session = ctx.session
+        if self._sessions and session is not None:
+            self._holdings.capacity = session.slots.usable_capacity(ctx.settings.capacity)
         reason = self._unhealthy()
         if reason != self._unhealthy_reason:
             self._unhealthy_reason = reason
@@ -109,6 +113,11 @@ class Acquirer:
         if self._sessions:
             if not session.healthy():
                 return "session renewals behind"
+            if session.retiring:
+                return "session rolling over"
+            usable = self._holdings.capacity
+            if usable < ctx.settings.capacity and self._holdings.count >= usable:
+                return "checkpoint slots lost"
         elif self._renewals.is_behind():
             return "renewals behind"
         return None
@@ -194,17 +203,21 @@ class Acquirer:
             )
         try:
             lease = await self._await_acquire(call)
-        except LeaseConflict:
-            session.slots.cancel(slot)
+        except LeaseConflict as conflict:
+            if conflict.write_may_land:
+                session.lose_slot(slot, stream_id, time.monotonic(), write_may_land=True)
+            else:
+                session.slots.cancel(slot)
             raise
         except BaseException:
-            session.slots.cancel(slot, landed_unknown=True)
+            # No answer: the write may land later, naming this slot on the stream item.
+            session.lose_slot(slot, stream_id, time.monotonic(), write_may_land=True)
             raise
         if not session.live:
             # Won for a session that has just been lost: it is the dead session's now, and the
             # sweep of that session frees it.
             raise _SessionGone
-        return lease, SessionFence(session, slot, lease.epoch, lease.last_seq)
+        return lease, SessionFence(session, slot, stream_id, lease.epoch, lease.last_seq)
 
     async def _acquire_lease(self, stream_id: str) -> tuple[Lease, Fence]:
         """Acquire a per-stream lease; its deadline counts from the moment the call was *sent*.

@@ -45,6 +45,7 @@ from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.schema import Liveness
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
+from streamlease.telemetry import WorkerMetric
 from worker import logs
 from worker.acquisition import Acquirer
 from worker.blocking import DEFAULT_THREADS, install_executor
@@ -147,7 +148,7 @@ class Worker:
         self.rebalancer = Rebalancer(self.ctx, self.holdings, self.view)
         self.takeover = Takeover(self.ctx, self.acquirer, self.holdings, self.view)
         self.fleet = FleetWatcher(self.ctx, self.holdings, self.view, self.takeover)
-        self.own_leases = OwnLeases(self.ctx, self.holdings)
+        self.own_leases = OwnLeases(self.ctx, self.holdings, self._request_rollover)
         self.publisher = EmfPublisher(settings.metrics_namespace)
         self._session_lost = asyncio.Event()
         self._incarnation = 0
@@ -299,6 +300,7 @@ class Worker:
                 on_expired=lambda _: self._session_lost.set(),
                 active_streams=lambda: self.holdings.active_count,
                 observe=self.metrics.observe,
+                count=self.metrics.incr,
             )
             try:
                 await session.open()
@@ -320,23 +322,50 @@ class Worker:
 
     async def _keep_session(self) -> None:
         """When the store says the session expired: every stream attached to it is lost (the
-        holders stop and write nothing more); then a new session under a new id."""
+        holders stop and write nothing more). When the session asked to be rolled over (its
+        lost checkpoint slots leave it too little room): its streams are released and handed
+        off as in a drain, and it is revoked. Then a new session under a new id."""
         ctx = self.ctx
         while True:
             await self._session_lost.wait()
             self._session_lost.clear()
-            lost = ctx.session
-            if lost is None:
+            old = ctx.session
+            if old is None or (old.live and not old.retiring):
                 continue
-            if self.uses_sessions:
-                for holder in self.holdings:
-                    if holder.owner == lost.worker_id:
-                        holder.request_end(EndReason.LOST)
-                while any(h.owner == lost.worker_id for h in self.holdings):
-                    await self.holdings.wait_changed(DRAIN_CHECK_SECONDS)
+            if old.live:
+                await self._roll_over(old)
+            elif self.uses_sessions:
+                self._end_holders_of(old, EndReason.LOST)
+                await self._until_no_holder_of(old)
             if ctx.shutdown_requested.is_set():
                 return
             await self._open_session()
+
+    def _request_rollover(self) -> None:
+        """Replace the current session by a fresh one (see :meth:`_keep_session`)."""
+        session = self.ctx.session
+        if session is None or not session.live or session.retiring:
+            return
+        session.retiring = True  # it takes no more streams from now on
+        self._session_lost.set()
+
+    async def _roll_over(self, session: Session) -> None:
+        self.metrics.incr(WorkerMetric.SESSION_ROLLOVERS)
+        logger.warning("session rolling over", lost_slots=session.slots.lost)
+        # Released with their checkpoints and handed off, as in a drain: the fleet (this
+        # worker's next session among it) takes them up again within about a second.
+        self._end_holders_of(session, EndReason.SHUTDOWN)
+        await self._until_no_holder_of(session)
+        await self._revoke(session)
+
+    def _end_holders_of(self, session: Session, reason: EndReason) -> None:
+        for holder in self.holdings:
+            if holder.owner == session.worker_id:
+                holder.request_end(reason)
+
+    async def _until_no_holder_of(self, session: Session) -> None:
+        while any(h.owner == session.worker_id for h in self.holdings):
+            await self.holdings.wait_changed(DRAIN_CHECK_SECONDS)
 
     def _on_tick(self, lag_seconds: float) -> None:
         self.ctx.loop_lag_seconds = lag_seconds
@@ -404,7 +433,11 @@ class Worker:
         """Tombstone the session. Whatever is still attached to it (a drain cut short) is swept
         by the fleet at once instead of after a lease; the fleet deletes the tombstone later."""
         session = self.ctx.session
-        if session is None or not session.live:
+        if session is not None:
+            await self._revoke(session)
+
+    async def _revoke(self, session: Session) -> None:
+        if not session.live:
             return
         try:
             async with asyncio.timeout(max(0.1, 2 * self.settings.dynamodb_timeout_seconds)):

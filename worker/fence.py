@@ -21,13 +21,18 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 
-from streamlease import rules
+from streamlease import checkpoints, rules
+from streamlease.checkpoints import Checkpoint
 from streamlease.settings import Settings
 from worker.session import Session, SessionState
 
 
 class Deadline(Protocol):
-    """A fencing deadline as whoever must not act past it sees it (sinks, before they send)."""
+    """A fencing deadline as whoever must not act past it sees it (sinks, before they send).
+
+    Sinks ask it from their own thread, right before sending: it must be cheap and safe to call
+    from any thread.
+    """
 
     def remaining_seconds(self) -> float:
         """Seconds before the deadline (0 or less: passed). It may move later, never earlier
@@ -83,6 +88,11 @@ class Fence(Protocol):
 
     def stop_renewing(self) -> None:
         """Delivery has ended for good; no more renewals are needed."""
+        ...
+
+    def release_unanswered(self) -> None:
+        """The holder's last release got no answer: the stream item may still name this
+        holding (a session's slot then stays out of use until a read settles it)."""
         ...
 
     def finish(self) -> None:
@@ -146,6 +156,9 @@ class LeaseFence:
     def stop_renewing(self) -> None:
         self._renewals.untrack(self._stream_id, self._epoch)
 
+    def release_unanswered(self) -> None:
+        return  # the lease lapses on its own; nothing of the worker's stays named by it
+
     def finish(self) -> None:
         self._renewals.untrack(self._stream_id, self._epoch)
 
@@ -176,16 +189,21 @@ class SessionFence:
 
     pauses = True
 
-    def __init__(self, session: Session, slot: int, epoch: int, last_seq: int) -> None:
+    def __init__(
+        self, session: Session, slot: int, stream_id: str, epoch: int, last_seq: int
+    ) -> None:
         self.session = session
         self.slot = slot
+        self._stream_id = stream_id
         self._epoch = epoch
+        self._tag = checkpoints.stream_tag(stream_id)
         self._finished = False
+        self._release_unanswered = False
         shared = _SESSION_DEADLINES.get(session)
         if shared is None:
             shared = _SESSION_DEADLINES[session] = SessionDeadline(session)
         self._shared = shared
-        session.slots.hold(slot, epoch, last_seq)
+        session.slots.hold(slot, Checkpoint(epoch, last_seq, self._tag))
 
     @property
     def sink_deadline(self) -> Deadline:
@@ -213,15 +231,23 @@ class SessionFence:
         # Once per acknowledged batch: the slot entry is replaced whole, as SlotTable.hold does.
         session = self.session
         if not self._finished and session.state is SessionState.LIVE:
-            session.slots.hold(self.slot, self._epoch, seq)
+            session.slots.hold(self.slot, Checkpoint(self._epoch, seq, self._tag))
 
     def stop_renewing(self) -> None:
         return  # the session renews on; the slot keeps the checkpoint until the release
 
+    def release_unanswered(self) -> None:
+        self._release_unanswered = True
+
     def finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self.session.slots.free(self.slot, time.monotonic())
+        if self._finished:
+            return
+        self._finished = True
+        now = time.monotonic()
+        if self._release_unanswered:
+            self.session.lose_slot(self.slot, self._stream_id, now, write_may_land=False)
+        else:
+            self.session.slots.free(self.slot, now)
 
 
 class Pausable(Protocol):

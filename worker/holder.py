@@ -29,7 +29,7 @@ from streamlease.lease_events import LeaseEventKind
 from streamlease.model import Lease, Stream
 from streamlease.profile import DEFAULT_PROFILE, Profile, ProfileError
 from streamlease.schema import ConnectionState, DesiredState
-from streamlease.telemetry import WorkerMetric
+from streamlease.telemetry import SpanName, WorkerMetric
 from worker.context import WorkerContext
 from worker.fence import Fence
 from worker.logs import describe, logger
@@ -145,6 +145,7 @@ class StreamHolder:
             secrets=_secrets_for(profile, secrets),
             forget_secrets=None if secrets is None else lambda: secrets.forget(profile.secrets),
             keepalive=ctx.keepalive,
+            connect_span=lambda attempt: self._trace.span(SpanName.CONNECT, attempt=attempt),
         )
 
     def _profile(self, lease: Lease) -> Profile:
@@ -461,8 +462,10 @@ class StreamHolder:
                     self.epoch,
                     last_seq=self.acked_seq,
                 )
-        except (LeaseLost, StoreError, TimeoutError):
+        except LeaseLost:
             return
+        except (StoreError, TimeoutError):
+            self.fence.release_unanswered()  # the item may still name this holding
 
 
 def _secrets_for(profile: Profile, secrets: Secrets | None) -> SecretsSource | None:

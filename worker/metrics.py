@@ -39,6 +39,8 @@ COUNTERS: Final = (
     WorkerMetric.MALFORMED_FRAMES,
     WorkerMetric.STREAMS_ENDED,
     WorkerMetric.SESSIONS_EXPIRED,
+    WorkerMetric.CHECKPOINT_SLOTS_LOST,
+    WorkerMetric.SESSION_ROLLOVERS,
 )
 RENEWAL_CALL_MS: Final = "RenewalCallMs"
 """Round trip of each renewal write as the worker sees it (DynamoDB plus the thread pool).

@@ -11,12 +11,19 @@ The same read counts the streams the store says this session owns. More than it 
 stream owned but held by nobody — an acquire whose answer was lost and whose write landed late
 — or a release the index does not show yet: then the whole list is read, and a stream seen so
 twice in a row (the index lags) is released (condition owner + epoch) and handed off.
+
+Then the session's *lost* checkpoint slots (:mod:`worker.slots`) that are due are settled: a
+consistent read of each one's stream; a slot its item no longer names is recovered. A session
+whose lost slots leave it less than half its capacity asks to be rolled over (``on_rollover``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
+from collections.abc import Callable
+from typing import Final
 
 from streamlease.errors import LeaseLost, StoreError
 from streamlease.schema import DesiredState
@@ -24,14 +31,22 @@ from worker.context import WorkerContext
 from worker.holder import EndReason
 from worker.holdings import Holdings
 from worker.logs import describe, logger
+from worker.session import Session
+
+SLOT_READS_PER_POLL: Final = 10
+"""Most lost slots settled per poll (one consistent read each)."""
 
 
 class OwnLeases:
-    """Polls this session's own streams: stops, and streams owned but not held."""
+    """Polls this session's own streams: stops, streams owned but not held, lost slots."""
 
-    def __init__(self, ctx: WorkerContext, holdings: Holdings) -> None:
+    def __init__(
+        self, ctx: WorkerContext, holdings: Holdings, on_rollover: Callable[[], None]
+    ) -> None:
+        """``on_rollover``: called when the session should be replaced by a fresh one."""
         self._ctx = ctx
         self._holdings = holdings
+        self._on_rollover = on_rollover
         self._strays: set[tuple[str, int]] = set()
 
     async def watch(self) -> None:
@@ -66,7 +81,33 @@ class OwnLeases:
                 stopping.append(view.stream_id)
         held = sum(1 for holder in self._holdings if holder.owner == owner)
         self._strays = await self._find_strays(owner) if owned.count > held else set()
+        await self._settle_lost_slots(session)
         return stopping
+
+    async def _settle_lost_slots(self, session: Session) -> None:
+        """Recover the lost slots whose stream item no longer names them; ask for a rollover
+        when too many stay lost."""
+        slots = session.slots
+        for slot, stream_id in slots.lost_due(time.monotonic())[:SLOT_READS_PER_POLL]:
+            try:
+                stream = await asyncio.to_thread(self._ctx.store.read, stream_id)
+            except StoreError as exc:
+                logger.info("lost slot not settled", stream_id=stream_id, error=describe(exc))
+                return
+            if stream is not None and stream.owner == session.worker_id and stream.slot == slot:
+                continue  # still named: a stray, released above once seen twice
+            slots.recover(slot, time.monotonic())
+            logger.info(
+                "checkpoint slot recovered", stream_id=stream_id, slot=slot, lost=slots.lost
+            )
+        capacity = self._ctx.settings.capacity
+        if not session.retiring and slots.needs_rollover(capacity):
+            logger.warning(
+                "checkpoint slots lost: rolling the session over",
+                lost=slots.lost,
+                usable_capacity=slots.usable_capacity(capacity),
+            )
+            self._on_rollover()
 
     async def _find_strays(self, owner: str) -> set[tuple[str, int]]:
         """Streams the index lists as ``owner``'s that no holder holds; those seen so on the

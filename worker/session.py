@@ -78,10 +78,12 @@ class Session:
         on_expired: Callable[[Session], None],
         active_streams: Callable[[], int],
         observe: Callable[[str, float], None] | None = None,
+        count: Callable[[str], None] | None = None,
     ) -> None:
         """``store``: for the loop's own writes; ``renewal_store``: on the renewal thread's
         client. ``active_streams()`` is read by the loop only (the thread gets a copy).
-        ``observe(metric, ms)`` records each renewal's lag and round trip (called in the loop)."""
+        ``observe(metric, ms)`` records each renewal's lag and round trip (called in the loop);
+        ``count(metric)`` counts a lost checkpoint slot."""
         self.worker_id = worker_id
         self.settings = settings
         self.state = SessionState.LIVE
@@ -94,7 +96,12 @@ class Session:
         self._on_expired = on_expired
         self._active_streams = active_streams
         self._observe = observe
+        self._count = count
         self._active_copy = 0
+        self._capacity_copy = settings.capacity
+        self.retiring = False
+        """True once this session is being replaced by a fresh one (too many slots lost): it
+        takes no more streams and hands off those it holds."""
         self.started_at_ms = wall_ms()
         self.created_mono = 0.0
         self.deadline_mono = 0.0
@@ -213,8 +220,28 @@ class Session:
         )
 
     def refresh_active_streams(self) -> None:
-        """Copy the stream count for the next renewal (the thread reads the copy)."""
+        """Copy the stream count and the capacity the slots leave for the next renewal (the
+        thread reads the copies)."""
         self._active_copy = self._active_streams()
+        self._capacity_copy = self.slots.usable_capacity(self.settings.capacity)
+
+    def lose_slot(
+        self, slot: int, stream_id: str, now_mono: float, *, write_may_land: bool
+    ) -> None:
+        """``stream_id``'s item may still name ``slot`` (see :mod:`worker.slots`): keep the slot
+        out of use until a read settles it, no sooner than a write still on its way could land
+        (``write_may_land``: an acquire's; a release's landing only frees it)."""
+        settle = rules.LOST_WRITE_LANDS_LEASES * self.settings.lease_seconds
+        self.slots.lose(slot, stream_id, now_mono + (settle if write_may_land else 0.0))
+        if self._count is not None:
+            self._count(WorkerMetric.CHECKPOINT_SLOTS_LOST)
+        logger.warning(
+            "checkpoint slot lost",
+            stream_id=stream_id,
+            slot=slot,
+            lost=self.slots.lost,
+            usable_capacity=self.slots.usable_capacity(self.settings.capacity),
+        )
 
     # --- the renewal thread ------------------------------------------------------------------
 
@@ -236,6 +263,7 @@ class Session:
                     expires_at_ms=expires,
                     now_ms=now,
                     active_streams=self._active_copy,
+                    capacity=self._capacity_copy,
                     checkpoints=self.slots.vector() if self.carries_checkpoints else None,
                 )
             except SessionExpired:

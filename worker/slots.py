@@ -1,11 +1,22 @@
 """A session's checkpoint slots: which slot each held stream has, and what the vector says.
 
 Every stream attached to a session gets a *slot* at acquire (stored on the stream item); each
-session renewal carries ``(epoch, acknowledged seq)`` per slot (:mod:`streamlease.checkpoints`).
-A takeover applies a slot's entry only to a stream of the *same epoch*, which is safe only if a
-slot's entry at any renewal belongs to the one stream then in it. So a freed slot is
-*quarantined* until a renewal sent after the release succeeded (that renewal wrote it empty),
-and a slot whose acquire got no answer (its write may still land) is never used again.
+session renewal carries ``(epoch, stream tag, acknowledged seq)`` per slot
+(:mod:`streamlease.checkpoints`). A takeover applies a slot's entry only to a stream of the same
+epoch and tag, and relies on a slot's entry at any renewal belonging to the one stream then in
+it. So:
+
+- a freed slot is *quarantined* until a renewal sent after the release succeeded (that renewal
+  wrote it empty);
+- a slot whose stream item may still name it — an acquire whose answer was lost (its write may
+  still land), a release that got no answer — is *lost*: never reserved again until a
+  consistent read of that stream shows the item no longer names it (:meth:`SlotTable.recover`;
+  for an acquire, no sooner than a write still on its way could land).
+
+There are ``2 × capacity`` slots, so quarantine and a few lost slots cost no capacity. Past
+that, :meth:`SlotTable.usable_capacity` says how many streams the session can still hold (the
+worker advertises that, not its configured capacity), and below half the configured capacity the
+session is worth replacing by a fresh one (:meth:`SlotTable.needs_rollover`).
 
 The table is written by the event loop and read by the renewal thread: entries are replaced
 whole (one list store), and the thread copies the list before encoding it.
@@ -13,20 +24,32 @@ whole (one list store), and the thread copies the list before encoding it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from streamlease import checkpoints
 from streamlease.checkpoints import Checkpoint
+from streamlease.seqs import MAX_SEQ
+
+
+@dataclass(frozen=True)
+class LostSlot:
+    """A slot the item of ``stream_id`` may still name; checked no sooner than
+    ``check_after_mono``."""
+
+    stream_id: str
+    check_after_mono: float
 
 
 class SlotTable:
     """Slots ``0 .. max_slots-1`` of one session."""
 
     def __init__(self, max_slots: int) -> None:
-        """``max_slots``: the most slots ever in use (held, reserved or quarantined)."""
+        """``max_slots``: the most slots ever in use (held, reserved, quarantined or lost)."""
         self.max_slots = max_slots
         self._entries: list[Checkpoint | None] = []
         self._in_use: set[int] = set()
         self._freed_at: dict[int, float] = {}
-        self._burned: set[int] = set()
+        self._lost: dict[int, LostSlot] = {}
 
     def reserve(self, cleared_before_mono: float) -> int | None:
         """The lowest usable slot, now reserved; None when every slot is taken.
@@ -35,7 +58,7 @@ class SlotTable:
         it has been written empty since, and may be used again.
         """
         for slot in range(self.max_slots):
-            if slot in self._in_use or slot in self._burned:
+            if slot in self._in_use or slot in self._lost:
                 continue
             freed = self._freed_at.get(slot)
             if freed is not None and freed >= cleared_before_mono:
@@ -46,21 +69,44 @@ class SlotTable:
             return slot
         return None
 
-    def hold(self, slot: int, epoch: int, seq: int) -> None:
-        """The stream in ``slot`` is held at ``epoch`` and acknowledged up to ``seq``."""
+    def hold(self, slot: int, entry: Checkpoint) -> None:
+        """The stream in ``slot`` is held at ``entry`` (epoch, acknowledged seq, stream tag).
+        Raises ``ValueError`` for an entry the vector cannot carry: the one holder fails here,
+        instead of every renewal of the session failing to encode it."""
+        if not (0 < entry.epoch <= MAX_SEQ and 0 <= entry.last_seq <= MAX_SEQ):
+            raise ValueError(f"checkpoint out of range: {entry!r}")
         entries = self._entries
         if slot < len(entries):  # every acknowledged batch comes here: the common case first
-            entries[slot] = (epoch, seq)
+            entries[slot] = entry
         else:
-            self._set(slot, (epoch, seq))
+            self._set(slot, entry)
 
-    def cancel(self, slot: int, *, landed_unknown: bool = False) -> None:
-        """The acquire for ``slot`` did not win. ``landed_unknown``: its answer was lost, so
-        its write may still land with this slot on the stream item: never use it again."""
+    def cancel(self, slot: int) -> None:
+        """The acquire for ``slot`` did not win, and its write can no longer land."""
         self._in_use.discard(slot)
         self._set(slot, None)
-        if landed_unknown:
-            self._burned.add(slot)
+
+    def lose(self, slot: int, stream_id: str, check_after_mono: float) -> None:
+        """The item of ``stream_id`` may name ``slot`` (an acquire or release got no answer):
+        its entry is emptied, and the slot is not used again until :meth:`recover`."""
+        self._in_use.discard(slot)
+        self._freed_at.pop(slot, None)
+        self._set(slot, None)
+        self._lost[slot] = LostSlot(stream_id, check_after_mono)
+
+    def lost_due(self, now_mono: float) -> list[tuple[int, str]]:
+        """``(slot, stream id)`` of the lost slots whose stream may be read now to settle them."""
+        return [
+            (s, lost.stream_id)
+            for s, lost in self._lost.items()
+            if lost.check_after_mono <= now_mono
+        ]
+
+    def recover(self, slot: int, now_mono: float) -> None:
+        """A consistent read showed the stream item no longer names ``slot``: usable again after
+        the quarantine of a freed slot."""
+        if self._lost.pop(slot, None) is not None:
+            self._freed_at[slot] = now_mono
 
     def free(self, slot: int, now_mono: float) -> None:
         """The stream in ``slot`` was released (or lost): empty, quarantined from ``now_mono``."""
@@ -81,6 +127,20 @@ class SlotTable:
     def in_use(self) -> int:
         """Slots held or reserved."""
         return len(self._in_use)
+
+    @property
+    def lost(self) -> int:
+        """Slots lost to an unknown outcome and not recovered yet."""
+        return len(self._lost)
+
+    def usable_capacity(self, capacity: int) -> int:
+        """How many streams this session can hold at once: ``capacity``, or fewer once the lost
+        slots eat into it."""
+        return max(0, min(capacity, self.max_slots - len(self._lost)))
+
+    def needs_rollover(self, capacity: int) -> bool:
+        """True once lost slots leave room for less than half of ``capacity``."""
+        return 2 * self.usable_capacity(capacity) < capacity
 
     def _set(self, slot: int, entry: Checkpoint | None) -> None:
         entries = self._entries

@@ -126,7 +126,7 @@ class Takeover:
     ) -> str:
         """Take or free one stream of the dead session; returns what happened."""
         entry = entries[view.slot] if view.slot is not None and view.slot < len(entries) else None
-        resume = rules.checkpoint_for(entry, view.epoch)
+        resume = rules.checkpoint_for(entry, view.stream_id, view.epoch)
         async with self._parallel:
             if view.desired_state is DesiredState.STARTED and self._has_room():
                 outcome = await self._acquirer.try_acquire(

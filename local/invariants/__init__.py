@@ -8,7 +8,9 @@ Inputs (both JSONL, written by the worker; :mod:`local.invariants.inputs` reads 
   stream) counts as a renewal of every stream its worker id (the session) holds at that moment.
   ``mono`` is ``time.monotonic()``, one clock for every process of a Linux machine, so events
   of different workers compare directly.
-- sink records (file sink, one JSONL file per stream): :class:`streamlease.schema.SinkField`.
+- sink records (file sink, one JSONL file per stream): :class:`streamlease.schema.SinkField`,
+  including ``written_at_ms``, the time the sink appended the record's batch (taken in the
+  sink's own thread right after its last fencing check).
 
 What it reports, per stream (:mod:`local.invariants.checker`):
 
@@ -26,12 +28,18 @@ What it reports, per stream (:mod:`local.invariants.checker`):
 - **records outside a lease** (must be none): a record whose ``received_at_ms`` (wall clock,
   mapped onto the monotonic clock through the holder's own events) lies outside every segment
   of its epoch, or of an epoch with no lease event at all.
+- **writes after a takeover** (must be none): a record the sink wrote (``written_at_ms``, mapped
+  onto the monotonic clock through its worker's events) after a newer epoch's holder had
+  acquired the stream, however short the overlap. Receive time cannot show this: a batch
+  received inside the lease may be written seconds later (the check comes before the write).
 - **late writes**: a record of an older epoch appended after a newer epoch's record in the same
-  sink file. A holder frozen (SIGSTOP, a long GC pause) between its deadline check and the write
-  appends such a record when it wakes; no in-process check can prevent it, which is why every
-  record carries its epoch: a consumer drops records older than the newest epoch it has seen.
-  Gaps and duplicates are counted on what such a consumer keeps, so a late write whose message
-  the new holder did not replay shows up as a gap.
+  sink file. A holder frozen (SIGSTOP, a long GC pause) in the instant between the sink's last
+  deadline check and the append appends such a record when it wakes (its write time, taken
+  right after the check, may still read as inside its lease); no in-process check can prevent
+  it, which is why every record carries its epoch: a
+  consumer drops records older than the newest epoch it has seen. Gaps and duplicates are
+  counted on what such a consumer keeps, so a late write whose message the new holder did not
+  replay shows up as a gap.
 - **unowned time**: the part of the wanted window (default: first acquisition → end of the
   observation) no segment covers.
 

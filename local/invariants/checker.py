@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from local.invariants.inputs import SinkRecord, load_events, load_records
 from local.invariants.model import (
@@ -28,6 +29,10 @@ from local.invariants.model import (
 from local.invariants.ownership import HolderKey, by_holder, segments_of
 from streamlease.lease_events import LeaseEvent
 
+WRITE_TOLERANCE_SECONDS: Final = 0.002
+"""Slack when placing a sink's write time on the monotonic clock: the stamps are whole
+milliseconds, and a worker's wall-to-monotonic offset is a median of such stamps."""
+
 
 def check(
     events: Iterable[LeaseEvent],
@@ -40,6 +45,7 @@ def check(
     tolerance_seconds: float = 0.0,
     worker_exits: Mapping[str, float] | None = None,
     clock_tolerance_seconds: float = 0.02,
+    write_tolerance_seconds: float = WRITE_TOLERANCE_SECONDS,
     malformed_lines: int = 0,
 ) -> Report:
     """Check the invariants; returns a :class:`Report` (never raises on bad data: reports it).
@@ -50,7 +56,8 @@ def check(
     stream starts at, to catch a gap before the first record. ``tolerance_seconds``: overlaps up
     to this long are ignored (0: none, the clock is shared). ``worker_exits``: worker id → a
     monotonic time by which its process had certainly exited. ``clock_tolerance_seconds``: slack
-    when placing a record's wall-clock receive time on the monotonic clock.
+    when placing a record's wall-clock receive time on the monotonic clock;
+    ``write_tolerance_seconds``: the same for its write time (only the stamps' rounding).
     """
     all_events = list(events)
     holdings = by_holder(all_events)
@@ -79,6 +86,7 @@ def check(
         _find_takeovers(report)
         stream_records = records_by_stream.get(stream_id, [])
         _check_receive_times(report, stream_records, offsets, clock_tolerance_seconds)
+        _check_write_times(report, stream_records, offsets, write_tolerance_seconds)
         _check_records(report, stream_records, expected_first_seq)
         if verify_payload is not None:
             report.bad_payloads = sum(
@@ -134,6 +142,30 @@ def _check_receive_times(
         received = rec.received_at_ms / 1000 - offset
         if not any(s.start - tolerance <= received <= s.end + tolerance for s in segments):
             report.records_outside_lease += 1
+
+
+def _check_write_times(
+    report: StreamReport,
+    records: Sequence[SinkRecord],
+    offsets: Mapping[str, float],
+    tolerance: float,
+) -> None:
+    """No record of an epoch may have been written after a newer epoch's holder acquired the
+    stream, however short the overlap: judged by the sink's own write time (records without one
+    are not judged), not by receive time or file order."""
+    taken_over_at: dict[int, float] = {}  # epoch -> earliest start of any newer epoch
+    for rec in records:
+        offset = offsets.get(rec.worker_id)
+        if offset is None or rec.written_at_ms <= 0:
+            continue
+        newer = taken_over_at.get(rec.epoch)
+        if newer is None:
+            newer = min((s.start for s in report.segments if s.epoch > rec.epoch), default=math.inf)
+            taken_over_at[rec.epoch] = newer
+        late = rec.written_at_ms / 1000 - offset - newer
+        if late > tolerance:
+            report.written_after_takeover += 1
+            report.write_overlap_seconds = max(report.write_overlap_seconds, late)
 
 
 def _find_overlaps(report: StreamReport, tolerance: float) -> None:

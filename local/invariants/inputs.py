@@ -31,6 +31,8 @@ class SinkRecord:
     payload: Any = None
     source: str = ""
     """The file it came from; order is only meaningful within one file."""
+    written_at_ms: int = 0
+    """When the sink appended it (wall-clock ms; 0: the sink did not say)."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "") -> SinkRecord:
@@ -43,6 +45,7 @@ class SinkRecord:
             received_at_ms=int(data.get(SinkField.RECEIVED_AT_MS, 0)),
             payload=data.get(SinkField.PAYLOAD),
             source=source,
+            written_at_ms=int(data.get(SinkField.WRITTEN_AT_MS, 0)),
         )
 
 

@@ -96,6 +96,11 @@ class StreamReport:
     """Records of an older epoch after a newer one in the same file (a consumer drops them)."""
     records_outside_lease: int = 0
     """Records received outside every segment of their epoch, or of an unlogged epoch."""
+    written_after_takeover: int = 0
+    """Records of an epoch that the sink wrote after a newer epoch's holder had acquired the
+    stream (by the sink's own write time): two holders delivered at once."""
+    write_overlap_seconds: float = 0.0
+    """The longest such overlap: write time − the newer holder's acquisition."""
     bad_payloads: int = 0
     unowned_seconds: float = 0.0
     unowned_periods: list[tuple[float, float]] = field(default_factory=list)
@@ -120,6 +125,11 @@ class StreamReport:
             out.append(f"{self.orphan_duplicates} duplicate(s) in an epoch with no lease event")
         if self.records_outside_lease:
             out.append(f"{self.records_outside_lease} record(s) received outside their lease")
+        if self.written_after_takeover:
+            out.append(
+                f"{self.written_after_takeover} record(s) written after a newer epoch acquired"
+                f" (up to {self.write_overlap_seconds:.3f}s after)"
+            )
         if self.bad_payloads:
             out.append(f"{self.bad_payloads} record(s) with a wrong payload")
         return [f"{self.stream_id}: {line}" for line in out]

@@ -19,7 +19,8 @@ answered with HTTP 400), also settable per stream at run time with
 ``close_code``     close with this code after ``close_after`` messages
 ``close_after``    messages before the ``close_code`` close (default 0: right away)
 ``reject``         refuse the handshake with this HTTP status (300 to 599)
-``garbage_every``  after every N messages also send a malformed frame (not JSON, no seq, ...)
+``garbage_every``  after every N messages also send a malformed frame (not JSON, no seq, a seq
+                   beyond 2^63-1, ...)
 ``gap_every``      after every N messages skip one seq (the client should count gaps)
 ``replay_back``    start N seqs before ``from_seq`` (an upstream that replays too much)
 ``bearer``         require the header ``Authorization: Bearer <value>`` (scheme in any case);

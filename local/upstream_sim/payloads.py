@@ -31,13 +31,26 @@ SUBSCRIBE_TYPE: Final = "subscribe"
 SUBSCRIBED_TYPE: Final = "subscribed"
 SUBSCRIBE_FROM_KEY: Final = "from"
 
+
+def _text_frame(text: bytes) -> bytes:
+    """An unmasked, final text frame of up to 125 bytes (server to client)."""
+    assert len(text) <= 125
+    return bytes((0x81, len(text))) + text
+
+
 GARBAGE_FRAMES: Final = (
-    b"\x81\x0fnot json at all",
-    b'\x81\x0f{"no_seq":true}',
-    b'\x81\x0b{"seq":"7"}',
-    b"\x81\x07[1,2,3]",
+    _text_frame(b"not json at all"),
+    _text_frame(b'{"no_seq":true}'),
+    _text_frame(b'{"seq":"7"}'),
+    _text_frame(b"[1,2,3]"),
     b"\x82\x03\xff\xfe\x00",  # binary frame, not UTF-8
+    _text_frame(b'{"seq":9223372036854775808}'),  # 2^63: one above what an int64 holds
+    _text_frame(b'{"seq":1180591620717411303424}'),  # 2^70
+    _text_frame(b'{"seq":1234567890123456789012345678901234567890}'),  # 40 digits
 )
+"""Malformed frames ``garbage_every`` sends, in turn: no JSON, no seq, a seq that is not a
+number, not an object, binary, and seqs beyond the range a worker accepts
+(:data:`streamlease.seqs.MAX_SEQ`)."""
 
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 _TEXT_OPCODE: Final = 0x81  # FIN + text

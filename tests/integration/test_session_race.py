@@ -175,7 +175,7 @@ def release_racer(args: argparse.Namespace) -> dict[str, Any]:
     ids = [f"rel-{i:03d}" for i in range(args.streams)]
     rng.shuffle(ids)
     outcomes: dict[str, str] = {}
-    vector = checkpoints.encode([(DEAD_EPOCH, 100)])
+    vector = checkpoints.encode([checkpoints.Checkpoint(DEAD_EPOCH, 100, 0)])
     wait_for_go()
     for slot, stream_id in enumerate(ids):
         try:

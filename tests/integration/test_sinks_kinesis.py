@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from typing import Any
 
@@ -268,6 +269,64 @@ async def test_a_batch_whose_deadline_passes_while_its_records_are_taken_sends_n
     await sink.close()
     assert recording.calls == []
     assert [r.seq for r in cut.value.unsent or []] == [1, 2, 3, 4]
+
+
+async def test_a_call_queued_behind_a_busy_sink_thread_is_not_sent_once_its_deadline_passed(
+    aws_settings: Settings, client: Any
+) -> None:
+    """The deadline was fine when the batch was taken, but the sink's thread was busy until
+    after it: the thread looks again right before PutRecords and sends nothing of that batch;
+    another batch in the same call, still inside its deadline, is sent."""
+    recording = RecordingClient(client)
+    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
+    await write(sink, "warm", [1])  # the shard map is read: nothing else queues
+    release = threading.Event()
+    busy = sink._thread.run(release.wait, 5.0)  # the sink's own thread, saturated
+    late, fine = In(0.3), In(60.0)
+    cut = asyncio.create_task(write(sink, "late", [1, 2], late))
+    kept = asyncio.create_task(write(sink, "fine", [1], fine))
+    await asyncio.sleep(0.5)  # both taken into one batch; their call waits for the thread
+    release.set()
+    await busy
+    with pytest.raises(SinkDeadlinePassed) as refused:
+        await cut
+    await kept
+    await sink.close()
+    sent = [
+        [m.stream_id for r in call for m in read_record(r["Data"], r["PartitionKey"])]
+        for call in recording.calls
+    ]
+    assert sent == [["warm"], ["fine"]]
+    assert [r.seq for r in refused.value.unsent or []] == [1, 2]
+    assert seqs_by_stream(read_stream(aws_settings)) == {"fine": [1], "warm": [1]}
+
+
+async def test_records_in_flight_when_the_flusher_stops_are_settled_by_their_answer(
+    aws_settings: Settings, client: Any
+) -> None:
+    """The flusher is cancelled while a call is under way: the call cannot be recalled, so its
+    answer is awaited first and the records it stored are acknowledged, not reported unsent
+    (the holder would send them again)."""
+    recording = RecordingClient(client)
+    recording.delay_seconds = 0.4
+    sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
+    writing = asyncio.create_task(write(sink, "s", [1, 2]))
+    await asyncio.sleep(0.1)
+    flusher = sink._flusher
+    assert flusher is not None and recording.calls
+    flusher.cancel()
+    await writing  # stored: no SinkError naming them unsent
+    with pytest.raises(asyncio.CancelledError):
+        await flusher
+    assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2]}
+
+
+def test_the_sink_client_times_out_within_half_the_fence_margin(aws_settings: Settings) -> None:
+    """A call started just before the deadline ends within about twice the client's timeout,
+    inside the fence margin (the default: half of it)."""
+    config = KinesisSink(aws_settings)._client.meta.config
+    half_margin = aws_settings.fence_margin_seconds / 2
+    assert (config.connect_timeout, config.read_timeout) == (half_margin, half_margin)
 
 
 def test_the_sink_client_never_retries_behind_the_sinks_back(aws_settings: Settings) -> None:

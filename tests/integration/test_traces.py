@@ -49,8 +49,8 @@ def _spans(path: Path) -> list[dict[str, Any]]:
 def test_one_trace_id_runs_from_post_streams_through_the_command_to_the_acquire(
     settings: Settings, fleet: Fleet, upstream: UpstreamSimulator, tmp_path: Path
 ) -> None:
-    """The command carries the request's trace; the worker's acquire is its child, the first
-    delivered batch the acquire's."""
+    """The command carries the request's trace; the worker's acquire is its child, the connect
+    and the first delivered batch the acquire's."""
     (stream_id,) = new_ids(1)
     api = ApiProcess.start(settings, tmp_path / "logs" / "api.log")
     try:
@@ -80,13 +80,16 @@ def test_one_trace_id_runs_from_post_streams_through_the_command_to_the_acquire(
     trace_id = "0x" + ROOT[2:].replace("-", "")
     deadline = time.monotonic() + 15
     names: dict[str, dict[str, Any]] = {}
-    while time.monotonic() < deadline and not {SpanName.ACQUIRE, SpanName.FIRST_BATCH} <= set(
-        names
-    ):
+    expected = {SpanName.ACQUIRE, SpanName.CONNECT, SpanName.FIRST_BATCH}
+    while time.monotonic() < deadline and not expected <= set(names):
         names = {s["name"]: s for s in _spans(traces) if s["context"]["trace_id"] == trace_id}
         time.sleep(0.2)
     acquire, first = names[SpanName.ACQUIRE], names[SpanName.FIRST_BATCH]
+    connect = names[SpanName.CONNECT]
     assert acquire["parent_id"] == "0x" + CALLER
     assert acquire["attributes"]["streamlease.stream_id"] == stream_id
     assert acquire["attributes"]["streamlease.outcome"] == "won"
     assert first["parent_id"] == acquire["context"]["span_id"]
+    assert connect["parent_id"] == acquire["context"]["span_id"]
+    assert connect["attributes"]["streamlease.attempt"] == 1
+    assert connect["end_time"] <= first["end_time"]

@@ -14,7 +14,7 @@ import json
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +31,7 @@ from streamlease import aws, checkpoints, rules
 from streamlease.model import Stream
 from streamlease.schema import (
     PK,
+    SESSION_HELD_MS,
     Command,
     CommandType,
     DesiredState,
@@ -88,9 +89,13 @@ class Streams:
         *,
         command: bool = True,
         profile: dict[str, Any] | None = None,
+        held: tuple[str, int, int, int] | None = None,
     ) -> None:
         """A new STARTED stream item (never owned, with ``profile`` as the API stores it), then
-        a START command unless told not to."""
+        a START command unless told not to.
+
+        ``held``: ``(session, epoch, slot, last_seq)``: the item as a session holding the
+        stream left it (no command is sent)."""
         item: dict[str, Any] = {
             PK: {"S": stream_key(stream_id)},
             StreamAttr.STREAM_ID: {"S": stream_id},
@@ -103,6 +108,16 @@ class Streams:
         }
         if profile is not None:
             item[StreamAttr.PROFILE] = TypeSerializer().serialize(profile)
+        if held is not None:
+            owner, epoch, slot, last_seq = held
+            item |= {
+                StreamAttr.LEASE_OWNER: {"S": owner},
+                StreamAttr.LEASE_EXPIRES_AT_MS: {"N": str(SESSION_HELD_MS)},
+                StreamAttr.LEASE_EPOCH: {"N": str(epoch)},
+                StreamAttr.LEASE_SLOT: {"N": str(slot)},
+                StreamAttr.LAST_SEQ: {"N": str(last_seq)},
+            }
+            command = False
         self.dynamodb.put_item(TableName=self.settings.table_name, Item=item)
         if command:
             self.send(Command(CommandType.START, stream_id, 1).to_json())
@@ -146,7 +161,9 @@ class Streams:
             return stream.last_seq
         session = SessionStore(self.dynamodb, self.settings.table_name).read(stream.owner)
         entry = checkpoints.entry_at(session.checkpoints if session else None, stream.slot)
-        return max(stream.last_seq, rules.checkpoint_for(entry, stream.epoch) or 0)
+        return max(
+            stream.last_seq, rules.checkpoint_for(entry, stream.stream_id, stream.epoch) or 0
+        )
 
     def queue_depth(self, *, dead_letter: bool = False) -> int:
         """Messages visible or in flight on the command queue (or its DLQ)."""
@@ -182,8 +199,11 @@ class Fleet:
         self.workers: list[WorkerProcess] = []
         self.tail = EventTail()
 
-    def start(self, name: str | None = None, **overrides: Any) -> WorkerProcess:
-        """Start one worker; its id is ``<name>-<hex>/<pid>-like`` and fixed up front."""
+    def start(
+        self, name: str | None = None, *, command: Sequence[str] = (), **overrides: Any
+    ) -> WorkerProcess:
+        """Start one worker; its id is ``<name>-<hex>/<pid>-like`` and fixed up front.
+        ``command``: Python arguments that run it some other way than ``-m worker``."""
         name = name or f"w{len(self.workers) + 1}"
         worker_id = f"{name}-{uuid.uuid4().hex[:6]}/1-0000"
         slug = worker_id.replace("/", "_")
@@ -197,7 +217,11 @@ class Fleet:
         )
         (self.run_dir / "health").mkdir(parents=True, exist_ok=True)
         self.tail.add(events)
-        worker = WorkerProcess.start(settings, name, self.run_dir / "logs" / f"{slug}.log")
+        log = self.run_dir / "logs" / f"{slug}.log"
+        if command:
+            worker = WorkerProcess.start(settings, name, log, command=command)
+        else:
+            worker = WorkerProcess.start(settings, name, log)
         self.workers.append(worker)
         return worker
 

@@ -266,7 +266,9 @@ def test_get_of_a_session_lease_shows_its_sessions_expiry_and_live_checkpoint(
         expires_at_ms=now + 25_000,
         now_ms=now,
         active_streams=1,
-        checkpoints=checkpoints.encode([(lease.epoch, 77)]),
+        checkpoints=checkpoints.encode(
+            [checkpoints.Checkpoint(lease.epoch, 77, checkpoints.stream_tag("s1"))]
+        ),
     )
     body = api("GET", "/streams/s1").body
     assert (body["owner"], body["lease_state"], body["last_seq"]) == ("w-1", "held", 77)

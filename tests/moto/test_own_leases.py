@@ -16,6 +16,7 @@ from streamlease.lease_store import LeaseStore
 from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
 from worker.holder import EndReason
 from worker.own_leases import OwnLeases
+from worker.slots import SlotTable
 
 OWNER = "task1/1-ab"
 LEASE_MS = 20_000
@@ -77,14 +78,30 @@ def stop(dynamodb: Any, table: str, stream_id: str) -> None:
     )
 
 
-def poller(store: LeaseStore, holdings: FakeHoldings, handoffs: Handoffs) -> OwnLeases:
+CAPACITY = 2
+
+
+def poller(
+    store: LeaseStore,
+    holdings: FakeHoldings,
+    handoffs: Handoffs,
+    rollovers: list[str] | None = None,
+) -> OwnLeases:
     ctx = SimpleNamespace(
-        session=SimpleNamespace(worker_id=OWNER, live=True),
+        session=SimpleNamespace(
+            worker_id=OWNER, live=True, retiring=False, slots=SlotTable(2 * CAPACITY)
+        ),
         store=store,
-        settings=SimpleNamespace(handoff_on_release=True),
+        settings=SimpleNamespace(handoff_on_release=True, capacity=CAPACITY),
         handoffs=handoffs,
     )
-    return OwnLeases(cast(Any, ctx), cast(Any, holdings))
+    calls = [] if rollovers is None else rollovers
+    return OwnLeases(cast(Any, ctx), cast(Any, holdings), lambda: calls.append("rollover"))
+
+
+def slots_of(own: OwnLeases) -> SlotTable:
+    slots: SlotTable = cast(Any, own)._ctx.session.slots
+    return slots
 
 
 def test_stopped_of_returns_only_the_stopped_and_counts_all(
@@ -143,3 +160,59 @@ async def test_a_stream_owned_but_not_held_is_released_after_two_polls(
     assert store.read("lost").owner is None
     assert handoffs.sent == ["lost"]
     assert store.read("held").owner == OWNER
+
+
+async def test_a_lost_slot_is_recovered_once_its_stream_item_no_longer_names_it(
+    store: LeaseStore, seed: Any
+) -> None:
+    """Slot 1's acquire got no answer and its write landed after all ("late" names slot 1):
+    the slot stays lost while the item names it, and is recovered on the poll after the stray
+    release. Slot 2's write never landed ("never"): recovered on the first poll it is due."""
+    holdings, handoffs = FakeHoldings(), Handoffs()
+    seed("late")
+    store.acquire("late", OWNER, LEASE_MS, slot=1)
+    seed("never")
+    own = poller(store, holdings, handoffs)
+    slots = slots_of(own)
+    assert [slots.reserve(0.0), slots.reserve(0.0), slots.reserve(0.0)] == [0, 1, 2]
+    slots.lose(1, "late", check_after_mono=0.0)
+    slots.lose(2, "never", check_after_mono=0.0)
+
+    await own.poll_once()  # "late" seen as a stray once; "never" settled
+    assert (slots.lost, [s for s, _ in slots.lost_due(1e12)]) == (1, [1])
+    await own.poll_once()  # "late" released as a stray, then settled
+    assert store.read("late").owner is None
+    assert slots.lost == 0
+    assert slots.usable_capacity(CAPACITY) == CAPACITY
+
+
+async def test_a_lost_slot_is_not_read_before_it_is_due(store: LeaseStore, seed: Any) -> None:
+    """An acquire's write may land for a while after its answer was lost: until then the
+    slot is not even read."""
+    own = poller(store, FakeHoldings(), Handoffs())
+    slots = slots_of(own)
+    slots.reserve(0.0)
+    slots.lose(0, "s", check_after_mono=float("inf"))
+    await own.poll_once()
+    assert slots.lost == 1
+
+
+async def test_a_session_left_with_less_than_half_its_capacity_asks_to_roll_over(
+    store: LeaseStore, seed: Any
+) -> None:
+    """Every stream item still names its lost slot (the store keeps failing to settle them):
+    past half the capacity the worker asks for a fresh session, once."""
+    rollovers: list[str] = []
+    holdings = FakeHoldings()
+    own = poller(store, holdings, Handoffs(), rollovers)
+    slots = slots_of(own)
+    for slot in range(2 * CAPACITY):
+        stream_id = f"s{slot}"
+        seed(stream_id)
+        lease = store.acquire(stream_id, OWNER, LEASE_MS, slot=slot)
+        holdings.by_id[stream_id] = FakeHolder(stream_id, lease.epoch)  # not a stray
+        slots.reserve(0.0)
+        slots.lose(slot, stream_id, check_after_mono=0.0)
+        await own.poll_once()
+        assert rollovers == ([] if slot < 3 else ["rollover"])
+        cast(Any, own)._ctx.session.retiring = bool(rollovers)

@@ -79,7 +79,12 @@ def fleet(
         expires_at_ms=wall_ms() + 40_000,
         now_ms=wall_ms(),
         active_streams=3,
-        checkpoints=checkpoints.encode([(epochs["a"], 40), (epochs["b"], 0)]),
+        checkpoints=checkpoints.encode(
+            [
+                checkpoints.Checkpoint(epochs[s], seq, checkpoints.stream_tag(s))
+                for s, seq in (("a", 40), ("b", 0))
+            ]
+        ),
     )
     commands.drain()
     return epochs
@@ -111,6 +116,37 @@ def test_a_released_stream_resumes_at_its_sessions_checkpoint(
     there, not at the stale seq on the stream item."""
     reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
     assert [store.read(s).last_seq for s in "ab"] == [40, 0]  # type: ignore[union-attr]
+
+
+def renew_dead_with(sessions: SessionStore, vector: bytes) -> None:
+    sessions.renew(
+        DEAD,
+        expires_at_ms=wall_ms() + 60_000,
+        now_ms=wall_ms(),
+        active_streams=3,
+        checkpoints=vector,
+    )
+
+
+def test_an_entry_of_another_stream_in_the_slot_is_not_applied(
+    fleet: dict[str, int], store: LeaseStore, sessions: SessionStore
+) -> None:
+    """Slot 0 (stream a's, by its item) carries an entry of a's epoch but b's tag: another
+    stream was given the slot while a's item still named it. a resumes at its item's seq."""
+    wrong = checkpoints.Checkpoint(fleet["a"], 999, checkpoints.stream_tag("b"))
+    renew_dead_with(sessions, checkpoints.encode([wrong]))
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
+    assert store.read("a").last_seq == 0  # type: ignore[union-attr]
+
+
+def test_an_untagged_vector_of_an_older_worker_is_applied_by_epoch(
+    fleet: dict[str, int], store: LeaseStore, sessions: SessionStore
+) -> None:
+    """During a rolling deploy a session of the previous version carries the untagged format:
+    its entries count for the epoch they name, as that version would have counted them."""
+    renew_dead_with(sessions, bytes([checkpoints.UNTAGGED_VERSION, fleet["a"], 40]))
+    reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
+    assert store.read("a").last_seq == 40  # type: ignore[union-attr]
 
 
 def test_the_dead_tasks_sessions_are_tombstoned_and_others_untouched(

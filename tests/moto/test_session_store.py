@@ -48,7 +48,9 @@ def test_a_session_is_created_once_and_a_retried_create_is_fine(sessions: Sessio
 
 def test_a_renewal_counts_hb_and_carries_the_checkpoint_vector(sessions: SessionStore) -> None:
     sessions.create(info())
-    vector = checkpoints.encode([(3, 41), None, (1, 7)])
+    vector = checkpoints.encode(
+        [checkpoints.Checkpoint(3, 41, 1), None, checkpoints.Checkpoint(1, 7, 2)]
+    )
     renew(sessions, NOW + 25_000, checkpoints=vector)
     renew(sessions, NOW + 30_000, checkpoints=vector)
     read = sessions.read("w1")
@@ -95,7 +97,7 @@ def test_the_tombstone_needs_the_hb_the_observer_saw(sessions: SessionStore) -> 
 
 def test_the_winner_gets_the_checkpoint_vector(sessions: SessionStore) -> None:
     sessions.create(info())
-    vector = checkpoints.encode([(5, 99)])
+    vector = checkpoints.encode([checkpoints.Checkpoint(5, 99, 1)])
     renew(sessions, NOW + 25_000, checkpoints=vector)
     expiry = sessions.expire("w1", by="peer", seen_hb=1, now_ms=NOW)
     assert expiry.session is not None and expiry.session.checkpoints == vector
@@ -125,7 +127,7 @@ def test_only_a_tombstone_is_deleted_and_gone_means_gone(sessions: SessionStore)
 def test_read_many_returns_whole_items_of_the_sessions_that_exist(sessions: SessionStore) -> None:
     sessions.create(info("a"))
     sessions.create(info("b"))
-    vector = checkpoints.encode([(2, 3)])
+    vector = checkpoints.encode([checkpoints.Checkpoint(2, 3, 1)])
     renew(sessions, NOW + 25_000, worker_id="a", checkpoints=vector)
     found = sessions.read_many(["a", "b", "missing"])
     assert sorted(found) == ["a", "b"]

@@ -189,6 +189,43 @@ def test_a_record_received_after_its_holders_deadline_is_a_violation() -> None:
     assert "received outside their lease" in report.violations()[0]
 
 
+def written(
+    stream: str, epoch: int, seq: int, worker: str, at_mono: float, received_mono: float = 0.1
+) -> SinkRecord:
+    """A record received at ``received_mono`` and written at ``at_mono`` (monotonic seconds,
+    stamped on the wall clock of :func:`timed`)."""
+    wall_ms = [round((t + 1000.0) * 1000) for t in (received_mono, at_mono)]
+    return SinkRecord(stream, epoch, seq, worker, wall_ms[0], written_at_ms=wall_ms[1])
+
+
+def test_a_record_written_after_a_newer_epoch_acquired_is_a_violation_however_short() -> None:
+    """Received inside its lease and appended before the new holder's records (so no late
+    write, no duplicate, no gap), but written 20 ms after epoch 2 acquired: two holders
+    delivered at once. Only the sink's write time shows it."""
+    events = [timed(e) for e in hold("s", 1, "w1", 0.0) + hold("s", 2, "w2", 1.6)]  # w1: 1.5
+    records = [written("s", 1, 1, "w1", 0.5), written("s", 1, 2, "w1", 1.62)]
+    records.append(written("s", 2, 3, "w2", 1.7, received_mono=1.65))
+    report = check(events, records)
+    stream = report.streams["s"]
+    assert (stream.written_after_takeover, stream.late_writes, stream.records_outside_lease) == (
+        1,
+        0,
+        0,
+    )
+    assert stream.write_overlap_seconds == pytest.approx(0.02, abs=0.002)
+    assert "written after a newer epoch acquired" in report.violations()[0]
+
+
+def test_a_write_just_before_the_takeover_or_without_a_write_time_is_fine() -> None:
+    """Written 10 ms before epoch 2 acquired; a record of a sink that stamps no write time is
+    not judged by it."""
+    events = [timed(e) for e in hold("s", 1, "w1", 0.0) + hold("s", 2, "w2", 1.6)]
+    records = [written("s", 1, 1, "w1", 1.59), SinkRecord("s", 1, 2, "w1", 1_000_100)]
+    records.append(written("s", 2, 3, "w2", 1.7, received_mono=1.65))
+    report = check(events, records)
+    assert report.ok, format_report(report)
+
+
 def test_a_record_of_an_epoch_without_lease_events_is_a_violation() -> None:
     """Nothing may be delivered under an epoch its holder never logged acquiring."""
     report = check(hold("s", 1, "w1", 0.0), recs("s", 1, [1]) + recs("s", 2, [2]))

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from streamlease import checkpoints, rules
 from streamlease.rules import BREAKER_LEASES, DeadSessionDetector
+from streamlease.seqs import MAX_SEQ
 from worker.slots import SlotTable
 
 LEASE = 20.0
@@ -16,14 +17,19 @@ LEASE = 20.0
 entries = st.lists(
     st.one_of(
         st.none(),
-        st.tuples(st.integers(1, 2**63 - 1), st.integers(0, 2**63 - 1)),
+        st.builds(
+            checkpoints.Checkpoint,
+            st.integers(1, MAX_SEQ),
+            st.integers(0, MAX_SEQ),
+            st.integers(0, 0xFFFF),
+        ),
     ),
     max_size=300,
 )
 
 
 @given(entries)
-def test_the_vector_round_trips(values: list[tuple[int, int] | None]) -> None:
+def test_the_vector_round_trips(values: list[checkpoints.Checkpoint | None]) -> None:
     """Whatever the slots hold, decode(encode(x)) is x without its trailing free slots."""
     trimmed = list(values)
     while trimmed and trimmed[-1] is None:
@@ -31,33 +37,81 @@ def test_the_vector_round_trips(values: list[tuple[int, int] | None]) -> None:
     assert checkpoints.decode(checkpoints.encode(values)) == trimmed
 
 
+def held(epoch: int, seq: int, stream_id: str) -> checkpoints.Checkpoint:
+    return checkpoints.Checkpoint(epoch, seq, checkpoints.stream_tag(stream_id))
+
+
 def test_a_hundred_streams_fit_well_under_a_kilobyte() -> None:
-    """Realistic epochs and seqs: a worker at 100 streams renews a small item."""
-    vector = checkpoints.encode([(e, 1_000_000 + e) for e in range(1, 101)])
-    assert len(vector) < 600
+    """Realistic epochs and seqs: a worker at 100 streams renews a small item (2 bytes of tag
+    per stream on top of the untagged format's 401)."""
+    vector = checkpoints.encode([held(e, 1_000_000 + e, f"s{e}") for e in range(1, 101)])
+    assert len(vector) == 601
 
 
-@pytest.mark.parametrize("data", [b"\x02", b"\x01\x80", b"\x01\x05"])
+@pytest.mark.parametrize(
+    "data",
+    [b"\x03", b"\x02\x80", b"\x02\x05", b"\x02\x05\x00", b"\x02\x05\x00\x01", b"\x01\x05"],
+)
 def test_a_malformed_vector_is_refused(data: bytes) -> None:
-    """Unknown version, a truncated varint, an epoch without its seq."""
+    """Unknown version, a truncated varint, an epoch without its tag or seq (either version)."""
     with pytest.raises(ValueError):
         checkpoints.decode(data)
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        checkpoints.Checkpoint(0, 1, 1),
+        checkpoints.Checkpoint(1, -1, 1),
+        checkpoints.Checkpoint(1, MAX_SEQ + 1, 1),
+        checkpoints.Checkpoint(1, 1, 0x10000),
+        checkpoints.Checkpoint(1, 1, None),
+    ],
+)
+def test_an_entry_out_of_range_or_without_a_tag_is_never_written(
+    entry: checkpoints.Checkpoint,
+) -> None:
+    with pytest.raises(ValueError):
+        checkpoints.encode([entry])
+
+
+def test_an_untagged_vector_of_an_older_worker_is_read_with_no_tags() -> None:
+    """Version 1 (epoch, seq per slot, no tag): what workers wrote before tags, still read
+    during a rolling deploy."""
+    version_1 = bytes([1, 3, 41, 0, 5, 0x80, 0x01])  # slot 0: (3, 41); 1 free; 2: (5, 128)
+    assert checkpoints.decode(version_1) == [(3, 41, None), None, (5, 128, None)]
+
+
+def test_an_entry_beyond_the_seq_bound_reads_as_free() -> None:
+    """An older worker may have acknowledged a seq above 2^63 - 1: no stream resumes there."""
+    version_1 = bytes([1, 3, *([0xFF] * 9), 0x01])  # seq 2^64 - 1
+    assert checkpoints.decode(version_1) == [None]
+
+
 def test_an_entry_is_read_by_slot_and_unreadable_means_none() -> None:
-    vector = checkpoints.encode([None, (3, 41)])
-    assert checkpoints.entry_at(vector, 1) == (3, 41)
+    vector = checkpoints.encode([None, held(3, 41, "a")])
+    assert checkpoints.entry_at(vector, 1) == held(3, 41, "a")
     assert checkpoints.entry_at(vector, 0) is None
     assert checkpoints.entry_at(vector, 7) is None
     assert checkpoints.entry_at(b"\x09", 0) is None
     assert checkpoints.entry_at(None, 0) is None
 
 
-def test_a_checkpoint_counts_only_for_the_epoch_it_names() -> None:
-    """An entry of another epoch belongs to another holding of the slot."""
-    assert rules.checkpoint_for((5, 99), 5) == 99
-    assert rules.checkpoint_for((4, 99), 5) is None
-    assert rules.checkpoint_for(None, 5) is None
+def test_a_checkpoint_counts_only_for_the_epoch_and_stream_it_names() -> None:
+    """An entry of another epoch or another stream's tag belongs to another holding of the
+    slot; an untagged entry (an older worker's) is matched by epoch alone."""
+    assert rules.checkpoint_for(held(5, 99, "a"), "a", 5) == 99
+    assert rules.checkpoint_for(held(4, 99, "a"), "a", 5) is None
+    assert rules.checkpoint_for(held(5, 99, "b"), "a", 5) is None
+    assert rules.checkpoint_for(checkpoints.Checkpoint(5, 99), "a", 5) == 99
+    assert rules.checkpoint_for(None, "a", 5) is None
+
+
+def test_stream_tags_are_stable_and_tell_ids_apart() -> None:
+    """The tag is part of the stored format: it must never change between versions."""
+    assert checkpoints.stream_tag("btc-usd") == 0x9872  # pinned
+    tags = {checkpoints.stream_tag(f"stream-{n}") for n in range(1000)}
+    assert len(tags) > 980  # 1,000 ids in 65,536 tags: about 8 pairs share one
 
 
 def test_session_expiries_only_grow() -> None:
@@ -74,30 +128,63 @@ def test_a_freed_slot_is_reused_only_after_a_renewal_sent_later_succeeded() -> N
     slots = SlotTable(4)
     first = slots.reserve(cleared_before_mono=0.0)
     assert first == 0
-    slots.hold(0, 7, 40)
+    slots.hold(0, held(7, 40, "a"))
     slots.free(0, now_mono=10.0)
     assert slots.reserve(cleared_before_mono=9.0) == 1
     assert slots.reserve(cleared_before_mono=10.5) == 0
 
 
-def test_a_slot_whose_acquire_got_no_answer_is_never_used_again() -> None:
-    """Its write may still land with that slot on the stream item."""
+def test_a_lost_slot_is_not_used_again_until_recovered() -> None:
+    """Its stream item may still name it; once a read showed it does not, the slot is
+    quarantined like a freed one, then used again."""
     slots = SlotTable(3)
     slot = slots.reserve(0.0)
-    assert slot is not None
-    slots.cancel(slot, landed_unknown=True)
+    assert slot == 0
+    slots.hold(0, held(1, 5, "a"))
+    slots.lose(0, "a", check_after_mono=50.0)
+    assert slots.entry(0) is None
+    assert slots.lost_due(49.0) == []
+    assert slots.lost_due(50.0) == [(0, "a")]
     assert [slots.reserve(100.0), slots.reserve(100.0), slots.reserve(100.0)] == [1, 2, None]
+    slots.recover(0, now_mono=120.0)
+    assert slots.reserve(110.0) is None
+    assert slots.reserve(130.0) == 0
+
+
+def test_lost_slots_first_use_the_spare_half_then_cost_capacity() -> None:
+    """2 x capacity slots: up to capacity lost costs nothing; beyond, the usable capacity
+    drops; below half of it the session should be replaced."""
+    slots = SlotTable(8)
+    for n in range(8):
+        slots.reserve(0.0)
+        if n < 6:
+            slots.lose(n, f"s{n}", 0.0)
+    usable = [min(4, 8 - lost) for lost in range(7)]
+    assert usable == [4, 4, 4, 4, 4, 3, 2]
+    assert slots.usable_capacity(4) == 2
+    assert not slots.needs_rollover(4)
+    slots.lose(6, "s6", 0.0)
+    assert (slots.usable_capacity(4), slots.needs_rollover(4)) == (1, True)
+
+
+def test_a_checkpoint_the_vector_cannot_carry_fails_its_holder_not_the_session() -> None:
+    """Refused when held, so no renewal of the session ever fails to encode its vector."""
+    slots = SlotTable(2)
+    slots.reserve(0.0)
+    with pytest.raises(ValueError):
+        slots.hold(0, checkpoints.Checkpoint(1, MAX_SEQ + 1, 7))
+    assert checkpoints.decode(slots.vector()) == []
 
 
 def test_the_vector_says_what_each_slot_holds() -> None:
     slots = SlotTable(4)
     for _ in range(3):
         slots.reserve(0.0)
-    slots.hold(0, 2, 10)
-    slots.hold(2, 9, 77)
-    assert checkpoints.decode(slots.vector()) == [(2, 10), None, (9, 77)]
+    slots.hold(0, held(2, 10, "a"))
+    slots.hold(2, held(9, 77, "c"))
+    assert checkpoints.decode(slots.vector()) == [held(2, 10, "a"), None, held(9, 77, "c")]
     slots.free(2, 1.0)
-    assert checkpoints.decode(slots.vector()) == [(2, 10)]
+    assert checkpoints.decode(slots.vector()) == [held(2, 10, "a")]
 
 
 # --- the dead-session verdict ------------------------------------------------------------------

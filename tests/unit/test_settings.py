@@ -118,6 +118,33 @@ def test_a_heartbeat_that_cannot_beat_the_fence_is_refused():
         Settings(lease_seconds=1.0, heartbeat_seconds=0.8, fence_margin_seconds=0.3)
 
 
+def test_the_kinesis_sink_timeout_defaults_to_half_the_fence_margin():
+    """A call the last fence check let start ends within about twice its timeout: inside the
+    margin by default, whatever the margin is scaled to."""
+    assert Settings().sink_call_timeout_seconds == 1.0
+    scaled = Settings(lease_seconds=2.0, heartbeat_seconds=0.5, fence_margin_seconds=0.2)
+    assert scaled.sink_call_timeout_seconds == pytest.approx(0.1)
+    assert Settings(sink_timeout_seconds=0.5).sink_call_timeout_seconds == 0.5
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"sink": "kinesis", "sink_timeout_seconds": 1.5},
+        {"sink": "kinesis", "fence_margin_seconds": 0.0},
+    ],
+)
+def test_a_kinesis_timeout_the_fence_margin_cannot_cover_is_refused(values):
+    """Twice the timeout above the margin: a send started just before the deadline could still
+    be under way when the next holder writes. Said in the settings' own words."""
+    with pytest.raises(ConfigError, match="at most half of STREAMLEASE_FENCE_MARGIN_SECONDS"):
+        Settings(**values)
+
+
+def test_other_sinks_do_not_use_the_kinesis_timeout():
+    assert Settings(sink="file", sink_timeout_seconds=5.0).sink_call_timeout_seconds == 5.0
+
+
 def test_every_broken_rule_is_reported_at_once():
     """An operator fixes all problems in one go, not one per restart."""
     with pytest.raises(ConfigError) as error:

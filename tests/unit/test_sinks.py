@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamlease.errors import ConfigError, SinkDeadlinePassed, SinkError
-from streamlease.schema import SinkField
+from streamlease.schema import SINK_STAMPED_FIELDS, SinkField
 from streamlease.settings import Settings
 from worker.sinks import (
     BatchHeader,
@@ -27,6 +30,7 @@ from worker.sinks import (
     encode_record,
     load_sink,
     partition_key,
+    read_records,
     sink_file_name,
     write_batch,
 )
@@ -46,11 +50,12 @@ class Passed:
 
 def test_header_and_record_fields_are_the_schema_sink_fields() -> None:
     """Every name a sink writes comes from streamlease.schema.SinkField: the header's once per
-    holding, the record's once per message."""
+    holding, the record's once per message, and what the sink stamps on them."""
     names = {v for k, v in vars(SinkField).items() if not k.startswith("_")}
     header_fields = {"stream_id", "epoch", "worker_id"}
-    assert header_fields | set(SinkRecord._fields) == names
+    assert header_fields | set(SinkRecord._fields) == names - SINK_STAMPED_FIELDS
     assert header_fields.isdisjoint(SinkRecord._fields)
+    assert set(json.loads(encode_record(HEADER, record(), 1))) == names
 
 
 def test_encoded_record_is_one_json_line_with_the_payload_embedded() -> None:
@@ -261,3 +266,66 @@ def test_bad_sink_specs_are_config_errors(custom_module: str, spec: str, message
     """Every way of naming a sink wrongly says what is wrong, at start-up."""
     with pytest.raises(ConfigError, match=message):
         load_sink(Settings(sink=spec.format(module=custom_module)))
+
+
+class Deadline:
+    """A fencing deadline ``seconds`` from now."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def remaining_seconds(self) -> float:
+        return self.at - time.monotonic()
+
+
+async def test_the_file_sink_stamps_each_batch_with_the_time_it_was_written(
+    tmp_path: Path,
+) -> None:
+    """Every record of a batch carries ``written_at_ms``: taken in the sink's thread, between
+    the call and its return."""
+    sink = FileSink(tmp_path)
+    before = time.time_ns() // 1_000_000
+    await write_batch(sink, HEADER, [record(seq=1), record(seq=2)], ALWAYS)
+    after = time.time_ns() // 1_000_000
+    await sink.close()
+    stamps = {r[SinkField.WRITTEN_AT_MS] for r in read_records(sink.path_for("s"))}
+    assert len(stamps) == 1 and before <= stamps.pop() <= after
+
+
+async def test_a_file_write_queued_behind_a_busy_sink_thread_is_not_written_past_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """The deadline was fine when the batch was submitted, but the sink's thread was busy until
+    after it: the last check, in the thread right before the append, refuses the batch."""
+    sink = FileSink(tmp_path)
+    release = threading.Event()
+    busy = sink._thread.run(release.wait, 5.0)
+    queued = asyncio.create_task(write_batch(sink, HEADER, [record(seq=1)], Deadline(0.2)))
+    await asyncio.sleep(0.4)
+    release.set()
+    await busy
+    with pytest.raises(SinkDeadlinePassed) as refused:
+        await queued
+    await write_batch(sink, HEADER, [record(seq=2)], ALWAYS)
+    await sink.close()
+    assert [r.seq for r in refused.value.unsent or []] == [1]
+    assert [r[SinkField.SEQ] for r in read_records(sink.path_for("s"))] == [2]
+
+
+async def test_file_writes_do_not_wait_for_the_event_loops_default_thread_pool(
+    tmp_path: Path,
+) -> None:
+    """Every thread of the loop's default pool (boto3 calls, DNS lookups) is blocked: a sink
+    write still completes, on the sink's own thread."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=2))
+    release = threading.Event()
+    blocked = [loop.run_in_executor(None, release.wait, 10.0) for _ in range(4)]
+    sink = FileSink(tmp_path)
+    try:
+        await asyncio.wait_for(write_batch(sink, HEADER, [record(seq=1)], ALWAYS), 5.0)
+    finally:
+        release.set()
+        await asyncio.gather(*blocked)
+    await sink.close()
+    assert [r[SinkField.SEQ] for r in read_records(sink.path_for("s"))] == [1]

@@ -3,6 +3,7 @@ undeliverable frames counted with their cause, feeds without a seq numbered."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from websockets.frames import BINARY, TEXT, Frame
 
 from streamlease.schema import PayloadEncoding
 from streamlease.templates import Condition
+from worker.stream.progress import explain
 from worker.stream.sequence import Sequencer, Undeliverable
 
 NOW = 1_700_000_000_123
@@ -72,6 +74,32 @@ def test_an_undeliverable_frame_is_skipped_counted_and_named(
     sequencer = Sequencer(("seq",), 0)
     assert [r.seq for r in sequencer.take([message, frame(1)], NOW)] == [1]
     assert (sequencer.malformed, sequencer.undeliverable) == (1, cause)
+
+
+@pytest.mark.parametrize("loads", ["orjson", "json"])
+def test_a_seq_beyond_the_bound_is_malformed_and_never_becomes_last_seq(
+    monkeypatch: pytest.MonkeyPatch, loads: str
+) -> None:
+    """2^63 (one above int64), 2^70 and a 40-digit seq are skipped as malformed, with the cause
+    named, whether the JSON parser reads them as integers or as floats; the messages after them
+    are delivered (a huge seq taken as last_seq would make every later one a duplicate)."""
+    if loads == "json":
+        monkeypatch.setattr("worker.stream.sequence._loads", json.loads)
+    sequencer = Sequencer(("seq",), 0)
+    too_large = [2**63, 2**70, 10**39 + 7]
+    batch = [frame(1), *(frame(n) for n in too_large), frame(2)]
+    assert [r.seq for r in sequencer.take(batch, NOW)] == [1, 2]
+    assert (sequencer.malformed, sequencer.undeliverable) == (3, Undeliverable.SEQ_ABOVE_BOUND)
+    assert "above 2^63-1" in explain(Undeliverable.SEQ_ABOVE_BOUND, 3, "seq")
+    assert [r.seq for r in sequencer.take([frame(-1), frame(3)], NOW)] == [3]
+    assert (sequencer.malformed, sequencer.undeliverable) == (4, Undeliverable.SEQ_NEGATIVE)
+    assert sequencer.last_seq == 3
+
+
+def test_the_largest_seq_accepted_is_2_63_minus_1() -> None:
+    sequencer = Sequencer(("seq",), 0)
+    assert [r.seq for r in sequencer.take([frame(2**63 - 1)], NOW)] == [2**63 - 1]
+    assert sequencer.last_seq == 2**63 - 1
 
 
 def test_a_binary_frame_holding_json_with_a_seq_is_a_message() -> None:

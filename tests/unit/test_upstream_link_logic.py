@@ -4,7 +4,8 @@ what each outcome means, parking a refused stream, closing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -396,3 +397,30 @@ async def test_a_connection_that_cannot_take_the_open_message_is_dropped_and_ret
     assert first.closed_with == 1006  # aborted
     assert second.sent == ['{"from":1}']
     assert "open message" in stream.kinds(UpstreamEventKind.RETRYING)[0].error
+
+
+async def test_connect_attempts_are_traced_until_the_first_connection_opened(
+    upstream: Any,
+) -> None:
+    """Each attempt of the start runs inside its own span (a refused one sees the error); the
+    reconnect after a drop belongs to no start and is not traced."""
+    upstream(
+        ConnectionRefusedError(111, "refused"),
+        FakeTransport([[1], DROPPED]),
+        FakeTransport([[2]]),
+    )
+    spans: list[tuple[int, str]] = []
+
+    @contextlib.contextmanager
+    def span(attempt: int) -> Iterator[None]:
+        try:
+            yield
+        except OSError:
+            spans.append((attempt, "failed"))
+            raise
+        spans.append((attempt, "ok"))
+
+    stream = Stream(connect_span=span)
+    await run_until(stream, 2)
+    assert spans == [(1, "failed"), (2, "ok")]
+    assert stream.link.connects == 2

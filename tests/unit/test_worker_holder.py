@@ -29,7 +29,7 @@ from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import BufferedSink, SinkBatch
-from worker.sinks.base import deadline_passed
+from worker.sinks.base import deadline_passed_error
 from worker.stream.delivery import MAX_WAITING_BYTES
 
 WORKER = "w1/1-abcd"
@@ -76,7 +76,7 @@ class RecordingSink(BufferedSink):
         for batch in batches:
             records = batch.records
             if batch.deadline.remaining_seconds() <= 0:
-                outcomes.append(deadline_passed(records))
+                outcomes.append(deadline_passed_error(records))
                 continue
             started = time.monotonic()
             self.attempts.append(started)

@@ -1,5 +1,6 @@
 """What every sink shares: records in batches under one header, the interface, the buffer in
-front of every built-in sink, and the one wire format of a record.
+front of every built-in sink, the sink's own thread with the fence at the last moment, and the
+one wire format of a record.
 
 A holder hands its sink a :class:`SinkBatch` — the records one or more reads produced, behind
 the :class:`BatchHeader` of its holding (stream, epoch, worker: the same for every record, so
@@ -14,6 +15,16 @@ gather for :data:`LINGER_SECONDS` (or until :data:`FLUSH_RECORDS` records wait) 
 stored by one call of the sink's :meth:`BufferedSink.store`, while the next ones gather (group
 commit, Kafka's ``linger.ms``): the cost of a store — a thread hop, a ``PutRecords`` call — is
 shared by every stream instead of paid per message.
+
+**The fence at the last moment** (DESIGN §4 "Fencing"). A holder checks its deadline before it
+submits a batch, but a send can queue behind other work after that check. So each built-in sink
+sends from a thread of its own (:class:`SinkThread`, never the event loop's default pool that
+boto3 calls and DNS lookups share), and looks at each batch's deadline again *in that thread,
+immediately before the bytes leave* (:class:`DeadlineClock`): a send not started by the
+deadline is not started at all, and neither is any retry of the sink's own. What remains is the
+sink's own request: a send started just before the deadline finishes (or is abandoned by the
+client) within the sink's timeout, which is why that timeout must fit in the fence margin (see
+``Settings.sink_call_timeout_seconds``).
 """
 
 from __future__ import annotations
@@ -25,7 +36,8 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Final, NamedTuple, Protocol, runtime_checkable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.schema import PayloadEncoding, SinkField
@@ -87,6 +99,34 @@ class BatchHeader:
     def encoded(self) -> bytes:
         """The header's fields as the start of a JSON object (``{"stream_id":...,``)."""
         return self._json
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class SinkThread:
+    """One sink's own sending thread.
+
+    Both built-in sinks send one call at a time (the file sink appends batch after batch; the
+    Kinesis sink has one PutRecords call in flight while the next batch gathers), so one thread
+    is what they need, and nothing else ever queues in front of their sends.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    def run(
+        self, call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> asyncio.Future[_T]:
+        """``call(*args, **kwargs)`` in the thread, after what was submitted before; the
+        returned future is the event loop's (cancelling it does not stop a call under way)."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._pool, lambda: call(*args, **kwargs))
+
+    def shutdown(self) -> None:
+        """Accept nothing more; the thread exits after what it was given."""
+        self._pool.shutdown(wait=False)
 
 
 class NoDeadline:
@@ -169,7 +209,7 @@ class BufferedSink(ABC):
     async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
         """Store ``batches``; one outcome per batch, in order: None (stored) or the error to
         fail it with. Nothing of a batch may be sent once its deadline has passed: check it
-        right before the bytes leave (:func:`deadline_passed` is the error then)."""
+        right before the bytes leave (:func:`deadline_passed_error` is the error then)."""
 
     def submit(self, batch: SinkBatch) -> None:
         """Take ``batch`` for the next store. Raises :class:`SinkError` after :meth:`close`."""
@@ -232,14 +272,23 @@ class BufferedSink(ABC):
                 SinkError(f"sink failed ({type(exc).__name__})", unsent=b.records) for b in due
             ]
         except BaseException:
-            for batch in due:
-                batch.owner.batch_failed(batch, SinkError("sink stopped", unsent=batch.records))
+            _settle(due, self.stopped(due))
             raise
-        for batch, outcome in zip(due, outcomes, strict=True):
-            if outcome is None:
-                batch.owner.batch_stored(batch)
-            else:
-                batch.owner.batch_failed(batch, outcome)
+        _settle(due, outcomes)
+
+    def stopped(self, due: list[SinkBatch]) -> list[SinkError | None]:
+        """The outcomes of ``due`` when a store was cancelled part way; by default nothing of
+        them counts as stored. A sink that knows what its calls stored says so (what landed
+        must not be reported unsent: its holder would send it again)."""
+        return [SinkError("sink stopped", unsent=batch.records) for batch in due]
+
+
+def _settle(due: list[SinkBatch], outcomes: list[SinkError | None]) -> None:
+    for batch, outcome in zip(due, outcomes, strict=True):
+        if outcome is None:
+            batch.owner.batch_stored(batch)
+        else:
+            batch.owner.batch_failed(batch, outcome)
 
 
 class DeadlineClock:
@@ -267,7 +316,7 @@ class DeadlineClock:
         return self._clock() < self._passes_at
 
 
-def deadline_passed(unsent: Sequence[SinkRecord]) -> SinkDeadlinePassed:
+def deadline_passed_error(unsent: Sequence[SinkRecord]) -> SinkDeadlinePassed:
     """The error of a batch (or the part of one) not sent because its deadline had passed."""
     return SinkDeadlinePassed("fencing deadline passed", unsent=unsent)
 
@@ -297,16 +346,21 @@ async def write_batch(
     await future
 
 
-_RECORD: Final = (
+_FIELDS: Final = (
     f'"{SinkField.SEQ}":%d,"{SinkField.RECEIVED_AT_MS}":%d,'
-    f'"{SinkField.PAYLOAD_ENCODING}":"%s","{SinkField.PAYLOAD}":%s}}'
+    f'"{SinkField.PAYLOAD_ENCODING}":"%s","{SinkField.PAYLOAD}":%s'
 ).encode()
+_TEMPLATE: Final = _FIELDS + b"}"
+_TEMPLATE_WRITTEN: Final = _FIELDS + f',"{SinkField.WRITTEN_AT_MS}":%d}}'.encode()
 
 
-def encode_record(header: BatchHeader, record: SinkRecord) -> bytes:
+def encode_record(
+    header: BatchHeader, record: SinkRecord, written_at_ms: int | None = None
+) -> bytes:
     """The record as one line of compact JSON (no newline): the header's fields, then the
     record's, ``payload`` embedded as JSON (a JSON document as itself, text as a JSON string,
-    binary as a base64 string).
+    binary as a base64 string), and ``written_at_ms`` (:attr:`SinkField.WRITTEN_AT_MS`) when
+    given.
 
     Raw line breaks in a JSON document can only be whitespace between tokens, so they are
     replaced by spaces: the result is always a single line.
@@ -320,9 +374,12 @@ def encode_record(header: BatchHeader, record: SinkRecord) -> bytes:
         payload = _dumps(payload.decode("utf-8", "replace"))
     else:
         payload = b'"' + base64.b64encode(payload) + b'"'
-    return header.encoded + _RECORD % (
+    fields = (
         record.seq,
         record.received_at_ms,
         encoding.encode(),
         payload,
     )
+    if written_at_ms is None:
+        return header.encoded + _TEMPLATE % fields
+    return header.encoded + _TEMPLATE_WRITTEN % (*fields, written_at_ms)

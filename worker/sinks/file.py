@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +17,8 @@ from worker.sinks.base import (
     BufferedSink,
     DeadlineClock,
     SinkBatch,
-    deadline_passed,
+    SinkThread,
+    deadline_passed_error,
     encode_record,
 )
 
@@ -54,9 +55,12 @@ class FileSink(BufferedSink):
     """Appends each stream's records to ``<sink_dir>/<sink_file_name(stream id)>``.
 
     Batches of every stream gather (:class:`~worker.sinks.base.BufferedSink`) and are appended
-    in one thread hop, so the event loop never waits on the disk; each file is flushed to the OS
-    before its batch is settled (no fsync). At most ``max_open_files`` files stay open; the
-    least recently written is closed first.
+    in the sink's own thread (:class:`~worker.sinks.base.SinkThread`), so neither the event loop
+    nor the loop's default thread pool waits on the disk; each file is flushed to the OS before
+    its batch is settled (no fsync). In that thread, right before each batch's append, its
+    deadline is checked once more and the time is taken: every record of the batch carries it as
+    :attr:`~streamlease.schema.SinkField.WRITTEN_AT_MS`. At most ``max_open_files`` files stay
+    open; the least recently written is closed first.
     """
 
     def __init__(
@@ -71,16 +75,17 @@ class FileSink(BufferedSink):
         self.records = 0
         self._max_open_files = max_open_files
         self._files: OrderedDict[str, BinaryIO] = OrderedDict()
+        self._thread = SinkThread("file-sink")
 
     def path_for(self, stream_id: str) -> Path:
         """The file that holds ``stream_id``'s records."""
         return self.directory / sink_file_name(stream_id)
 
     async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
-        """Append ``batches`` in a thread: a batch whose deadline has passed by the time its
-        turn comes is not written (:class:`SinkDeadlinePassed`); one the disk refuses fails
-        with :class:`SinkError`."""
-        outcomes = await asyncio.to_thread(self._append_all, batches)
+        """Append ``batches`` in the sink's thread: a batch whose deadline has passed by the
+        time its turn comes is not written (:class:`SinkDeadlinePassed`); one the disk refuses
+        fails with :class:`SinkError`."""
+        outcomes = await self._thread.run(self._append_all, batches)
         self.records += sum(
             len(b.records) for b, outcome in zip(batches, outcomes, strict=True) if not outcome
         )
@@ -89,18 +94,27 @@ class FileSink(BufferedSink):
     async def close(self) -> None:
         """Store what was accepted, close every open file; later batches raise
         :class:`SinkError`."""
-        await super().close()
-        await asyncio.to_thread(self._close_all)
+        if self._closed:
+            return
+        try:
+            await super().close()
+            await self._thread.run(self._close_all)
+        finally:
+            self._thread.shutdown()
 
     def _append_all(self, batches: list[SinkBatch]) -> list[SinkError | None]:
+        """In the sink's thread: for each batch, the last deadline check, then the append."""
         clock = DeadlineClock()
         outcomes: list[SinkError | None] = []
         for batch in batches:
             if not clock.open(batch.deadline):
-                outcomes.append(deadline_passed(batch.records))
+                outcomes.append(deadline_passed_error(batch.records))
                 continue
             header = batch.header
-            chunk = b"".join([encode_record(header, r) + b"\n" for r in batch.records])
+            written_at_ms = time.time_ns() // 1_000_000
+            chunk = b"".join(
+                [encode_record(header, r, written_at_ms) + b"\n" for r in batch.records]
+            )
             try:
                 handle = self._open(header.stream_id)
                 handle.write(chunk)

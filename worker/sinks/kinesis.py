@@ -17,18 +17,24 @@ field, the producer — is worked out once per batch from its header. The shard 
 stream was resharded) stores only the messages that shard covers: the rest are sent again, and
 the map is read again.
 
-A batch's messages are put into a call only while its holder's fencing deadline has not passed
-(checked as each is taken), so neither a first attempt nor a retry is sent after it (the client
-has no botocore retries of its own). A batch cut short fails with :class:`SinkDeadlinePassed`,
-and both errors name the records that were not stored, so the holder never acknowledges them
-and a later retry repeats nothing that landed. An aggregated record holds messages of several
-batches; a batch whose deadline passed before its record was sent takes its messages out first,
-so none of them is sent.
+Each batch carries its holder's fencing deadline: a message is taken into a call only while
+that deadline has not passed, and the call itself is packed and sent from the sink's own thread
+(:class:`~worker.sinks.base.SinkThread`), which looks at every deadline of the call once more
+right before ``PutRecords`` and leaves out the messages of a batch whose deadline has passed.
+So neither a first attempt nor a retry is sent after the deadline (the client has no botocore
+retries of its own), and a call started before it ends within the client's timeout
+(``Settings.sink_call_timeout_seconds``, which the fence margin must cover). A batch cut short
+fails with :class:`SinkDeadlinePassed`, and both errors name the records that were not stored —
+only once the answer of any call carrying them is known, even if the flusher is cancelled
+meanwhile — so the holder never acknowledges them and a later retry repeats nothing that
+landed. An aggregated record holds messages of several batches; a batch whose deadline passed
+before its record was sent takes its messages out first, so none of them is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
 import time
@@ -50,6 +56,7 @@ from worker.sinks.base import (
     DeadlineClock,
     SinkBatch,
     SinkRecord,
+    SinkThread,
     encode_record,
 )
 from worker.sinks.kinesis_batch import (
@@ -64,7 +71,10 @@ from worker.sinks.kinesis_batch import (
 
 if TYPE_CHECKING:
     from types_boto3_kinesis import KinesisClient
-    from types_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
+    from types_boto3_kinesis.type_defs import (
+        PutRecordsOutputTypeDef,
+        PutRecordsRequestEntryTypeDef,
+    )
 
 MAX_PARTITION_KEY_CHARS: Final = 256
 RETRYABLE_ERRORS: Final = frozenset(
@@ -167,12 +177,28 @@ def _entries(batch: _Batch, aggregate: bool) -> list[Entry]:
     ]
 
 
+class _Call:
+    """One ``PutRecords`` attempt, as the sink's thread made it."""
+
+    __slots__ = ("error", "late", "overflow", "puts", "response")
+
+    def __init__(self) -> None:
+        self.puts: list[Put] = []
+        self.late: list[_Batch] = []
+        """Batches whose deadline had passed at the last look: none of their messages was sent."""
+        self.overflow: list[Entry] = []
+        """Messages packed into records beyond what one call takes: for the next call."""
+        self.response: PutRecordsOutputTypeDef | None = None
+        self.error: ClientError | BotoCoreError | None = None
+
+
 class KinesisSink(BufferedSink):
     """Writes records to ``settings.kinesis_stream_name``, partition key = stream id.
 
-    ``client`` defaults to ``streamlease.aws.client("kinesis", settings)``; its calls run in a
-    thread. ``rand`` (uniform in [0, 1)) and ``clock`` (monotonic seconds) are injectable for
-    tests. Raises :class:`ConfigError` when no stream name is configured.
+    ``client`` defaults to ``streamlease.aws.client("kinesis", settings)`` with one attempt per
+    call and ``settings.sink_call_timeout_seconds``; its calls run in the sink's own thread.
+    ``rand`` (uniform in [0, 1)) and ``clock`` (monotonic seconds) are injectable for tests.
+    Raises :class:`ConfigError` when no stream name is configured.
     """
 
     def __init__(
@@ -198,8 +224,18 @@ class KinesisSink(BufferedSink):
         """Messages stored."""
         self.calls = 0
         self._client = (
-            client if client is not None else aws.client("kinesis", settings, max_attempts=1)
+            client
+            if client is not None
+            else aws.client(
+                "kinesis",
+                settings,
+                max_attempts=1,
+                connect_timeout_seconds=settings.sink_call_timeout_seconds,
+                read_timeout_seconds=settings.sink_call_timeout_seconds,
+            )
         )
+        self._thread = SinkThread("kinesis-sink")
+        self._taken: list[_Batch] = []
         self._backoff = (backoff_base_seconds, backoff_max_seconds)
         self._rand = rand
         self._clock = clock
@@ -208,7 +244,7 @@ class KinesisSink(BufferedSink):
 
     async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
         """Send ``batches`` (see the module docstring); one outcome per batch."""
-        taken = [_Batch(source) for source in batches]
+        taken = self._taken = [_Batch(source) for source in batches]
         pending: deque[Entry] = deque()
         for batch in taken:
             batch.entries = _entries(batch, self.aggregate)
@@ -221,7 +257,24 @@ class KinesisSink(BufferedSink):
             if self._shards_stale:
                 await self._read_shards()
             await self._send(self._take_call(pending, DeadlineClock(self._clock)), pending)
+        self._taken = []
         return [batch.outcome for batch in taken]
+
+    def stopped(self, due: list[SinkBatch]) -> list[SinkError | None]:
+        """A cancelled store: what its calls stored counts as stored, the rest is unsent."""
+        taken, self._taken = self._taken, []
+        if [batch.source for batch in taken] != due:
+            return super().stopped(due)
+        for batch in taken:
+            batch.fail("sink stopped")
+        return [batch.outcome for batch in taken]
+
+    async def close(self) -> None:
+        """Store what was accepted, then refuse more (see :meth:`BufferedSink.close`)."""
+        try:
+            await super().close()
+        finally:
+            self._thread.shutdown()
 
     def _take_call(self, pending: deque[Entry], clock: DeadlineClock) -> list[Entry]:
         call: list[Entry] = []
@@ -251,43 +304,81 @@ class KinesisSink(BufferedSink):
     async def _send(self, call: list[Entry], pending: deque[Entry]) -> None:
         if not call:
             return
-        puts = pack(call, self._shards, self.aggregate)
-        if len(puts) > MAX_CALL_RECORDS:  # more shards than a call takes: the rest go next
-            for put in reversed(puts[MAX_CALL_RECORDS:]):
-                pending.extendleft(reversed(put.entries))
-            puts = puts[:MAX_CALL_RECORDS]
-            call = [entry for put in puts for entry in put.entries]
-        request: list[PutRecordsRequestEntryTypeDef] = [_request_entry(put) for put in puts]
-        self.calls += 1
+        sending = self._thread.run(self._put, call, self._shards)
         try:
-            response = await asyncio.to_thread(
-                self._client.put_records, StreamName=self.stream_name, Records=request
-            )
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", "ClientError"))
-            if code not in RETRYABLE_ERRORS:
-                for entry in call:
-                    entry.batch.fail(f"Kinesis PutRecords failed ({code})")
-                return
-            failed, reason = call, code
-        except BotoCoreError as exc:
-            failed, reason = call, type(exc).__name__
-        else:
-            failed, reason = [], ""
-            misrouted: list[tuple[Put, str]] = []
-            for put, result in zip(puts, response["Records"], strict=True):
-                if "ErrorCode" in result:
-                    failed += put.entries
-                    reason = str(result["ErrorCode"])
-                elif put.shard_id and result.get("ShardId", put.shard_id) != put.shard_id:
-                    misrouted.append((put, str(result.get("ShardId", ""))))
-                else:
-                    self._stored(put.entries)
-            if misrouted:
-                failed += await self._settle_misrouted(misrouted)
-                reason = reason or "the stream was resharded"
+            done = await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            # A call under way cannot be recalled: learn what it stored before the store
+            # reports anything unsent (what landed must not be sent again).
+            with contextlib.suppress(Exception):
+                self._apply(await sending, pending)
+            raise
+        failed, reason, misrouted = self._apply(done, pending)
+        if misrouted:
+            failed += await self._settle_misrouted(misrouted)
+            reason = reason or "the stream was resharded"
         if failed:
             await self._retry_later(failed, reason, pending)
+
+    def _put(self, call: list[Entry], shards: ShardMap) -> _Call:
+        """In the sink's thread: the last look at each batch's deadline, then the messages of
+        the batches still inside theirs, packed and sent in one call."""
+        sent = _Call()
+        clock = DeadlineClock(self._clock)
+        late = {e.batch for e in call if not clock.open(e.batch.source.deadline)}
+        if late:
+            sent.late = list(late)
+            call = [entry for entry in call if entry.batch not in late]
+        puts = pack(call, shards, self.aggregate)
+        if len(puts) > MAX_CALL_RECORDS:  # more shards than a call takes: the rest go next
+            sent.overflow = [entry for put in puts[MAX_CALL_RECORDS:] for entry in put.entries]
+            puts = puts[:MAX_CALL_RECORDS]
+        sent.puts = puts
+        if not puts:
+            return sent
+        request: list[PutRecordsRequestEntryTypeDef] = [_request_entry(put) for put in puts]
+        try:
+            sent.response = self._client.put_records(StreamName=self.stream_name, Records=request)
+        except (ClientError, BotoCoreError) as exc:
+            sent.error = exc
+        return sent
+
+    def _apply(
+        self, sent: _Call, pending: deque[Entry]
+    ) -> tuple[list[Entry], str, list[tuple[Put, str]]]:
+        """A call's answer, in the event loop: late batches failed, overflow queued again,
+        stored messages acknowledged; returns those worth another attempt, why they failed, and
+        the records stored on another shard than packed for."""
+        for batch in sent.late:
+            batch.fail("fencing deadline passed before the records were sent", deadline=True)
+        pending.extendleft(reversed(sent.overflow))
+        entries = [entry for put in sent.puts for entry in put.entries]
+        if sent.puts:
+            self.calls += 1
+        error = sent.error
+        if isinstance(error, ClientError):
+            code = str(error.response.get("Error", {}).get("Code", "ClientError"))
+            if code not in RETRYABLE_ERRORS:
+                for entry in entries:
+                    entry.batch.fail(f"Kinesis PutRecords failed ({code})")
+                return [], code, []
+            return entries, code, []
+        if error is not None:
+            return entries, type(error).__name__, []
+        if sent.response is None:
+            return [], "", []
+        failed: list[Entry] = []
+        reason = ""
+        misrouted: list[tuple[Put, str]] = []
+        for put, result in zip(sent.puts, sent.response["Records"], strict=True):
+            if "ErrorCode" in result:
+                failed += put.entries
+                reason = str(result["ErrorCode"])
+            elif put.shard_id and result.get("ShardId", put.shard_id) != put.shard_id:
+                misrouted.append((put, str(result.get("ShardId", ""))))
+            else:
+                self._stored(put.entries)
+        return failed, reason, misrouted
 
     def _stored(self, entries: list[Entry]) -> None:
         self.records += 1
@@ -313,7 +404,7 @@ class KinesisSink(BufferedSink):
         one aggregates by stream only) and read again before the next call."""
         self._shards_stale = True
         try:
-            self._shards = await asyncio.to_thread(_list_shards, self._client, self.stream_name)
+            self._shards = await self._thread.run(_list_shards, self._client, self.stream_name)
         except (ClientError, BotoCoreError):
             return
         self._shards_stale = False

@@ -13,7 +13,7 @@ from worker.sinks.base import (
     BufferedSink,
     DeadlineClock,
     SinkBatch,
-    deadline_passed,
+    deadline_passed_error,
 )
 
 
@@ -34,7 +34,7 @@ class NullSink(BufferedSink):
         outcomes: list[SinkError | None] = []
         for batch in batches:
             if not clock.open(batch.deadline):
-                outcomes.append(deadline_passed(batch.records))
+                outcomes.append(deadline_passed_error(batch.records))
                 continue
             self.records += len(batch.records)
             self.batches += 1

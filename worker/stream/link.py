@@ -29,9 +29,11 @@ failed connect or a close means.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -99,6 +101,10 @@ SecretsSource = Callable[[], Awaitable[Mapping[str, str]]]
 """Gives the values of the profile's secrets (reference text → value) before each connect.
 May raise :class:`UpstreamRejected`, or :class:`SecretsUnavailable` to be retried."""
 
+ConnectSpan = Callable[[int], AbstractContextManager[object]]
+"""Wraps one connect attempt (its number given) until the first connection opened: the stream
+start's ``stream.connect`` span (:class:`~worker.tracing.StreamTrace`)."""
+
 
 class UpstreamLink:
     """One stream's upstream connection, across reconnects (see the module docstring).
@@ -109,8 +115,10 @@ class UpstreamLink:
     :class:`~worker.stream.transport.UpstreamHandler`); ``resume_from()`` is the last seq the
     stream has taken in; ``on_event`` is
     called synchronously and must neither block nor raise. ``forget_secrets()`` is called when
-    the upstream refused the stream (its credentials may have been rotated). ``rand`` (uniform in
-    [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable for tests.
+    the upstream refused the stream (its credentials may have been rotated). ``connect_span``
+    wraps each connect attempt before the first connection opened (a trace of the start).
+    ``rand`` (uniform in [0, 1)), ``clock`` (monotonic seconds) and ``resolver`` are injectable
+    for tests.
     """
 
     __slots__ = (
@@ -118,6 +126,7 @@ class UpstreamLink:
         "_close_code",
         "_close_requested",
         "_closed",
+        "_connect_span",
         "_connected_at",
         "_failures",
         "_forget_secrets",
@@ -155,6 +164,7 @@ class UpstreamLink:
         secrets: SecretsSource | None = None,
         forget_secrets: Callable[[], None] | None = None,
         keepalive: Keepalive | None = None,
+        connect_span: ConnectSpan | None = None,
         policy: UrlPolicy | None = None,
         resolver: Resolver | None = None,
         rand: Callable[[], float] = random.random,
@@ -177,6 +187,7 @@ class UpstreamLink:
         self._pinger: AppPinger | None = None
         self._forget_secrets = forget_secrets
         self._keepalive = keepalive
+        self._connect_span = connect_span
         self._policy = policy or UrlPolicy.from_settings(settings)
         self._resolver = resolver
         self._rand = rand
@@ -263,17 +274,18 @@ class UpstreamLink:
                 connection = Connection(
                     self._on_messages, holding=Connection.holds_for(profile.open_messages)
                 )
-                transport = await connect_upstream(
-                    self._url,
-                    settings,
-                    connection,
-                    query=profile.query_for(last_seq, settings.resume_param),
-                    policy=self._policy,
-                    resolver=self._resolver,
-                    profile=profile,
-                    headers=[(n, v.render(secrets, last_seq)) for n, v in profile.headers],
-                    keepalive=self._keepalive,
-                )
+                with self._span_of_attempt():
+                    transport = await connect_upstream(
+                        self._url,
+                        settings,
+                        connection,
+                        query=profile.query_for(last_seq, settings.resume_param),
+                        policy=self._policy,
+                        resolver=self._resolver,
+                        profile=profile,
+                        headers=[(n, v.render(secrets, last_seq)) for n, v in profile.headers],
+                        keepalive=self._keepalive,
+                    )
             except (UrlRejected, UpstreamRejected) as exc:
                 await self._park(Failure(True, str(exc)))
                 continue
@@ -330,6 +342,13 @@ class UpstreamLink:
         except OpenInterrupted as exc:
             return Failure(False, str(exc), close_code=exc.closed.code)
         return None
+
+    def _span_of_attempt(self) -> AbstractContextManager[object]:
+        """The trace span of the next connect attempt: only until a first connection opened
+        (later reconnects belong to no start)."""
+        if self._connect_span is None or self.connects:
+            return contextlib.nullcontext()
+        return self._connect_span(self._failures + 1)
 
     async def _park(self, failure: Failure) -> None:
         """The upstream refused the stream: report it, read the secrets afresh next time, and

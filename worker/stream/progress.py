@@ -40,6 +40,12 @@ _EXPLAINED: Final = {
     Undeliverable.SEQ_NOT_INTEGER: (
         "`{seq}` is not an integer in {n} frames; is the seq at another path (`--seq-path`)?"
     ),
+    Undeliverable.SEQ_NEGATIVE: (
+        "`{seq}` is negative in {n} frames; is the seq at another path (`--seq-path`)?"
+    ),
+    Undeliverable.SEQ_ABOVE_BOUND: (
+        "`{seq}` is above 2^63-1 in {n} frames; seqs must fit a signed 64-bit integer"
+    ),
     Undeliverable.BINARY_NOT_JSON: (
         "{n} binary frames are not JSON; binary feeds need `--seq-path none`"
     ),

@@ -3,7 +3,8 @@
 A :class:`Sequencer` turns the messages of one read into sink records: it reads each message's
 sequence number where the stream's profile says (one ``orjson`` parse), drops those at or below
 the last one delivered (a replay overlap), counts gaps, and counts and skips what cannot be
-delivered (:class:`Undeliverable`: not JSON, no seq, a seq that is not an integer). Frames
+delivered (:class:`Undeliverable`: not JSON, no seq, a seq that is not an integer or outside
+``0 .. MAX_SEQ`` — :mod:`streamlease.seqs`: such a seq never becomes ``last_seq``). Frames
 that match one of the profile's control conditions (pongs, heartbeats) are skipped first and
 counted apart (:attr:`Sequencer.control`); a profile without any pays nothing for them. A feed
 without sequence numbers (profile ``seq: none``) is numbered here, from the checkpoint on, text
@@ -20,6 +21,7 @@ from typing import Any, Final
 from websockets.frames import BINARY, TEXT, Frame
 
 from streamlease.schema import PayloadEncoding
+from streamlease.seqs import MAX_SEQ
 from streamlease.templates import Condition
 from worker.sinks.base import SinkRecord
 
@@ -45,6 +47,8 @@ class Undeliverable(StrEnum):
     NOT_JSON = "not JSON objects"
     NO_SEQ = "no seq"
     SEQ_NOT_INTEGER = "seq not an integer"
+    SEQ_NEGATIVE = "seq negative"
+    SEQ_ABOVE_BOUND = "seq above 2^63-1"
     BINARY_NOT_JSON = "binary, not JSON"
     TEXT_NOT_UTF8 = "text that is not UTF-8"
 
@@ -117,8 +121,8 @@ class Sequencer:
                 except (KeyError, TypeError, IndexError):
                     self._skip(Undeliverable.NO_SEQ)
                     continue
-            if type(seq) is not int:
-                self._skip(Undeliverable.SEQ_NOT_INTEGER)
+            if type(seq) is not int or not 0 <= seq <= MAX_SEQ:
+                self._skip(_seq_cause(seq))
                 continue
             if seq <= last:
                 self.duplicates += 1
@@ -170,6 +174,16 @@ class Sequencer:
     def _skip(self, cause: Undeliverable) -> None:
         self.malformed += 1
         self.undeliverable = cause
+
+
+def _seq_cause(seq: object) -> Undeliverable:
+    """Why ``seq`` is not a seq. An integer too large for a 64-bit parser (orjson reads it as
+    a float) is out of range, not "not an integer"."""
+    if type(seq) is int:
+        return Undeliverable.SEQ_NEGATIVE if seq < 0 else Undeliverable.SEQ_ABOVE_BOUND
+    if type(seq) is float and seq.is_integer() and abs(seq) > MAX_SEQ:
+        return Undeliverable.SEQ_ABOVE_BOUND
+    return Undeliverable.SEQ_NOT_INTEGER
 
 
 def _cause(exc: Exception, message: Frame) -> Undeliverable:
