@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
@@ -110,6 +110,8 @@ class StreamHolder:
         self.owner = lease.owner
         self.acquired_mono = acquired_mono
         self.fence = fence
+        self.generation = lease.generation
+        """The stream's generation whose settings the link uses."""
         self.end_reason: EndReason | None = None
         self._ctx = ctx
         self._settings = ctx.settings
@@ -119,8 +121,8 @@ class StreamHolder:
         self._interrupting = False
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._trace = UNTRACED
-        profile = self._profile(lease)
-        sequencer = Sequencer(profile.seq_path, lease.last_seq, profile.control)
+        profile = self._profile(lease.profile)
+        sequencer = self._sequencer = Sequencer(profile.seq_path, lease.last_seq, profile.control)
         self.progress = ProgressWatch(sequencer, profile.idle_seconds)
         self.delivery = Delivery(
             BatchHeader(lease.stream_id, lease.epoch, lease.owner),
@@ -143,17 +145,48 @@ class StreamHolder:
             on_event=self._on_event,
             profile=profile,
             secrets=_secrets_for(profile, secrets),
-            forget_secrets=None if secrets is None else lambda: secrets.forget(profile.secrets),
+            forget_secrets=_forget_for(profile, secrets),
             keepalive=ctx.keepalive,
             connect_span=lambda attempt: self._trace.span(SpanName.CONNECT, attempt=attempt),
         )
 
-    def _profile(self, lease: Lease) -> Profile:
+    def _profile(self, stored: Mapping[str, Any] | None) -> Profile:
         try:
-            return Profile.from_item(lease.profile)
+            return Profile.from_item(stored)
         except ProfileError as exc:
             self._failure = f"stream profile unreadable ({exc.field})"
             return DEFAULT_PROFILE
+
+    def change(self, stream: Stream) -> bool:
+        """The stream's URL or profile was changed in place (``stream``: as read after the
+        change): from now on the link, the sequencer and the idle threshold use the new
+        settings, and the link reconnects with them at once from where the stream got — the
+        same holding, epoch and delivery; nothing is released. Returns False (and changes
+        nothing) when ``stream`` is not newer than what the holder uses, or the holding ends.
+        """
+        if stream.generation <= self.generation or not self.is_active:
+            return False
+        self.generation = stream.generation
+        profile = self._profile(stream.profile)
+        if self._failure is not None:
+            self.request_end(EndReason.FAILED)
+            return False
+        sequencer = self._sequencer
+        sequencer.seq_path = profile.seq_path
+        sequencer.control_conditions = profile.control
+        self.progress.idle_seconds = profile.idle_seconds
+        secrets = self._ctx.secrets
+        self._link.change(
+            stream.ws_url, profile, _secrets_for(profile, secrets), _forget_for(profile, secrets)
+        )
+        self._record(LeaseEventKind.CHANGED)
+        logger.info(
+            "stream settings changed",
+            stream_id=self.stream_id,
+            epoch=self.epoch,
+            generation=stream.generation,
+        )
+        return True
 
     # --- what other tasks call -----------------------------------------------------------
 
@@ -476,6 +509,13 @@ def _secrets_for(profile: Profile, secrets: Secrets | None) -> SecretsSource | N
     if secrets is None:
         return _no_secrets
     return lambda: secrets.resolve(refs)
+
+
+def _forget_for(profile: Profile, secrets: Secrets | None) -> Callable[[], None] | None:
+    """What the link calls when the upstream refused the stream: read its secrets afresh."""
+    if secrets is None:
+        return None
+    return lambda: secrets.forget(profile.secrets)
 
 
 async def _no_secrets() -> dict[str, str]:

@@ -128,9 +128,11 @@ class UpstreamLink:
         "_closed",
         "_connect_span",
         "_connected_at",
+        "_connected_version",
         "_failures",
         "_forget_secrets",
         "_keepalive",
+        "_nudge",
         "_on_event",
         "_on_messages",
         "_paused",
@@ -142,6 +144,7 @@ class UpstreamLink:
         "_resume_from",
         "_secrets",
         "_settings",
+        "_settings_version",
         "_transport",
         "_url",
         "connects",
@@ -197,6 +200,11 @@ class UpstreamLink:
         self._failures = 0  # consecutive, drives the backoff
         self._connected_at = 0.0
         self._close_requested = asyncio.Event()
+        self._settings_version = 0
+        """Counts :meth:`change` calls: a connection made with older settings is replaced."""
+        self._connected_version = 0
+        self._nudge = asyncio.Event()
+        """Set by :meth:`close` and :meth:`change`: a wait for the next attempt ends early."""
         self._close_code = 1000
 
     @property
@@ -218,6 +226,8 @@ class UpstreamLink:
                 self._pinger = None
             if self._close_requested.is_set():
                 return
+            if self._connected_version != self._settings_version:
+                continue  # closed for the new settings: connect with them at once
             failure = describe_close(closed)
             if failure.fatal:
                 self.upstream_ended = True
@@ -242,6 +252,27 @@ class UpstreamLink:
         if self._transport is not None:
             self._transport.resume_reading()
 
+    def change(
+        self,
+        url: str,
+        profile: Profile,
+        secrets: SecretsSource | None,
+        forget_secrets: Callable[[], None] | None,
+    ) -> None:
+        """Use ``url`` and ``profile`` from the next connect on, and reconnect now: the open
+        connection is closed (1000), a wait for the next attempt (a backoff, a parked
+        rejection) ends at once. The resume point is ``resume_from()`` as ever."""
+        self._url = url
+        self._profile = profile
+        self._secrets = secrets
+        self._forget_secrets = forget_secrets
+        self._failures = 0
+        self._settings_version += 1
+        transport = self._transport
+        if transport is not None:
+            transport.close(1000, "settings changed")
+        self._nudge.set()
+
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Stop the link and close the connection with ``code`` (1000: the stream stopped;
         1001: this worker is going away), waiting at most a little longer than the closing
@@ -249,6 +280,7 @@ class UpstreamLink:
         if not self._close_requested.is_set():
             self._close_code = code
             self._close_requested.set()
+            self._nudge.set()
         if self.end_reason is None:
             self.end_reason = f"closed by the owner (close code {self._close_code})"
         transport = self._transport
@@ -266,8 +298,8 @@ class UpstreamLink:
     async def _connect(self) -> Connection | None:
         """The next open connection (retrying as the outcomes say), or None once closing."""
         settings = self._settings
-        profile = self._profile
         while not self._close_requested.is_set():
+            profile, version = self._profile, self._settings_version
             try:
                 secrets = await self._secrets() if self._secrets is not None else {}
                 last_seq = self._resume_from()
@@ -299,7 +331,7 @@ class UpstreamLink:
                 else:
                     await self._back_off(UpstreamEventKind.RETRYING, failure)
                 continue
-            refused = await self._open(transport, connection, secrets, last_seq)
+            refused = await self._open(transport, connection, profile, secrets, last_seq)
             if refused is not None:
                 transport.abort()  # not kept: its keepalive would hold it open otherwise
                 if refused.fatal:
@@ -310,6 +342,10 @@ class UpstreamLink:
             if self._close_requested.is_set():
                 transport.close(self._close_code)
                 return None
+            if version != self._settings_version:  # changed meanwhile: connect anew
+                transport.abort()
+                continue
+            self._connected_version = version
             self._transport = transport
             if self._paused:
                 transport.pause_reading()
@@ -325,12 +361,13 @@ class UpstreamLink:
         self,
         transport: UpstreamTransport,
         connection: Connection,
+        profile: Profile,
         secrets: Mapping[str, str],
         last_seq: int,
     ) -> Failure | None:
         """Send the open messages (awaiting answers); None when the connection is ready for
         data, else how it failed."""
-        messages = self._profile.open_messages
+        messages = profile.open_messages
         if not messages:
             return None
         try:
@@ -386,10 +423,11 @@ class UpstreamLink:
         await self._wait(delay)
 
     async def _wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` unless :meth:`close` is called first."""
+        """Sleep ``seconds`` unless :meth:`close` or :meth:`change` is called first."""
+        self._nudge.clear()
         try:
             async with asyncio.timeout(seconds):
-                await self._close_requested.wait()
+                await self._nudge.wait()
         except TimeoutError:
             return
 
