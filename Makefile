@@ -5,6 +5,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two installs: what running needs (`make run`, `make demo`: the `local` extra) and everything
+# (tests, lint, CDK, benchmarks: the `dev` extra, which includes `local`).
+STAMP_LOCAL := $(VENV)/.installed-local
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 CDK := node_modules/.bin/cdk
@@ -28,22 +31,41 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml requirements.lock
+# pip's output goes to .venv/pip.log (its end is shown when pip fails); on a terminal one line
+# counts what pip has found and says when it installs.
+PIP_PROGRESS := if [ -t 1 ]; then awk '/^Collecting /{n++; printf "\r\033[K  %d found: %s", n, $$2} \
+	/^Installing collected/{printf "\r\033[K  installing %d packages ...", n} {fflush()} \
+	END{printf "\r\033[K"}'; else cat >/dev/null; fi
+
+# $(call pip_install,EXTRA,what it is for): the project in editable mode with that extra.
+define pip_install
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streamlease needs Python 3.11 or newer; found " + sys.version.split()[0])'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing Python dependencies into $(VENV) (first run takes a minute or two)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	@echo "installing $(2) into $(VENV)/ (pip's log: $(VENV)/pip.log)"
+	@set -o pipefail; started=$$(date +%s); \
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -c requirements.lock \
+		-e '.[$(1)]' 2>&1 | tee $(VENV)/pip.log | { $(PIP_PROGRESS); } \
+	|| { echo "pip failed; the end of $(VENV)/pip.log:" >&2; tail -n 25 $(VENV)/pip.log >&2; exit 1; }; \
+	echo "installed in $$(( $$(date +%s) - started )) s"
+endef
+
+$(STAMP_LOCAL): pyproject.toml requirements.lock
+	$(call pip_install,local,what the local stack runs)
 	@touch $@
+
+$(STAMP): pyproject.toml requirements.lock
+	$(call pip_install,dev,everything the tests and tools need (a minute or two the first time))
+	@touch $@ $(STAMP_LOCAL)
 
 $(NODE_STAMP): package.json package-lock.json
 	@command -v npm >/dev/null || { echo "Node.js (with npm) is needed for the CDK CLI: install Node.js 20 or newer" >&2; exit 1; }
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-run: $(STAMP) ## the whole system on this machine (moto, API, workers, upstream simulator)
+run: $(STAMP_LOCAL) ## the whole system on this machine (moto, API, workers, upstream simulator)
 	$(PY) -m local
 
-demo: $(STAMP) ## 20 streams, a worker killed and one rolled, then a gap/duplicate report (uses or starts make run)
+demo: $(STAMP_LOCAL) ## 20 streams, a worker killed and one rolled, then a gap/duplicate report (uses or starts make run)
 	$(PY) -m local.demo
 
 test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, API contract (schemathesis), infra (synth + cdk-nag), chaos

@@ -38,6 +38,9 @@ SECTIONS: Final = {
     "scale": "bench.scale",
     "rebalance": "bench.rebalance",
     "cost": "bench.cost",
+    "fleet_model": "bench.fleet_model",
+    "first_data": "bench.first_data",
+    "soak": "bench.soak",
 }
 """Section name → module with ``run(ctx) -> list[Table]``, in the order they run."""
 
@@ -73,10 +76,12 @@ def _scale(text: str) -> float:
     return value
 
 
-def command_line(quick: bool, scale: float) -> str:
-    """The command that reproduces a run (``--only`` aside), as the results header shows it."""
-    options = (" --quick" if quick else "") + (
-        f" --scale {scale:g}" if scale != DEFAULT_SCALE else ""
+def command_line(quick: bool, scale: float, only: Sequence[str] | None = None) -> str:
+    """The command that reproduces a run, as the results header shows it."""
+    options = (
+        (" --quick" if quick else "")
+        + (f" --scale {scale:g}" if scale != DEFAULT_SCALE else "")
+        + (f" --only {' '.join(only)}" if only else "")
     )
     return f"python -m bench{options}"
 
@@ -104,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = [
         "# streamlease benchmarks",
         "",
-        f"`{command_line(args.quick, args.scale)}` at revision {_git_revision()},"
+        f"`{command_line(args.quick, args.scale, args.only)}` at revision {_git_revision()},"
         f" {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
         *[f"- {line}" for line in machine_description()],

@@ -2,7 +2,7 @@
 
 Three presets, compared side by side in one run:
 
-- ``sessions``: our defaults (``liveness = session``, DESIGN §4a);
+- ``sessions``: our defaults (``liveness = session``, architecture §4a);
 - ``per-stream``: our defaults with ``liveness = stream`` (one renewal per held stream, §4b);
 - ``reference (seed design)``: per-stream plus the seed's slow reconcile (3 leases), releases
   without a handoff command and no acquire scheduled for suspect leases.

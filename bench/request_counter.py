@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from bench.write_units import (
     read_units,
     write_cost,
 )
-from streamlease.schema import PK, STREAM_PREFIX, WORKER_PREFIX
+from streamlease.schema import INDEXES, PK, STREAM_PREFIX, WORKER_PREFIX, IndexSpec
 
 _PARAMS_KEY = "bench_request_params"
 
@@ -37,9 +38,10 @@ _PARAMS_KEY = "bench_request_params"
 class RequestCounter:
     """Thread-safe counts of DynamoDB requests by operation and outcome, with units."""
 
-    def __init__(self) -> None:
+    def __init__(self, indexes: Iterable[IndexSpec] = INDEXES) -> None:
+        """``indexes``: the table's indexes the write units are counted against."""
         self._lock = threading.Lock()
-        self._membership = IndexMembership()
+        self._membership = IndexMembership(indexes)
         self.requests: Counter[str] = Counter()
         """Logical calls by ``"<Operation> ok|failed"`` (failed: an error answer)."""
         self.by_target: Counter[str] = Counter()

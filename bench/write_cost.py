@@ -34,7 +34,7 @@ from bench.write_units import WRITE_OPERATIONS, item_size_bytes
 from local.testbed import Testbed
 from local.worker_process import PRODUCTION_LEASE_SECONDS
 from streamlease import aws
-from streamlease.schema import FLEET, PK, worker_key
+from streamlease.schema import BY_SHARD_EXPIRY, FLEET, PK, worker_key
 from streamlease.settings import Settings
 
 WRITE_PRICE_PER_MILLION: Final = 0.625
@@ -56,7 +56,7 @@ SESSION_RENEWAL: Final = "UpdateItem worker"
 per-stream mode the worker item's heartbeat)."""
 STREAM_WRITE: Final = "UpdateItem stream"
 GOAL_WRITE_UNITS: Final = 40.0
-"""Sessions at 100 streams per worker: write units per stream-hour (DESIGN §4a's budget)."""
+"""Sessions at 100 streams per worker: write units per stream-hour (architecture §4a)."""
 GOAL_DOLLARS: Final = 20.0
 """Sessions: $ per month per 1,000 streams, on demand."""
 
@@ -275,7 +275,7 @@ def cost_table(results: dict[str, list[CostWindow]], scale: float, heartbeats: i
         " errs high).",
         f"Per-stream: one write per heartbeat would be {naive:,.0f} units per stream-hour"
         f" (${naive_dollars:,.0f} per month per 1,000 streams); every per-stream renewal also"
-        " moves lease_expires_at_ms, the sort key of by-state-expiry: 3 units, not 1.",
+        f" moves lease_expires_at_ms, the sort key of {BY_SHARD_EXPIRY.name}: 3 units, not 1.",
         *_session_notes(results.get(SESSIONS, []), results.get(PER_STREAM, [])),
     ]
     return table
@@ -304,7 +304,8 @@ def _session_notes(sessions: list[CostWindow], per_stream: list[CostWindow]) -> 
         )
     notes.append(
         "tests/moto/test_bench_write_units.py expects a session renewal to cost 1 table unit +"
-        f" 1 {FLEET.name} unit at 100 streams, and a per-stream renewal 1 + 2 by-state-expiry."
+        f" 1 {FLEET.name} unit at 100 streams, and a per-stream renewal 1 + 2"
+        f" {BY_SHARD_EXPIRY.name}."
     )
     units = sum(w.ramp["write_units_by_request"].get(STREAM_WRITE, 0) for w in sessions)
     count = sum(w.ramp["by_target"].get(STREAM_WRITE, 0) for w in sessions)
@@ -312,7 +313,7 @@ def _session_notes(sessions: list[CostWindow], per_stream: list[CostWindow]) -> 
         notes.append(
             f"Ownership changes are not in a steady window: a sessions acquisition cost"
             f" {units / count:.1f} write units as counted while the worker filled up (table +"
-            " by-owner + by-state-expiry entries); a stream that moves once a day adds"
+            f" by-owner + {BY_SHARD_EXPIRY.name} entries); a stream that moves once a day adds"
             f" {units / count / 24:.2f} units per stream-hour (a release costs about as much)."
         )
     notes += _fleet_read_notes(sessions)
@@ -402,7 +403,7 @@ def breakdown_table(results: dict[str, list[CostWindow]], scale: float) -> Table
     table.notes.append(
         "Request: operation and what it is about: a stream or worker item, or the index queried"
         " (fleet re-reads: the fleet index; own-lease polls: by-owner; reconcile:"
-        " by-state-expiry). Failed conditional writes are included (their table unit)."
+        f" {BY_SHARD_EXPIRY.name}). Failed conditional writes are included (their table unit)."
     )
     return table
 

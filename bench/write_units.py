@@ -4,8 +4,9 @@ DynamoDB bills a write to the table (1 unit per started KB of the larger of the 
 item) *plus* a write to every global secondary index the change touches: an index entry whose
 key attributes change is deleted and re-inserted (2 units), one that appears or disappears costs
 1, and one whose projected non-key attributes change is rewritten (1). A conditional write whose
-condition fails still costs its table unit but touches no index. Every lease renewal changes
-``lease_expires_at_ms``, the sort key of ``by-state-expiry``: 1 + 2 units, not 1.
+condition fails still costs its table unit but touches no index. Every per-stream renewal
+changes ``lease_expires_at_ms``, the sort key of the orphan index ``by-shard-expiry``: 1 + 2
+units, not 1.
 
 This module is pure: it classifies one request from its parameters (what the client sent) and
 outcome. Whether an item was in a sparse index *before* a write is not in the request, so it is
@@ -127,7 +128,9 @@ class IndexMembership:
             return True
         if key.startswith(WORKER_PREFIX):
             return False  # worker ids are unique per process: its first write creates the item
-        # Stream items always carry desired_state and lease_expires_at_ms, never kind.
+        # Stream items always carry desired_state and lease_expires_at_ms, never kind; the
+        # orphan index's expiry_shard only while no session holds the stream, which a request
+        # alone does not tell (this guess counts a first write to a held stream one unit high).
         return key.startswith(STREAM_PREFIX) and index.partition_key != WorkerAttr.KIND
 
     def note(self, key: str, index: IndexSpec, present: bool) -> None:

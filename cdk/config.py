@@ -45,6 +45,33 @@ class BillingMode(StrEnum):
     """Provisioned capacity with target-tracking autoscaling between the configured bounds."""
 
 
+class TableIndexes(StrEnum):
+    """Which global secondary indexes the lease table has. A deployed table of the previous
+    release moves to the current ones through three intermediate stages, one index created or
+    dropped per CloudFormation update (``streamlease.schema.MIGRATION_STAGES``; the README's
+    migration says when to deploy which)."""
+
+    CURRENT = "current"
+    """The schema's indexes: a new table, or one whose migration is done."""
+    ORPHANS_ADDED = "orphans-added"
+    """The previous release's indexes and ``by-shard-expiry``."""
+    HOLDER_ADDED = "holder-added"
+    """... and ``by-holder``: this release runs from here on (the previous one's workers, still
+    running during the rollout, keep their grants)."""
+    STATE_EXPIRY_DROPPED = "state-expiry-dropped"
+    """... without ``by-state-expiry``; the next stage (current) drops ``by-owner``."""
+
+    @property
+    def stage(self) -> int | None:
+        """Its index in ``MIGRATION_STAGES`` (None: the current indexes)."""
+        order = (
+            TableIndexes.ORPHANS_ADDED,
+            TableIndexes.HOLDER_ADDED,
+            TableIndexes.STATE_EXPIRY_DROPPED,
+        )
+        return order.index(self) if self in order else None
+
+
 class CpuArchitecture(StrEnum):
     """CPU architecture of the worker image and tasks."""
 
@@ -128,6 +155,7 @@ class DeploymentConfig:
 
     # --- state ---
     billing: BillingMode = BillingMode.ON_DEMAND
+    table_indexes: TableIndexes = TableIndexes.CURRENT
     provisioned_read: CapacityRange = CapacityRange(5, 100)
     provisioned_write: CapacityRange = CapacityRange(5, 500)
     command_visibility_timeout_seconds: int = 30

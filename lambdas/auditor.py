@@ -5,9 +5,10 @@ Publishes ``StartedStreams``, ``OwnedStreams``, ``OrphanedStreams``, ``OldestOrp
 ``ConnectedStreams``, ``RetryingStreams``, ``RejectedStreams``, ``StalledStreams``,
 ``MalformedStreams``, ``SinkFailingStreams``) and in any trouble state (``TroubleStreams``) as
 EMF metrics, zeros included, so alarms and scaling see the truth even when every worker is
-dead. Cheap by construction: one query of the fleet index and one of the STARTED partition of
-``by-state-expiry`` reading three small projected attributes (owner, expiry, connection
-state); no scan, no stream payloads.
+dead. It reads small projections spread over many partitions, never one hot partition and never
+stream payloads: the fleet index; ``by-holder`` (owner, slot, desired state and connection
+state of every held stream; its partitions are the owners); and the orphan index
+``by-shard-expiry`` (the STARTED streams no session holds: free ones and per-stream leases).
 
 Definitions at wall time ``now``: a STARTED stream is *orphaned* when it has no owner, when its
 per-stream lease has lapsed (``0 < lease_expires_at_ms < now``), or when it is attached to a
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,9 +35,9 @@ from lambdas.tracing import tracer
 from streamlease import dynamo
 from streamlease.lease_store import wall_ms
 from streamlease.schema import (
-    BY_STATE_EXPIRY,
+    BY_OWNER,
+    BY_SHARD_EXPIRY,
     PK,
-    SESSION_HELD_MS,
     TROUBLE_STATES,
     ConnectionState,
     DesiredState,
@@ -46,11 +47,11 @@ from streamlease.telemetry import AUDITOR_SERVICE, AuditorMetric
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
-    from types_boto3_dynamodb.type_defs import QueryInputTypeDef
 
 logger = Logger(service=AUDITOR_SERVICE, level=runtime.current().settings.log_level)
 metrics = MetricEmitter(AUDITOR_SERVICE)
 
+A = StreamAttr
 ZERO_EXPIRY_SAMPLE: Final = 100
 """Most never-leased/released orphans whose ``updated_at`` is read to age them."""
 
@@ -117,25 +118,41 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
     client, table = rt.dynamodb, rt.settings.table_name
     fleet = {w.worker_id: w for w in rt.sessions.list_fleet()}
     live = {sid for sid, w in fleet.items() if w.is_live and w.expires_at_ms >= now_ms}
-    started = orphaned = free_or_lapsed = 0
-    states: Counter[str] = Counter()
+    started = orphaned = 0
     oldest = 0
-    for item in _started_leases(client, table):
+    # Free streams and per-stream leases first: a per-stream lease is owned while it runs.
+    free: list[str] = []
+    running: set[str] = set()
+    for item in _scan(client, table, BY_SHARD_EXPIRY.name):
         started += 1
-        owner = item.get(StreamAttr.LEASE_OWNER)
-        expires = int(item.get(StreamAttr.LEASE_EXPIRES_AT_MS, 0))
-        if expires == SESSION_HELD_MS and owner not in live:
-            orphaned += 1
-            session = fleet.get(str(owner))
-            if session is not None:  # its renewals stopped counting at its expiry
-                oldest = max(oldest, now_ms - session.expires_at_ms)
-        elif expires < now_ms:
-            orphaned += 1
-            free_or_lapsed += 1
-        else:
-            states[str(item.get(StreamAttr.CONNECTION_STATE, ""))] += 1
-    if free_or_lapsed:
-        oldest = max(oldest, _oldest_orphan_age_ms(client, table, now_ms))
+        expires = int(item.get(A.LEASE_EXPIRES_AT_MS, 0))
+        if expires >= now_ms:
+            running.add(str(item[PK]))  # counted by its connection state below
+            continue
+        orphaned += 1
+        if expires > 0:
+            oldest = max(oldest, now_ms - expires)
+        elif len(free) < ZERO_EXPIRY_SAMPLE:
+            free.append(str(item[PK]))
+    if free:
+        oldest = max(oldest, _oldest_free_ms(client, table, free, now_ms))
+    states: Counter[str] = Counter()
+    for item in _scan(client, table, BY_OWNER.name):
+        if item.get(A.DESIRED_STATE) != DesiredState.STARTED:
+            continue
+        if item.get(A.LEASE_SLOT) is None:  # a per-stream lease: counted above
+            if str(item[PK]) in running:
+                states[str(item.get(A.CONNECTION_STATE, ""))] += 1
+            continue
+        started += 1
+        owner = str(item.get(A.LEASE_OWNER))
+        if owner in live:
+            states[str(item.get(A.CONNECTION_STATE, ""))] += 1
+            continue
+        orphaned += 1
+        session = fleet.get(owner)
+        if session is not None:  # its renewals stopped counting at its expiry
+            oldest = max(oldest, now_ms - session.expires_at_ms)
     return Audit(
         started_streams=started,
         owned_streams=started - orphaned,
@@ -153,60 +170,19 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
     )
 
 
-def _started_leases(client: DynamoDBClient, table: str) -> Iterator[dict[str, Any]]:
-    """Owner, expiry and connection state of every STARTED stream (projected index items)."""
-    request = _started_query(
-        table,
-        "#e >= :zero",
-        {":zero": 0},
-        {"#o": StreamAttr.LEASE_OWNER, "#c": StreamAttr.CONNECTION_STATE},
-    )
-    request["ProjectionExpression"] = "#o, #e, #c"
-    return dynamo.items(client.query, request)
+def _scan(client: DynamoDBClient, table: str, index: str) -> Iterator[dict[str, Any]]:
+    """Every entry of ``index`` (its keys and projection)."""
+    return dynamo.items(client.scan, {"TableName": table, "IndexName": index})
 
 
-def _started_query(
-    table: str,
-    expiry_condition: str,
-    values: dict[str, Any],
-    names: Mapping[str, str] | None = None,
-) -> QueryInputTypeDef:
-    return {
-        "TableName": table,
-        "IndexName": BY_STATE_EXPIRY.name,
-        "KeyConditionExpression": f"#s = :started AND {expiry_condition}",
-        "ExpressionAttributeNames": {
-            "#s": StreamAttr.DESIRED_STATE,
-            "#e": StreamAttr.LEASE_EXPIRES_AT_MS,
-            **(names or {}),
-        },
-        "ExpressionAttributeValues": dynamo.serialize(
-            {":started": DesiredState.STARTED.value, **values}
-        ),
-    }
-
-
-def _oldest_orphan_age_ms(client: DynamoDBClient, table: str, now_ms: int) -> int:
-    """Age of the oldest orphan: the earliest lapsed lease, or the oldest lease-less stream."""
+def _oldest_free_ms(client: DynamoDBClient, table: str, keys: list[str], now_ms: int) -> int:
+    """Age of the oldest of these free streams, from ``updated_at`` (creation, start, release)."""
     oldest = 0
-    request = _started_query(
-        table, "#e BETWEEN :one AND :before", {":one": 1, ":before": now_ms - 1}
-    )
-    request["Limit"] = 1
-    lapsed = dynamo.call(client.query, **request).get("Items", [])
-    if lapsed:
-        expires = int(dynamo.plain(lapsed[0])[StreamAttr.LEASE_EXPIRES_AT_MS])
-        oldest = now_ms - expires
-    request = _started_query(table, "#e = :zero", {":zero": 0}, {"#pk": PK})
-    request["ProjectionExpression"] = "#pk"
-    request["Limit"] = ZERO_EXPIRY_SAMPLE
-    never = dynamo.call(client.query, **request).get("Items", [])
-    keys = [{PK: dynamo.plain(item)[PK]} for item in never]
-    for item in dynamo.batch_get(client, table, keys, [PK, StreamAttr.UPDATED_AT]):
-        since = _epoch_ms(item.get(StreamAttr.UPDATED_AT))
+    for item in dynamo.batch_get(client, table, [{PK: k} for k in keys], [PK, A.UPDATED_AT]):
+        since = _epoch_ms(item.get(A.UPDATED_AT))
         if since is not None:
             oldest = max(oldest, now_ms - since)
-    return max(0, oldest)
+    return oldest
 
 
 def _epoch_ms(iso: Any) -> int | None:

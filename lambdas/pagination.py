@@ -3,8 +3,9 @@
 A token is the base64url (unpadded) form of ``{"after": <stream id or null>, "state": <desired
 state>, "v": 1}``: the ``by-state`` partition a listing is in and the last stream id it showed.
 A listing by connection state carries its filter and the index position it needs besides:
-``{"after", "connection_state": <connection state>, "expiry": <the after stream's
-lease_expires_at_ms, null with after>, "state", "v": 1}``.
+``{"after", "connection_state": <connection state>, "owner": <the after stream's holder, null
+with after>, "state", "v": 2}`` (version 1 of these carried an expiry: the position in an
+index this release no longer has, so such a token is refused like any malformed one).
 
 Why not signed: a token only chooses where a listing starts, and anyone who may call
 ``GET /streams`` may list from any place anyway, by paging there. A forged token therefore
@@ -28,15 +29,17 @@ from typing import Any, Final
 
 from lambdas.api_models import STREAM_ID_PATTERN
 from lambdas.stream_listing import ListPosition
-from streamlease.schema import SESSION_HELD_MS, ConnectionState, DesiredState
+from streamlease.schema import ConnectionState, DesiredState
 
 TOKEN_VERSION: Final = 1
-MAX_TOKEN_CHARS: Final = 512
-"""Longer than any token this module issues (a 128-character id gives about 220, 300 in a
-listing by connection state)."""
+CONNECTION_TOKEN_VERSION: Final = 2
+MAX_TOKEN_CHARS: Final = 768
+"""Longer than any token this module issues (a 128-character id gives about 220, about 560 in
+a listing by connection state with a 200-character owner)."""
+MAX_OWNER_CHARS: Final = 200
 
 _FIELDS: Final = frozenset({"v", "state", "after"})
-_CONNECTION_FIELDS: Final = _FIELDS | {"connection_state", "expiry"}
+_CONNECTION_FIELDS: Final = _FIELDS | {"connection_state", "owner"}
 _BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]+")
 _STREAM_ID: Final = re.compile(STREAM_ID_PATTERN)
 _STATES: Final = frozenset(s.value for s in DesiredState)
@@ -56,8 +59,9 @@ def encode_token(position: ListPosition) -> str:
         "after": position.after,
     }
     if position.connection_state is not None:
+        data["v"] = CONNECTION_TOKEN_VERSION
         data["connection_state"] = position.connection_state.value
-        data["expiry"] = position.after_expiry
+        data["owner"] = position.after_owner
     payload = json.dumps(data, separators=(",", ":"), sort_keys=True)
     return base64.urlsafe_b64encode(payload.encode()).rstrip(b"=").decode("ascii")
 
@@ -90,7 +94,8 @@ def _parse(token: str) -> ListPosition:
     if not isinstance(data, dict) or set(data) not in (_FIELDS, _CONNECTION_FIELDS):
         raise malformed
     version, state, after = data["v"], data["state"], data["after"]
-    if type(version) is not int or version != TOKEN_VERSION:
+    wanted = CONNECTION_TOKEN_VERSION if "connection_state" in data else TOKEN_VERSION
+    if type(version) is not int or version != wanted:
         raise malformed
     if not isinstance(state, str) or state not in _STATES:
         raise malformed
@@ -98,21 +103,25 @@ def _parse(token: str) -> ListPosition:
         raise malformed
     position = ListPosition(DesiredState(state), after)
     if "connection_state" in data:
-        position = _with_connection(position, data["connection_state"], data["expiry"])
+        position = _with_connection(position, data["connection_state"], data["owner"])
     if encode_token(position) != token:  # one spelling per position: no padding, no variants
         raise malformed
     return position
 
 
-def _with_connection(position: ListPosition, connection: Any, expiry: Any) -> ListPosition:
-    """``position`` in a listing by connection state; the expiry is an index key value, null
-    exactly when no stream was shown yet in the partition."""
+def _with_connection(position: ListPosition, connection: Any, owner: Any) -> ListPosition:
+    """``position`` in a listing by connection state; the owner is an index key value (a
+    worker id: printable, no spaces), null exactly when no stream was shown yet."""
     malformed = TokenInvalid(_MALFORMED)
     if not isinstance(connection, str) or connection not in _CONNECTION_STATES:
         raise malformed
     if position.after is None:
-        if expiry is not None:
+        if owner is not None:
             raise malformed
-    elif type(expiry) is not int or not 0 <= expiry <= SESSION_HELD_MS:
+    elif not (
+        isinstance(owner, str)
+        and 0 < len(owner) <= MAX_OWNER_CHARS
+        and all(c.isprintable() and not c.isspace() for c in owner)
+    ):
         raise malformed
-    return ListPosition(position.state, position.after, ConnectionState(connection), expiry)
+    return ListPosition(position.state, position.after, ConnectionState(connection), owner)

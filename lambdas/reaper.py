@@ -3,15 +3,18 @@
 A stopped task is certainly dead, so no waiting is needed: each of its sessions is tombstoned at
 once (no ``hb`` condition: ECS said so), and each stream still attached to one of them is
 released at its exact owner and epoch, with ``last_seq`` moved up to the session's checkpoint
-vector (DESIGN §4a "crash fast path"), and handed off with a HANDOFF command if it is STARTED:
-failover costs about a second instead of a lease. Per-stream leases (``liveness = stream``) are
-released the same way (their checkpoint is on the stream item).
+vector (architecture §4a, "Crash fast path"), and handed off with a HANDOFF command if it is
+STARTED: failover costs about a second instead of a lease. Per-stream leases
+(``liveness = stream``) are released the same way (their checkpoint is on the stream item).
 
 Which workers ran in the task: session ids continue the ECS task id (the last segment of the
 task ARN) after a separator (:func:`streamlease.schema.belongs_to_task`); sessions whose
 ``task_arn`` is the stopped task add any that do not. The leases are found in the sparse
-``by-owner`` index (a scan of its few projected attributes), so an owner whose session item is
-gone is covered too. The tombstones stay for the workers' sweeps, which delete them.
+``by-owner`` index, one query per session: a session item outlives its last stream (the fleet's
+sweeps delete a tombstone only once it owns nothing, leases after it was written), so the whole
+index is scanned (at a million streams, every lease read for one stopped task) only when no
+session of the task can be read at all. The tombstones stay for the workers' sweeps, which
+delete them.
 
 Idempotent: a redelivered event finds nothing left to release and sends nothing. The local
 supervisor calls this same handler with :func:`stopped_task_event` when a worker process exits.
@@ -48,6 +51,7 @@ from streamlease.model import LeaseView
 from streamlease.schema import (
     BY_OWNER,
     DesiredState,
+    StopCode,
     StreamAttr,
     belongs_to_task,
     task_id_of,
@@ -55,7 +59,7 @@ from streamlease.schema import (
 from streamlease.telemetry import REAPER_SERVICE, ApiMetric, ReaperMetric
 
 if TYPE_CHECKING:
-    from types_boto3_dynamodb import DynamoDBClient
+    pass
 
 logger = Logger(service=REAPER_SERVICE, level=runtime.current().settings.log_level)
 metrics = MetricEmitter(REAPER_SERVICE)
@@ -63,10 +67,11 @@ metrics = MetricEmitter(REAPER_SERVICE)
 DETAIL_TYPE: Final = "ECS Task State Change"
 STOPPED: Final = "STOPPED"
 _MAX_ERROR_CHARS: Final = 200
-PLANNED_STOP_CODES: Final = frozenset({"UserInitiated", "SpotInterruption", "TerminationNotice"})
+PLANNED_STOP_CODES: Final = frozenset(
+    {StopCode.USER_INITIATED, StopCode.SPOT_INTERRUPTION, StopCode.TERMINATION_NOTICE}
+)
 """ECS stop codes of a stop someone or something planned: ``ecs stop-task``, a Spot
 reclaim, Fargate's maintenance retiring the task (each with notice and a graceful drain)."""
-SCHEDULER_STOP_CODE: Final = "ServiceSchedulerInitiated"
 SCALING_REASON_PREFIX: Final = "Scaling activity initiated by"
 """How ECS's service scheduler words a stop of a deployment or a scale-in; it words a failed
 health check otherwise ("Task failed container health checks")."""
@@ -74,7 +79,7 @@ _PARALLEL_RELEASES: Final = 16
 
 
 def stopped_task_event(
-    task_arn: str, *, stop_code: str = "EssentialContainerExited"
+    task_arn: str, *, stop_code: str = StopCode.CONTAINER_EXITED
 ) -> dict[str, Any]:
     """An EventBridge "ECS Task State Change" event saying ``task_arn`` has stopped.
 
@@ -126,7 +131,8 @@ def is_planned_stop(stop_code: str, stopped_reason: str) -> bool:
     failed to start, a failed health check, or anything unknown is unplanned."""
     if stop_code in PLANNED_STOP_CODES:
         return True
-    return stop_code == SCHEDULER_STOP_CODE and stopped_reason.startswith(SCALING_REASON_PREFIX)
+    scheduled = stop_code == StopCode.SERVICE_SCHEDULER
+    return scheduled and stopped_reason.startswith(SCALING_REASON_PREFIX)
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -145,7 +151,7 @@ def reap(task_arn: str, task_id: str, stop_code: str) -> dict[str, Any]:
     rt = runtime.current()
     trace_header = command_trace_header()
     vectors = _tombstone_sessions(rt, task_arn, task_id)
-    held = _leases_of(rt.dynamodb, rt.settings.table_name, set(vectors), task_id)
+    held = _leases_of(rt, set(vectors), task_id)
     # A task held up to its capacity of streams; each is a write and a send, so they go in
     # parallel (boto3 clients are thread-safe) to hand the streams off within a second.
     with ThreadPoolExecutor(max_workers=_PARALLEL_RELEASES) as pool:
@@ -245,13 +251,19 @@ def _reap_lease(
     return _Outcome.HANDED_OFF if sent else _Outcome.SEND_FAILED
 
 
-def _leases_of(
-    client: DynamoDBClient, table: str, worker_ids: set[str], task_id: str
-) -> list[LeaseView]:
-    """Leases in the ``by-owner`` index whose owner is one of the task's workers."""
-    found = []
-    for item in dynamo.items(client.scan, {"TableName": table, "IndexName": BY_OWNER.name}):
-        owner = item.get(StreamAttr.LEASE_OWNER)
-        if isinstance(owner, str) and (owner in worker_ids or belongs_to_task(owner, task_id)):
-            found.append(LeaseView.from_item(item))
+def _leases_of(rt: runtime.Runtime, worker_ids: set[str], task_id: str) -> list[LeaseView]:
+    """Leases whose owner is one of the task's sessions: one ``by-owner`` query per session.
+    Only when no session item of the task can be read at all (deleted, or not yet visible to
+    the fleet index) are the owners looked for by their id, in a scan of the index."""
+    if worker_ids:
+        found = [lease for sid in sorted(worker_ids) for lease in rt.leases.owned_by(sid)]
+    else:
+        scan = dynamo.items(
+            rt.dynamodb.scan, {"TableName": rt.settings.table_name, "IndexName": BY_OWNER.name}
+        )
+        found = [
+            LeaseView.from_item(item)
+            for item in scan
+            if belongs_to_task(str(item.get(StreamAttr.LEASE_OWNER, "")), task_id)
+        ]
     return sorted(found, key=lambda lease: lease.stream_id)

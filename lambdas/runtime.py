@@ -44,7 +44,10 @@ class Runtime:
     def repo(self) -> StreamRepo:
         """Control-plane writes and reads of stream items."""
         return StreamRepo(
-            self.dynamodb, self.settings.table_name, clock_skew_ms=self.settings.clock_skew_ms
+            self.dynamodb,
+            self.settings.table_name,
+            clock_skew_ms=self.settings.clock_skew_ms,
+            liveness=self.settings.liveness,
         )
 
     @cached_property
@@ -56,7 +59,10 @@ class Runtime:
     def leases(self) -> LeaseStore:
         """The lease store (releases, owner lookups)."""
         return LeaseStore(
-            self.dynamodb, self.settings.table_name, clock_skew_ms=self.settings.clock_skew_ms
+            self.dynamodb,
+            self.settings.table_name,
+            clock_skew_ms=self.settings.clock_skew_ms,
+            liveness=self.settings.liveness,
         )
 
     @cached_property

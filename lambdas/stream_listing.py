@@ -5,18 +5,19 @@ in :meth:`StreamListing._ids` and :meth:`StreamListing._matches`).
 **By desired state** (no filter, or ``state=``): the ``by-state`` index (keys only, partition
 ``desired_state``, sort ``stream_id``), in stream-id order, STARTED first, then STOPPED.
 
-**By connection state** (``connection_state=``): the ``by-state-expiry`` index, which projects
-``connection_state``, read in its own key order (expiry, then stream key: not id order) with a
+**By connection state** (``connection_state=``): a scan of the ``by-holder`` index (the held
+streams, the only ones with a connection state; it projects ``connection_state`` and
+``desired_state``, and its partitions are the owners, so a listing loads none in particular),
+in the index's own order (not id order), one desired state after the other, with a
 ``FilterExpression``, so only matching keys come back. DynamoDB's ``Limit`` counts the index
 items *read*, not the matches, so a page is filled by reading on, chunk after chunk
 (:data:`FILTER_CHUNK_ITEMS` items each), until it holds ``limit`` streams and one more match
 shows that the listing goes on — or until :data:`FILTER_CHUNKS_PER_PAGE` chunks were read; then
 the page is returned short (even empty) with the place where reading stopped, so one request
 never reads more than ``FILTER_CHUNKS_PER_PAGE × FILTER_CHUNK_ITEMS`` index items (small ones:
-keys, owner, epoch, connection state). A rare state in a large fleet takes a few short pages,
-never a long request. Held streams keep their place in that order: a session's lease never
-moves its key, and a per-stream lease's expiry only grows (a stream renewed after the listing
-passed it may be shown twice, never skipped).
+keys, epoch, slot, states). A rare state in a large fleet takes a few short pages, never a long
+request. A stream keeps its place while its holder keeps it (a stream taken over meanwhile may
+be shown twice or not at all, as under a new owner it has a new place).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Final
 from streamlease import dynamo
 from streamlease.model import Stream, is_tombstone
 from streamlease.schema import (
+    BY_OWNER,
     BY_STATE,
-    BY_STATE_EXPIRY,
     PK,
     ConnectionState,
     DesiredState,
@@ -40,7 +41,7 @@ from streamlease.schema import (
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
-    from types_boto3_dynamodb.type_defs import QueryInputTypeDef
+    from types_boto3_dynamodb.type_defs import ScanInputTypeDef
 
 _A = StreamAttr
 
@@ -59,14 +60,14 @@ class ListPosition:
     ``after`` (None: from the start of that partition).
 
     A listing by connection state carries its filter, ``connection_state``, and goes on in
-    ``by-state-expiry``, whose key needs the expiry of that stream too: ``after_expiry``
-    (None exactly when ``after`` is).
+    ``by-holder``, whose key needs the owner of that stream too: ``after_owner`` (None exactly
+    when ``after`` is).
     """
 
     state: DesiredState
     after: str | None = None
     connection_state: ConnectionState | None = None
-    after_expiry: int | None = None
+    after_owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,8 @@ class StreamListing:
 
         Without ``state`` the STARTED partition is listed first, then STOPPED: the page that
         reaches the end of STARTED goes on with STOPPED, so a short listing is one page and an
-        empty table one empty page. A stream whose state changed between the index read and
+        empty table one empty page (a listing by connection state shows both in the index's
+        order, in one pass). A stream whose state changed between the index read and
         the item read is left out (it is listed under its new state, or is gone). A page may
         hold fewer than ``limit`` streams while ``next`` is not None. ``position`` must be of
         this listing (its state partition, its connection filter). Raises
@@ -170,69 +172,64 @@ class StreamListing:
     def _by_connection_state(
         self, partitions: list[DesiredState], here: ListPosition, limit: int
     ) -> tuple[list[_Key], ListPosition | None]:
-        """Keys of the streams in ``here.connection_state``, read from ``by-state-expiry``
-        chunk by chunk until the page is full and one more match exists, or the chunk budget
-        is spent (see the module docstring)."""
+        """Keys of the streams in ``here.connection_state`` (and in ``partitions``), read from
+        ``by-holder`` chunk by chunk until the page is full and one more match exists, or the
+        chunk budget is spent (see the module docstring). One pass over the index whatever the
+        desired states asked for: ``here.state`` only names the listing's first one."""
         connection = here.connection_state
         assert connection is not None
-        found: list[tuple[DesiredState, str, int]] = []
-        chunks = 0
-        start: tuple[str, int] | None = None
-        if here.after is not None and here.after_expiry is not None:
-            start = (here.after, here.after_expiry)
-        for partition in partitions:
-            while True:
-                if chunks == FILTER_CHUNKS_PER_PAGE:  # budget spent: go on from here
-                    after, expiry = start or (None, None)
-                    return _keys(found), ListPosition(partition, after, connection, expiry)
-                matches, start = self._matches(partition, connection, start)
-                chunks += 1
-                for stream_id, expiry in matches:
-                    if len(found) == limit:  # one more match: the listing goes on
-                        last_partition, last_id, last_expiry = found[-1]
-                        cut = ListPosition(last_partition, last_id, connection, last_expiry)
-                        return _keys(found), cut
-                    found.append((partition, stream_id, expiry))
-                if start is None:  # the partition is read to its end
-                    break
-        return _keys(found), None
+        found: list[tuple[DesiredState, str, str]] = []
+        start: tuple[str, str] | None = None
+        if here.after is not None and here.after_owner is not None:
+            start = (here.after, here.after_owner)
+        for _ in range(FILTER_CHUNKS_PER_PAGE):
+            matches, start = self._matches(partitions, connection, start)
+            for state, stream_id, owner in matches:
+                if len(found) == limit:  # one more match: the listing goes on
+                    _, last_id, last_owner = found[-1]
+                    return _keys(found), ListPosition(here.state, last_id, connection, last_owner)
+                found.append((state, stream_id, owner))
+            if start is None:  # the index is read to its end
+                return _keys(found), None
+        # Budget spent: go on from where reading stopped.
+        assert start is not None
+        return _keys(found), ListPosition(here.state, start[0], connection, start[1])
 
     def _matches(
         self,
-        partition: DesiredState,
+        partitions: list[DesiredState],
         connection: ConnectionState,
-        start: tuple[str, int] | None,
-    ) -> tuple[list[tuple[str, int]], tuple[str, int] | None]:
-        """One Query of ``by-state-expiry``: the (stream id, expiry) of the streams in
-        ``connection`` among the next :data:`FILTER_CHUNK_ITEMS` index items of ``partition``
-        after ``start`` (None: from its start), and where it stopped (None: at the end)."""
-        request: QueryInputTypeDef = {
+        start: tuple[str, str] | None,
+    ) -> tuple[list[tuple[DesiredState, str, str]], tuple[str, str] | None]:
+        """One Scan of ``by-holder``: (desired state, stream id, owner) of the streams in
+        ``connection`` and one of ``partitions`` among the next :data:`FILTER_CHUNK_ITEMS`
+        index items after ``start`` (None: from its start), and where it stopped (None: at the
+        end)."""
+        states = {f":s{i}": p.value for i, p in enumerate(partitions)}
+        request: ScanInputTypeDef = {
             "TableName": self._table,
-            "IndexName": BY_STATE_EXPIRY.name,
-            "KeyConditionExpression": "#state = :state",
-            "FilterExpression": "#conn = :conn",
-            "ProjectionExpression": "#pk, #exp",
+            "IndexName": BY_OWNER.name,
+            "FilterExpression": f"#conn = :conn AND #state IN ({', '.join(states)})",
+            "ProjectionExpression": "#pk, #owner, #state",
             "ExpressionAttributeNames": {
                 "#pk": PK,
                 "#state": _A.DESIRED_STATE,
-                "#exp": _A.LEASE_EXPIRES_AT_MS,
+                "#owner": _A.LEASE_OWNER,
                 "#conn": _A.CONNECTION_STATE,
             },
-            "ExpressionAttributeValues": dynamo.serialize(
-                {":state": partition.value, ":conn": connection.value}
-            ),
+            "ExpressionAttributeValues": dynamo.serialize({":conn": connection.value, **states}),
             "Limit": FILTER_CHUNK_ITEMS,
         }
         if start is not None:
             request["ExclusiveStartKey"] = dynamo.serialize(
-                {
-                    PK: stream_key(start[0]),
-                    _A.DESIRED_STATE: partition.value,
-                    _A.LEASE_EXPIRES_AT_MS: start[1],
-                }
+                {PK: stream_key(start[0]), _A.LEASE_OWNER: start[1]}
             )
-        response = dynamo.call(self._client.query, **request)
-        matches = [_index_key(item) for item in response.get("Items", [])]
+        response = dynamo.call(self._client.scan, **request)
+        matches = []
+        for item in response.get("Items", []):
+            stream_id, owner = _index_key(item)
+            state = DesiredState(str(dynamo.plain(item)[_A.DESIRED_STATE]))
+            matches.append((state, stream_id, owner))
         last = response.get("LastEvaluatedKey")
         return matches, None if last is None else _index_key(last)
 
@@ -263,11 +260,11 @@ class StreamListing:
         return streams
 
 
-def _keys(found: list[tuple[DesiredState, str, int]]) -> list[_Key]:
+def _keys(found: list[tuple[DesiredState, str, str]]) -> list[_Key]:
     return [(partition, stream_id) for partition, stream_id, _ in found]
 
 
-def _index_key(item: dict[str, Any]) -> tuple[str, int]:
-    """(stream id, expiry) of a ``by-state-expiry`` item or key."""
+def _index_key(item: dict[str, Any]) -> tuple[str, str]:
+    """(stream id, owner) of a ``by-holder`` item or key."""
     plain = dynamo.plain(item)
-    return stream_id_of(str(plain[PK])), int(plain[_A.LEASE_EXPIRES_AT_MS])
+    return stream_id_of(str(plain[PK])), str(plain[_A.LEASE_OWNER])

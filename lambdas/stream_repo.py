@@ -5,7 +5,7 @@ Every write is one conditional request with ``ReturnValuesOnConditionCheckFailur
 failed condition says why without a second read, and concurrent callers cannot lose an update:
 the generation is incremented by DynamoDB, never read-modified-written here. Lease fields of a
 live stream are never touched — a holder learns about a stop through its renewal condition
-(DESIGN §4).
+(architecture §4).
 
 Delete leaves a *tombstone* (``schema.TOMBSTONE_KEEPS``): the item keeps ``lease_epoch`` and
 ``generation`` and gets ``deleted_at``; everything else goes, so it is in no index and reads as
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from streamlease import dynamo, rules
+from streamlease import dynamo, expiry_index, rules
 from streamlease.errors import StateConflict, StreamNotFound
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, is_tombstone, iso_ms
@@ -27,7 +27,9 @@ from streamlease.schema import (
     PK,
     TOMBSTONE_KEEPS,
     DesiredState,
+    Liveness,
     StreamAttr,
+    expiry_shard,
     stream_attributes,
     stream_key,
 )
@@ -64,12 +66,15 @@ class StreamRepo:
         *,
         clock_skew_ms: int = 1000,
         clock_ms: Callable[[], int] = wall_ms,
+        liveness: Liveness = Liveness.SESSION,
     ) -> None:
-        """``client``: a boto3 DynamoDB client; ``clock_ms``: wall milliseconds (tests pin it)."""
+        """``client``: a boto3 DynamoDB client; ``clock_ms``: wall milliseconds (tests pin it);
+        ``liveness``: the fleet's mode (it decides a started stream's orphan-index shard)."""
         self._client = client
         self._table = table_name
         self._skew_ms = clock_skew_ms
         self._clock_ms = clock_ms
+        self._liveness = liveness
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -105,6 +110,7 @@ class StreamRepo:
             ":epoch_base": _NEW_STREAM_EPOCH_BASE,
             ":now": now,
             ":actor": actor,
+            ":shard": expiry_shard(stream_id, self._liveness),
         }
         if profile:
             values[":profile"] = profile
@@ -115,6 +121,7 @@ class StreamRepo:
                 Key=self._key(stream_id),
                 UpdateExpression=(
                     "SET #id = :id, #state = :started, #url = :url, #exp = :zero, #seq = :zero,"
+                    " #shard = :shard,"
                     f"{profile_update}"
                     " #takeovers = :zero, #epoch = if_not_exists(#epoch, :epoch_base) + :one,"
                     " #gen = if_not_exists(#gen, :zero) + :one, #cat = :now, #uat = :now,"
@@ -138,6 +145,7 @@ class StreamRepo:
                     "#cby": _A.CREATED_BY,
                     "#uby": _A.UPDATED_BY,
                     "#profile": _A.PROFILE,
+                    "#shard": _A.EXPIRY_SHARD,
                 },
                 ExpressionAttributeValues=dynamo.serialize(values),
                 ReturnValues="ALL_NEW",
@@ -175,6 +183,17 @@ class StreamRepo:
         :class:`StreamNotFound` (no item, or a tombstone), :class:`StoreError`.
         """
         other = DesiredState.STOPPED if target is DesiredState.STARTED else DesiredState.STARTED
+        values = {
+            ":target": target.value,
+            ":other": other.value,
+            ":one": 1,
+            ":now": iso_ms(self._clock_ms()),
+            ":actor": actor,
+        }
+        # The orphan index: a started stream enters it, a stopped one leaves (one still held
+        # through a session is taken out again below: its holder releases it into the index).
+        if target is DesiredState.STARTED:
+            values[":shard"] = expiry_shard(stream_id, self._liveness)
         try:
             attributes = dynamo.call(
                 self._client.update_item,
@@ -182,6 +201,7 @@ class StreamRepo:
                 Key=self._key(stream_id),
                 UpdateExpression=(
                     "SET #state = :target, #gen = #gen + :one, #uat = :now, #uby = :actor"
+                    + (", #shard = :shard" if target is DesiredState.STARTED else " REMOVE #shard")
                 ),
                 ConditionExpression="attribute_exists(#pk) AND #state = :other",
                 ExpressionAttributeNames={
@@ -190,16 +210,9 @@ class StreamRepo:
                     "#gen": _A.GENERATION,
                     "#uat": _A.UPDATED_AT,
                     "#uby": _A.UPDATED_BY,
+                    "#shard": _A.EXPIRY_SHARD,
                 },
-                ExpressionAttributeValues=dynamo.serialize(
-                    {
-                        ":target": target.value,
-                        ":other": other.value,
-                        ":one": 1,
-                        ":now": iso_ms(self._clock_ms()),
-                        ":actor": actor,
-                    }
-                ),
+                ExpressionAttributeValues=dynamo.serialize(values),
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             ).get("Attributes", {})
@@ -207,7 +220,9 @@ class StreamRepo:
             if failed.old is None or is_tombstone(failed.old):
                 raise StreamNotFound(stream_id) from None
             return Stream.from_item(failed.old), False
-        return Stream.from_item(dynamo.plain(attributes)), True
+        item = dynamo.plain(attributes)
+        expiry_index.align(self._client, self._table, item, self._liveness)
+        return Stream.from_item(item), True
 
     def change(
         self,

@@ -12,6 +12,7 @@ import sys
 from types import FrameType
 from typing import Final
 
+from local.dashboard import PAGE_PATH
 from local.events import Console
 from local.stack import LocalStack, StackError
 from streamlease.errors import ConfigError
@@ -31,6 +32,7 @@ def banner(stack: LocalStack) -> list[str]:
         "",
         "streamlease is running locally (Ctrl-C stops everything)",
         f"  API        {stack.api_url}   (lambdas/api.py behind an API Gateway proxy adapter)",
+        f"  dashboard  {stack.api_url}{PAGE_PATH}   (the CloudWatch dashboard's graphs)",
         f"  upstream   {stack.upstream_url}/<stream id>?rate=<msgs/s>   (simulator)",
         f"  moto       {s.aws_endpoint_url}   table {s.table_name}",
         f"  workers    {s.local_workers}, replaced {s.local_respawn_seconds:g} s after one dies",

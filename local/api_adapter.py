@@ -9,9 +9,14 @@ parameters, the body (base64 when it is not UTF-8), an ``X-Amzn-Trace-Id`` as AP
 with tracing on sends it (the caller's if it has a valid root, else a new sampled trace), and a
 request context with a fixed IAM identity standing in for the SigV4 caller. Like API Gateway,
 an unknown resource or method (any method: ``TRACE``, ``CONNECT`` or one made up) is answered
-with the JSON ``403 {"message": "Missing Authentication Token"}`` without calling the function,
-a function that fails or answers malformed output is a ``502``, and HTTP errors of its own (a
-malformed request line) are JSON too, never an HTML page.
+with the JSON ``403 {"message": "Missing Authentication Token"}`` without calling the function;
+locally the answer also says which routes there are (``hint``, ``routes``). A function that
+fails or answers malformed output is a ``502``, and HTTP errors of its own (a malformed request
+line) are JSON too, never an HTML page. A client that hangs up before its answer is written is
+logged as such, without a traceback.
+
+Pages of the local stack itself (``pages``: the dashboard, the stack's description) are served
+beside the API's routes, by path, without calling the function.
 
 The handler runs under one lock: one execution environment handles one event at a time, and the
 Powertools resolver keeps per-event state on its module-level app.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import contextlib
 import datetime as dt
 import json
 import re
@@ -31,7 +37,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -245,10 +251,31 @@ class HttpResponse:
     body: bytes
 
 
-def gateway_error(status: int, message: str) -> HttpResponse:
-    """An answer API Gateway itself would give (``{"message": ...}``)."""
-    body = json.dumps({"message": message}).encode()
+def gateway_error(status: int, message: str, **extra: Any) -> HttpResponse:
+    """An answer API Gateway itself would give (``{"message": ...}``), with ``extra`` keys."""
+    body = json.dumps({"message": message, **extra}).encode()
     return HttpResponse(status, [("Content-Type", "application/json")], body)
+
+
+def json_response(data: Any, status: int = 200) -> HttpResponse:
+    """A JSON answer of the local stack's own pages."""
+    body = json.dumps(data, separators=(",", ":")).encode()
+    return HttpResponse(status, [("Content-Type", "application/json")], body)
+
+
+Page = Callable[[HttpRequest], HttpResponse]
+"""A page of the local stack itself (``GET`` only), served beside the API's routes."""
+
+
+def route_list(resources: Iterable[Resource], pages: Iterable[str]) -> list[str]:
+    """``GET /streams``, ``POST /streams``, ... and the local pages, for the hint of an unknown
+    route."""
+    routes = [
+        f"{method} {resource.template}"
+        for resource in resources
+        for method in sorted(resource.methods)
+    ]
+    return [*routes, *(f"GET {path}" for path in pages)]
 
 
 def response_from_proxy(result: Any) -> HttpResponse:
@@ -279,19 +306,37 @@ class ApiAdapter:
     """Dispatches HTTP requests to ``handler`` the way API Gateway's proxy integration does."""
 
     def __init__(
-        self, handler: Handler, resources: Sequence[Resource], *, stage: str = STAGE
+        self,
+        handler: Handler,
+        resources: Sequence[Resource],
+        *,
+        stage: str = STAGE,
+        pages: Mapping[str, Page] | None = None,
     ) -> None:
         self._handler = handler
         self._resources = list(resources)
         self._stage = stage
+        self._pages = dict(pages or {})
         self._lock = threading.Lock()
         self._context_factory: Callable[[str], Any] = api_context
 
     def dispatch(self, request: HttpRequest) -> HttpResponse:
-        """Answer one request: 403 for unknown routes, the handler's answer, or 502."""
-        found = find_resource(self._resources, request.method, urlsplit(request.target).path)
+        """Answer one request: a local page, the handler's answer, 502 when the handler fails,
+        or API Gateway's 403 for an unknown route (saying which routes there are)."""
+        path = urlsplit(request.target).path
+        page = self._pages.get(path) if request.method in ("GET", "HEAD") else None
+        if page is not None:
+            return page(request)
+        found = find_resource(self._resources, request.method, path)
         if found is None:
-            return gateway_error(403, "Missing Authentication Token")
+            routes = route_list(self._resources, self._pages)
+            return gateway_error(
+                403,
+                "Missing Authentication Token",
+                hint=f"no route for {request.method} {path} (API Gateway answers an unknown "
+                f"route with this 403); the routes are {', '.join(routes)}",
+                routes=routes,
+            )
         event = build_event(request, *found, stage=self._stage)
         try:
             with self._lock:
@@ -339,11 +384,18 @@ def make_server(adapter: ApiAdapter, host: str, port: int) -> ThreadingHTTPServe
                     port=port,
                 )
                 response = adapter.dispatch(request)
-            self._send(response)
+            outcome = ""
+            try:
+                self._send(response)
+            except ConnectionError:  # the client hung up (Ctrl-C in `streamlease watch`)
+                self.close_connection = True
+                outcome = " (client hung up)"
             elapsed_ms = (time.monotonic() - started) * 1000
             # Never the query string: it may carry tokens.
             path = urlsplit(self.path).path
-            sys.stderr.write(f"{self.command} {path} {response.status} {elapsed_ms:.0f}ms\n")
+            sys.stderr.write(
+                f"{self.command} {path} {response.status} {elapsed_ms:.0f}ms{outcome}\n"
+            )
 
         def _send(self, response: HttpResponse) -> None:
             self.send_response(response.status)
@@ -383,7 +435,25 @@ def make_server(adapter: ApiAdapter, host: str, port: int) -> ThreadingHTTPServe
         daemon_threads = True
         allow_reuse_address = True
 
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            # A client that hangs up mid-request is not an error of the server.
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
     return Server((host, port), RequestHandler)
+
+
+@contextlib.contextmanager
+def serving(adapter: ApiAdapter, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """``adapter`` served on a thread of its own until the block ends; yields its base URL.
+    Raises ``OSError`` when the address cannot be bound."""
+    server = make_server(adapter, host, port)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"http://{host}:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -396,22 +466,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from lambdas.api import handler  # after the environment is final: it reads it at import
+    from local.dashboard import dashboard_pages
+    from local.stack_pages import stack_pages
 
+    pages = {**stack_pages(settings), **dashboard_pages(settings)}
+    adapter = ApiAdapter(handler, load_resources(), stage=args.stage, pages=pages)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        adapter = ApiAdapter(handler, load_resources(), stage=args.stage)
-        server = make_server(adapter, args.host, args.port)
+        with serving(adapter, args.host, args.port) as url:
+            print(f"local API ready at {url}", flush=True)
+            stop.wait()
     except OSError as exc:
         reason = exc.strerror or str(exc)
         print(f"local API: cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True).start()
-    print(f"local API ready at http://{args.host}:{server.server_port}", flush=True)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
     return 0
 
 

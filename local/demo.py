@@ -1,6 +1,9 @@
 """``make demo``: 20 streams, one worker killed, another rolled, and what the sink received.
 
-Uses the local stack ``make run`` runs, or starts one (and stops it again at the end), starts 20
+Uses the local stack ``make run`` runs, found the way the CLI finds its API
+(``STREAMLEASE_API_URL``, whose ``/local/stack`` page says where that stack keeps its files,
+then ``stack.json`` in the state directory), or starts one (and stops it again at the end),
+starts 20
 streams on the upstream simulator, then — while a live view like ``streamlease watch`` shows
 them — kills the busiest worker with SIGKILL (the supervisor reaps it and starts a replacement)
 and rolls another with SIGTERM (it drains and hands its streams off). Finally it stops the
@@ -24,11 +27,19 @@ from typing import Any, Final, TextIO
 from local.sink_report import build_report, format_report
 from local.stack_files import StackPaths, read_stack_file
 from local.supervisor import REPO_ROOT
-from streamlease.cli.client import ApiClient
+from streamlease.cli.client import LOCAL_STACK_PATH, ApiClient, ApiError
 from streamlease.cli.render import worker_name
-from streamlease.cli.watch import CLEAR, RateTracker, Snapshot, render_frame, take_snapshot
+from streamlease.cli.transport import TransportError
+from streamlease.cli.watch import (
+    CLEAR,
+    RateTracker,
+    Snapshot,
+    observe_snapshot,
+    render_frame,
+    take_snapshot,
+)
 from streamlease.errors import ConfigError
-from streamlease.settings import Settings
+from streamlease.settings import Settings, env_name
 
 STREAMS: Final = 20
 RATE_PER_SECOND: Final = 5
@@ -83,10 +94,9 @@ class DemoView:
         """The demo's streams and every worker, now."""
         full = take_snapshot(self._client)
         streams = [s for s in full.streams if s.get("id") in self._ids]
-        now = time.monotonic()
-        for stream in streams:
-            self._rates.observe(str(stream["id"]), now, int(stream.get("last_seq") or 0))
-        return Snapshot(streams, full.workers, full.error)
+        snapshot = Snapshot(streams, full.workers, full.error)
+        observe_snapshot(self._rates, snapshot, time.monotonic())
+        return snapshot
 
     def _draw(self, snapshot: Snapshot) -> None:
         size = os.get_terminal_size(self._out.fileno())
@@ -137,16 +147,27 @@ def busiest_worker(
 
 
 class StackHandle:
-    """The local stack the demo runs against; started here (and stopped at the end) if needed."""
+    """The local stack the demo runs against; started here (and stopped at the end) if none
+    runs. Found as the CLI finds its API: ``settings.api_url`` (``STREAMLEASE_API_URL``) if
+    set, else the stack of ``settings.local_state_dir``."""
 
     def __init__(self, settings: Settings, out: TextIO) -> None:
         self.paths = StackPaths.for_settings(settings)
+        self._api_url = settings.api_url
         self._out = out
         self._process: subprocess.Popen[bytes] | None = None
         self.info: dict[str, Any] = {}
 
     def ensure_running(self) -> None:
-        """Use the running stack, or start ``python -m local`` and wait for it to be ready."""
+        """Use the running stack, or start ``python -m local`` and wait for it to be ready.
+
+        Raises :class:`DemoError` saying what to set when ``STREAMLEASE_API_URL`` names no
+        running local stack.
+        """
+        if self._api_url:
+            self.info = self._describe_from_api()
+            self._out.write(f"using the local stack at {self._api_url} (pid {self.info['pid']})\n")
+            return
         info = read_stack_file(self.paths)
         if info is not None:
             self.info = info
@@ -175,9 +196,34 @@ class StackHandle:
             time.sleep(0.5)
         self.info = info
 
+    def _describe_from_api(self) -> dict[str, Any]:
+        """The description the stack at ``STREAMLEASE_API_URL`` serves; :class:`DemoError`
+        naming the variable when there is none."""
+        variable = f"{env_name('api_url')}={self._api_url}"
+        try:
+            _, info = ApiClient(self._api_url, timeout_seconds=5.0).request("GET", LOCAL_STACK_PATH)
+        except TransportError as exc:
+            raise DemoError(
+                f"no API answers at {variable} ({exc}): start `make run` with the ports that "
+                f"URL names, or unset {env_name('api_url')} to use (or start) the stack in "
+                f"{self.paths.state_dir}"
+            ) from None
+        except ApiError as exc:
+            if exc.status == 503:
+                raise DemoError(f"the local stack at {variable} is still starting") from None
+            raise DemoError(
+                f"{variable} is not a local stack ({exc.status} for {LOCAL_STACK_PATH}): make demo "
+                f"kills and restarts local worker processes, so it runs only against `make "
+                f"run`; unset {env_name('api_url')} or point it at a local stack"
+            ) from None
+        return info
+
     def local_pids(self) -> set[int]:
         """Process ids of the stack's workers now."""
-        info = read_stack_file(self.paths) or self.info
+        if self._api_url:
+            info = self._describe_from_api()
+        else:
+            info = read_stack_file(self.paths) or self.info
         return {int(w["pid"]) for w in info.get("workers", [])}
 
     @property

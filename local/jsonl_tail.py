@@ -10,6 +10,7 @@ writers are done, where a torn last line is counted as malformed.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -39,17 +40,24 @@ class JsonlTail(Generic[T]):
         """Read ``path`` too, from its start; a no-op for a file already followed."""
         self._offsets.setdefault(Path(path), 0)
 
-    def read_new(self, *, final: bool = False) -> list[T]:
+    def read_new(self, *, final: bool = False, max_backlog_bytes: int | None = None) -> list[T]:
         """The rows of the lines appended since the last call: file by file, in the order the
         files were first followed, and in file order within a file.
 
         ``final``: the writers are done, so a last line without its newline is read too (a torn
-        one then counts as malformed instead of waiting for its end).
+        one then counts as malformed instead of waiting for its end). ``max_backlog_bytes``:
+        of a file with more unread than that, only the whole lines of its last
+        ``max_backlog_bytes`` are read (a reader that wants recent lines, not all of them).
         """
         rows: list[T] = []
         for path, offset in self._offsets.items():
             try:
                 with open(path, "rb") as handle:
+                    size = os.fstat(handle.fileno()).st_size
+                    if max_backlog_bytes is not None and size - offset > max_backlog_bytes:
+                        handle.seek(size - max_backlog_bytes - 1)
+                        handle.readline()  # the end of a line that began before: skipped
+                        offset = handle.tell()
                     handle.seek(offset)
                     chunk = handle.read()
             except FileNotFoundError:

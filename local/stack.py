@@ -75,7 +75,7 @@ def check_installed() -> None:
     if missing:
         raise StackError(
             f"missing Python packages: {', '.join(missing)}. Run `make run`, which installs "
-            "them into .venv, or `pip install -c requirements.lock -e '.[dev]'`"
+            "them into .venv, or `pip install -c requirements.lock -e '.[local]'`"
         )
     if importlib.util.find_spec("worker.__main__") is None:
         raise StackError("the worker (python -m worker) is not installed in this checkout")
@@ -113,6 +113,7 @@ def local_settings(settings: Settings, paths: StackPaths, moto_url: str) -> Sett
         allow_insecure_ws=True,
         allow_loopback_upstreams=True,
         api_url=f"http://{settings.local_host}:{settings.local_api_port}",
+        metrics_flush_seconds=settings.local_metrics_flush_seconds,
     )
 
 
@@ -318,6 +319,7 @@ class LocalStack:
             "api_url": self.api_url,
             "upstream_url": self.upstream_url,
             "moto_url": self.settings.aws_endpoint_url,
+            "aws_region": self.settings.aws_region,
             "table_name": self.settings.table_name,
             "queue_url": self.settings.queue_url,
             "state_dir": str(self.paths.state_dir),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from streamlease.cli.render import TASK_CHARS, worker_name
-from streamlease.schema import belongs_to_task
+from streamlease.schema import StopCode, belongs_to_task
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 CLUSTER: Final = "streamlease-local"
@@ -223,7 +223,7 @@ class WorkerTask:
 @dataclass
 class _PendingReap:
     worker: WorkerTask
-    stop_code: str
+    stop_code: StopCode
     attempts: int = 0
     next_mono: float = 0.0
 
@@ -343,10 +343,16 @@ class WorkerSupervisor:
                 raise WorkerStartFailed(
                     worker.name, returncode, worker.child.log_path, worker.child.tail()
                 )
-        stop_code = "EssentialContainerExited" if returncode != 0 else "TaskStopped"
-        self._pending_reaps.append(_PendingReap(worker, stop_code, next_mono=now))
+        self._pending_reaps.append(_PendingReap(worker, self._stop_code(returncode), next_mono=now))
         if not self._stopping:
             self._respawn_at.append(now + self.respawn_seconds)
+
+    @staticmethod
+    def _stop_code(returncode: int) -> StopCode:
+        """What ECS would say stopped the task. A worker exits 0 only after draining on a
+        SIGTERM someone sent it (a roll, ``kill``): planned, as ECS's ``UserInitiated`` (the
+        reaper does not count it). Any other exit is a crash: ``UnplannedTaskStops``."""
+        return StopCode.USER_INITIATED if returncode == 0 else StopCode.CONTAINER_EXITED
 
     def _run_reaps(self, now: float) -> None:
         for pending in list(self._pending_reaps):

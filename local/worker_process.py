@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from streamlease.aws import LOCAL_CREDENTIAL
 from streamlease.settings import ENV_PREFIX, Settings
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
@@ -46,9 +47,9 @@ _SCALED_WHOLE: Final = ("poll_wait_seconds", "visibility_timeout_seconds")
 """SQS takes whole seconds: scaled, rounded up, at least 1."""
 
 DUMMY_AWS_ENV: Final[Mapping[str, str]] = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
+    "AWS_ACCESS_KEY_ID": LOCAL_CREDENTIAL,
+    "AWS_SECRET_ACCESS_KEY": LOCAL_CREDENTIAL,
+    "AWS_SESSION_TOKEN": LOCAL_CREDENTIAL,
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
     "AWS_CONFIG_FILE": os.devnull,

@@ -5,12 +5,16 @@ Low-level clients are thread-safe, so one client per process is shared by every 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, Final, Literal, overload
 
 import boto3
 from botocore.config import Config
 
 from streamlease.settings import Settings
+
+LOCAL_CREDENTIAL: Final = "testing"
+"""Access key id, secret key and session token of every process that talks to the local
+stack's moto server: moto takes any, and a developer's own keys never go there."""
 
 # Client types come from stubs in the dev extras (types-boto3-lite); the worker image and the
 # Lambda asset do not have them, so they are imported for type checking only.

@@ -1,12 +1,13 @@
-"""The lease store: every change of a stream's lease is one conditional ``UpdateItem`` (DESIGN §4).
+"""The lease store: every change of a stream's lease is one conditional ``UpdateItem``
+(architecture §4).
 
 Thin adapter over a boto3 DynamoDB *client* (thread-safe; share one per process). The decisions
 — expired? whose is it? where to resume? — come from :mod:`streamlease.rules`; this module only
 phrases them as conditions and translates failures into :mod:`streamlease.errors`:
 
 - ``acquire`` → :class:`Lease` or :class:`LeaseConflict`. With a ``slot`` the lease is attached
-  to the owner's *session* (DESIGN §4a) and has no expiry of its own; without, it is a per-stream
-  lease (§4b) that its holder renews;
+  to the owner's *session* (architecture §4a) and has no expiry of its own; without, it is a
+  per-stream lease (§4b) that its holder renews;
 - ``renew`` (per-stream leases) → new expiry, or :class:`StreamStopped` (close normally, then
   release) or :class:`LeaseLost` (stop at once, write nothing more);
 - ``release`` → the stream as it is now; a release whose answer was lost is recognised on retry;
@@ -25,24 +26,27 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from streamlease import dynamo, rules
+from streamlease import dynamo, expiry_index, rules
 from streamlease.errors import LeaseConflict, LeaseLost, StoreError, StreamStopped
 from streamlease.model import Lease, LeaseView, Stream, StreamProgress, is_tombstone, iso_ms
 from streamlease.schema import (
     BY_OWNER,
-    BY_STATE_EXPIRY,
+    BY_SHARD_EXPIRY,
     PK,
     SESSION_HELD_MS,
     ConnectionState,
     DesiredState,
+    Liveness,
     StreamAttr,
+    expiry_shard,
+    shard_key,
     stream_key,
 )
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_dynamodb.literals import ReturnValueType
-    from types_boto3_dynamodb.type_defs import QueryInputTypeDef
+    from types_boto3_dynamodb.type_defs import QueryInputTypeDef, ScanInputTypeDef
 
 _A = StreamAttr
 _NAMES: Final = {
@@ -69,6 +73,7 @@ _NAMES: Final = {
     "#fctl": _A.FRAMES_CONTROL,
     "#lmsg": _A.LAST_MESSAGE_AT_MS,
     "#pat": _A.PROGRESS_AT_MS,
+    "#shard": _A.EXPIRY_SHARD,
 }
 """Every attribute this module names, by placeholder."""
 _PROGRESS: Final = (
@@ -122,12 +127,15 @@ class LeaseStore:
         *,
         clock_skew_ms: int = 1000,
         clock_ms: Callable[[], int] = wall_ms,
+        liveness: Liveness = Liveness.SESSION,
     ) -> None:
-        """``client``: a boto3 DynamoDB client; ``clock_ms``: for calls given no ``now_ms``."""
+        """``client``: a boto3 DynamoDB client; ``clock_ms``: for calls given no ``now_ms``;
+        ``liveness``: the fleet's mode (it decides a free stream's orphan-index shard)."""
         self._client = client
         self._table = table_name
         self._skew_ms = clock_skew_ms
         self._clock_ms = clock_ms
+        self._liveness = liveness
 
     # --- acquire -----------------------------------------------------------------------------
 
@@ -187,6 +195,7 @@ class LeaseStore:
         if old is None or is_tombstone(old):
             raise LeaseConflict(stream_id, "missing")
         if old.get(_A.DESIRED_STATE) != DesiredState.STARTED:
+            self._align(old)  # found through a stale orphan entry: drop it
             raise LeaseConflict(stream_id, "stopped")
         if _is_this_acquire(old, take):
             return _lease_from(old, previous_owner=None)
@@ -220,11 +229,14 @@ class LeaseStore:
         ]
         values[":connecting"] = ConnectionState.CONNECTING.value
         removes = list(_NEW_HOLDING_REMOVES)
-        if take.slot is None:
+        if take.slot is None:  # a per-stream lease: in the orphan index, by its expiry
             removes.append("#slot")
-        else:
+            sets.append("#shard = :shard")
+            values[":shard"] = expiry_shard(take.stream_id, self._liveness)
+        else:  # attached to a session: out of the orphan index
             sets.append("#slot = :slot")
             values[":slot"] = take.slot
+            removes.append("#shard")
         condition = [_EXISTS, _STARTED]
         if previous is None:
             condition.append(_FREE)
@@ -338,6 +350,9 @@ class LeaseStore:
         sets = ["#exp = :zero", "#uat = :iso", "#uby = :me"]
         removes = ["#owner", "#slot"]
         values: dict[str, Any] = {":zero": 0, ":iso": iso_ms(now), ":me": owner, ":epoch": epoch}
+        if not stop:  # free and (most likely) STARTED: an orphan-index entry, aligned below
+            sets.append("#shard = :shard")
+            values[":shard"] = expiry_shard(stream_id, self._liveness)
         if last_seq is not None:
             sets.append("#seq = :seq")
             values[":seq"] = last_seq
@@ -356,6 +371,7 @@ class LeaseStore:
             values[":stopped"] = DesiredState.STOPPED.value
             values[":ended"] = ConnectionState.ENDED.value
             values[":one"] = 1
+            removes.append("#shard")
         else:
             removes += ["#conn", "#connat"]
         try:
@@ -373,6 +389,7 @@ class LeaseStore:
             if old.get(_A.LEASE_OWNER) is None and int(old.get(_A.LEASE_EPOCH, 0)) == epoch:
                 return Stream.from_item(old)
             raise LeaseLost(stream_id, epoch, _loss_reason(old, owner, epoch)) from None
+        self._align(item)
         return Stream.from_item(item)
 
     def record_connection(
@@ -420,7 +437,7 @@ class LeaseStore:
         except dynamo.ConditionFailed as failed:
             raise LeaseLost(stream_id, epoch, _loss_reason(failed.old, owner, epoch)) from None
 
-    # --- a dead session's streams (DESIGN §4a takeover and sweep) ------------------------------
+    # --- a dead session's streams (architecture §4a, takeover and sweep) -----------------------
 
     def take_from(
         self,
@@ -471,7 +488,8 @@ class LeaseStore:
             sets.append("#seq = :seq")
             values[":seq"] = resume_seq
             condition.append(_SEQ_NOT_BACK)
-        update = f"SET {', '.join(sets)} REMOVE {', '.join(_NEW_HOLDING_REMOVES)}"
+        removes = ", ".join((*_NEW_HOLDING_REMOVES, "#shard"))  # attached to a session
+        update = f"SET {', '.join(sets)} REMOVE {removes}"
         try:
             item = self._update(stream_key(stream_id), update, _all(*condition), values, "ALL_NEW")
         except dynamo.ConditionFailed as failed:
@@ -502,13 +520,19 @@ class LeaseStore:
         the dead holder's at that epoch (released, taken or deleted meanwhile: nothing to do).
         """
         now = self._clock_ms() if now_ms is None else now_ms
-        sets = ["#exp = :zero", "#uat = :iso", "#tko = if_not_exists(#tko, :zero) + :one"]
+        sets = [
+            "#exp = :zero",
+            "#uat = :iso",
+            "#tko = if_not_exists(#tko, :zero) + :one",
+            "#shard = :shard",
+        ]
         values: dict[str, Any] = {
             ":zero": 0,
             ":one": 1,
             ":iso": iso_ms(now),
             ":old": dead_owner,
             ":old_epoch": dead_epoch,
+            ":shard": expiry_shard(stream_id, self._liveness),
         }
         if last_error is not None:
             sets += ["#err = :err", "#errat = :iso"]
@@ -533,6 +557,7 @@ class LeaseStore:
                     stream_id, dead_owner, dead_epoch, None, last_error=last_error, now_ms=now
                 )
             return None
+        self._align(item)
         return Stream.from_item(item)
 
     # --- reads -------------------------------------------------------------------------------
@@ -543,24 +568,47 @@ class LeaseStore:
         return None if item is None or is_tombstone(item) else Stream.from_item(item)
 
     def expiring_before(self, bound_ms: int, *, limit: int) -> list[LeaseView]:
-        """STARTED streams whose ``lease_expires_at_ms < bound_ms``, soonest first (GSI).
+        """Per-stream leases: STARTED streams whose ``lease_expires_at_ms < bound_ms``,
+        soonest first (the one shard of ``by-shard-expiry`` such a fleet writes).
 
-        With ``bound_ms`` = the acquire cutoff these are the orphans (free, or a per-stream
-        lease that lapsed; never a session's); with :func:`rules.suspect_bound_ms` they also
-        include per-stream leases that missed heartbeats.
+        With ``bound_ms`` = the acquire cutoff these are the orphans (free, or a lease that
+        lapsed); with :func:`rules.suspect_bound_ms` they also include leases that missed
+        heartbeats.
         """
         if limit <= 0:
             return []
         query: QueryInputTypeDef = {
             "TableName": self._table,
-            "IndexName": BY_STATE_EXPIRY.name,
-            "KeyConditionExpression": "#state = :started AND #exp < :bound",
-            "ExpressionAttributeNames": _names("#state", "#exp"),
+            "IndexName": BY_SHARD_EXPIRY.name,
+            "KeyConditionExpression": "#shard = :shard AND #exp < :bound",
+            "ExpressionAttributeNames": _names("#shard", "#exp"),
             "ExpressionAttributeValues": dynamo.serialize(
-                {":started": DesiredState.STARTED.value, ":bound": bound_ms}
+                {":shard": shard_key(0), ":bound": bound_ms}  # per-stream: one shard
             ),
         }
         return [LeaseView.from_item(item) for item in self._query(query, limit)]
+
+    def orphans(
+        self, cutoff_ms: int, *, limit: int, segment: int = 0, segments: int = 1
+    ) -> list[LeaseView]:
+        """Sessions: STARTED streams nobody holds (``lease_expires_at_ms < cutoff_ms``: free,
+        or a per-stream lease that lapsed), from one ``segment`` of ``segments`` of a Scan of
+        ``by-shard-expiry`` (:func:`rules.scan_segments`): one request reads a small fleet's
+        every orphan; a large fleet's workers each read a part. At most ``limit``."""
+        if limit <= 0:
+            return []
+        scan: ScanInputTypeDef = {
+            "TableName": self._table,
+            "IndexName": BY_SHARD_EXPIRY.name,
+            "FilterExpression": "#exp < :cutoff",
+            "ExpressionAttributeNames": _names("#exp"),
+            "ExpressionAttributeValues": dynamo.serialize({":cutoff": cutoff_ms}),
+        }
+        if segments > 1:
+            scan["Segment"], scan["TotalSegments"] = segment, segments
+        return [
+            LeaseView.from_item(item) for item in dynamo.items(self._client.scan, scan, limit=limit)
+        ]
 
     def owned_by(self, worker_id: str) -> list[LeaseView]:
         """Leases whose stored owner is ``worker_id``, with their epoch, slot, desired state and
@@ -578,7 +626,7 @@ class LeaseStore:
         """The streams ``worker_id`` owns that are asked to stop — and, with
         ``above_generation``, the STARTED ones whose generation is above it (changed in place,
         or stopped and started again) — and how many it owns in all (GSI, eventually
-        consistent). One query of ``by-owner`` whose filter leaves only those in the answer:
+        consistent). One query of the holder index whose filter leaves only those in the answer:
         the read costs what :meth:`owned_by` costs, but a worker holding thousands of streams
         parses a handful of items, not thousands. A holder passes the lowest generation it
         holds: a stream changed since its acquire is above it, whatever the others'."""
@@ -609,6 +657,14 @@ class LeaseStore:
             request["ExclusiveStartKey"] = start
 
     # --- plumbing ----------------------------------------------------------------------------
+
+    def _align(self, item: Mapping[str, Any]) -> None:
+        """Keep the orphan-index entry in line after a write (:func:`expiry_index.align`);
+        unanswered, the next acquire attempt through a stale entry aligns it."""
+        try:
+            expiry_index.align(self._client, self._table, item, self._liveness)
+        except StoreError:
+            return
 
     def _key(self, pk: str) -> dict[str, Any]:
         return {PK: {"S": pk}}

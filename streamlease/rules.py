@@ -154,7 +154,7 @@ def backoff_seconds(attempt: int, base_seconds: float, max_seconds: float, rand:
     return float(rand * ceiling)
 
 
-# --- sessions (DESIGN §4a) ---------------------------------------------------------------------
+# --- sessions (architecture §4a) ---------------------------------------------------------------
 
 
 def next_session_expiry_ms(now_ms: int, lease_ms: int, previous_ms: int) -> int:
@@ -214,9 +214,10 @@ class DeadSessionDetector:
     before our first read of its ``hb``). Only reads count: a frozen observer that wakes up has
     seen nothing new, so it judges nobody until it has read the fleet twice a lease apart.
 
-    Guards (DESIGN §4a): an observer whose own session is not healthy expires nobody; when every
-    other session (at least two) looks dead at once the observer waits :data:`BREAKER_LEASES`
-    more leases; at most one expiry per :data:`MIN_SECONDS_BETWEEN_EXPIRIES`.
+    Guards (architecture §4a): an observer whose own session is not healthy expires nobody; when
+    every other session (at least two) looks dead at once the observer waits
+    :data:`BREAKER_LEASES` more leases; at most one expiry per
+    :data:`MIN_SECONDS_BETWEEN_EXPIRIES`.
     """
 
     def __init__(self, lease_seconds: float) -> None:
@@ -278,3 +279,42 @@ class DeadSessionDetector:
     def breaker_open(self) -> bool:
         """True while the all-stale guard is holding expiries back."""
         return self._all_stale_since is not None
+
+
+# --- fleet scale: watching a bounded set of peers, reading the orphan index in segments -------
+
+WATCH_PEERS: Final = 3
+"""In a large fleet each worker watches the sessions that follow its own in the fleet index
+(a ring in start order), as many as it takes to see this many live peers that renew: every
+session is then watched by the few before it, plus the fleet's elected watcher, instead of by
+every worker."""
+FULL_READ_MAX_SESSIONS: Final = 12
+"""A fleet of at most this many session items is read whole every round: one small query, what
+a window read would cost anyway (half a read unit up to about 4 KB of items)."""
+SEGMENT_READERS: Final = 4
+"""Workers that scan each segment of the orphan index per reconcile round, on average."""
+DIGEST_CLAIMERS: Final = 3.0
+"""Workers expected to try at once to take over a fleet digest whose writer went quiet."""
+
+
+def window_complete(entries: Iterable[tuple[bool, bool]], peers: int = WATCH_PEERS) -> bool:
+    """Whether a watch window read so far is enough: ``entries`` are ``(live, stale)`` of the
+    sessions read after the observer's own; enough once ``peers`` of them are live and not
+    stale. Dead and tombstoned sessions in between stay in the window, so a run of dead
+    sessions is always watched by the first live one before it."""
+    return sum(1 for live, stale in entries if live and not stale) >= peers
+
+
+def scan_segments(live_workers: int, shards: int, readers: int = SEGMENT_READERS) -> int:
+    """How many segments the orphan index is scanned in: each worker scans one, at random, per
+    round. A power of two, so that about ``readers`` workers scan each segment every round;
+    1 for a small fleet (one request reads every orphan, as a single query did); at most
+    ``shards`` (the index's partition key values)."""
+    per = max(1, live_workers // max(1, readers))
+    return max(1, min(shards, 1 << (per.bit_length() - 1)))
+
+
+def claim_chance(sessions: int) -> float:
+    """The chance that a worker finding the fleet digest unwritten for a lease tries to take
+    it over this round: about :data:`DIGEST_CLAIMERS` of ``sessions`` try, not all at once."""
+    return min(1.0, DIGEST_CLAIMERS / max(1, sessions))

@@ -7,6 +7,7 @@ name, key prefix or index name is spelled anywhere else.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Literal
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 PK: Final = "Pk"
 STREAM_PREFIX: Final = "CONN#"
 WORKER_PREFIX: Final = "WORKER#"
+FLEET_DIGEST_KEY: Final = "FLEET#digest"
+"""Partition key of the fleet digest item (:class:`DigestAttr`)."""
 
 
 def stream_key(stream_id: str) -> str:
@@ -79,6 +82,21 @@ def belongs_to_task(worker_id: str, task_id: str) -> bool:
         return False
     rest = worker_id[len(task_id) :]
     return rest == "" or not rest[0].isalnum()
+
+
+class StopCode(StrEnum):
+    """ECS's ``stopCode`` of a "task stopped" event: the ones the reaper tells apart (the
+    reaper's :func:`~lambdas.reaper.is_planned_stop`), and what the local supervisor reports."""
+
+    CONTAINER_EXITED = "EssentialContainerExited"
+    """The worker exited by itself: a crash (ECS gives no other code for it)."""
+    USER_INITIATED = "UserInitiated"
+    """Someone stopped the task (``ecs stop-task``; locally, a SIGTERM the worker drained on)."""
+    SPOT_INTERRUPTION = "SpotInterruption"
+    TERMINATION_NOTICE = "TerminationNotice"
+    """Fargate maintenance retiring the task, with notice."""
+    SERVICE_SCHEDULER = "ServiceSchedulerInitiated"
+    """The service stopped it: a deployment or scale-in, or a failed health check."""
 
 
 # --- states ----------------------------------------------------------------------------------
@@ -143,7 +161,7 @@ LIVE_WORKER_STATES: Final = (WorkerState.RUNNING, WorkerState.DRAINING)
 
 
 class Liveness(StrEnum):
-    """How a fleet proves its holders alive (DESIGN §4). A fleet runs one mode."""
+    """How a fleet proves its holders alive (architecture §4). A fleet runs one mode."""
 
     SESSION = "session"
     """One renewal per worker (its session); streams are attached to it. The default."""
@@ -198,6 +216,10 @@ class StreamAttr:
     STREAM_ID: Final = "stream_id"
     DELETED_AT: Final = "deleted_at"
     """Set only on a tombstone: when the stream was deleted (ISO-8601 UTC)."""
+    EXPIRY_SHARD: Final = "expiry_shard"
+    """Present exactly while the stream is STARTED and not attached to a session (free, or
+    held by a per-stream lease): :func:`expiry_shard`, the partition key of
+    :data:`BY_SHARD_EXPIRY`. Only an index key, never a condition of the lease protocol."""
 
 
 def stream_attributes() -> tuple[str, ...]:
@@ -241,6 +263,22 @@ class WorkerAttr:
     EXPIRED_BY: Final = "expired_by"
 
 
+class DigestAttr:
+    """Attribute names of the fleet digest item (``FLEET#digest``): the fair share as the
+    fleet's elected watcher last counted it, and the lease that makes it the one writer."""
+
+    WRITER: Final = "writer"
+    """The session id of the worker that writes the digest."""
+    WRITER_EXPIRES_AT_MS: Final = "writer_expires_at_ms"
+    """Until when the writer's claim stands (wall ms); anyone may take the digest over after."""
+    WRITTEN_AT_MS: Final = "written_at_ms"
+    SESSIONS: Final = "sessions"
+    """Session items in the fleet index (live ones and tombstones not yet deleted)."""
+    LIVE_WORKERS: Final = "live_workers"
+    TOTAL_STREAMS: Final = "total_streams"
+    DEFICIT: Final = "deficit"
+
+
 # Worker items carry KIND = WORKER_KIND so the fleet can be listed through its own sparse index
 # instead of a table scan. Stream items never carry it.
 WORKER_KIND: Final = "WORKER"
@@ -268,17 +306,76 @@ class IndexSpec:
     """Non-key attributes projected (INCLUDE); ``None`` means KEYS_ONLY."""
 
 
+INDEX_SHARDS: Final = 32
+"""Partition key values :data:`BY_SHARD_EXPIRY` spreads a session fleet's free streams over: a
+fleet can free and take about this many thousand streams per second before one of its
+partitions throttles (1,000 write units per second each)."""
+
+
+def expiry_shards(liveness: Liveness) -> int:
+    """Shards of :data:`BY_SHARD_EXPIRY` for a fleet of ``liveness``: :data:`INDEX_SHARDS` for
+    sessions (read by scanning, a few segments per fleet); 1 for per-stream leases, whose
+    reconcile asks one partition for the leases expiring first (a per-stream fleet renews every
+    stream every heartbeat, so it stays far below what one partition writes anyway)."""
+    return 1 if liveness is Liveness.STREAM else INDEX_SHARDS
+
+
+def shard_key(shard: int) -> str:
+    """The :attr:`StreamAttr.EXPIRY_SHARD` value of shard number ``shard``: ``STARTED#<nn>``
+    (a per-stream fleet's one shard is ``shard_key(0)``)."""
+    return f"{DesiredState.STARTED.value}#{shard:02d}"
+
+
+def expiry_shard(stream_id: str, liveness: Liveness) -> str:
+    """The :attr:`StreamAttr.EXPIRY_SHARD` of ``stream_id`` in a fleet of ``liveness``: a
+    stable hash of the id (CRC-32) modulo :func:`expiry_shards`, so every writer agrees."""
+    return shard_key(zlib.crc32(stream_id.encode()) % expiry_shards(liveness))
+
+
+BY_SHARD_EXPIRY: Final = IndexSpec(
+    name="by-shard-expiry",
+    partition_key=StreamAttr.EXPIRY_SHARD,
+    sort_key=StreamAttr.LEASE_EXPIRES_AT_MS,
+    projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH),
+)
+"""Orphans (and per-stream leases about to lapse): the STARTED streams no session holds, write-
+sharded. A stream enters when it becomes free (created, started, released) and leaves when a
+session takes it, so a takeover of a dead session's streams — owner to owner — writes nothing
+here, and a renewal of a session never does. Sessions scan it in segments
+(:func:`streamlease.rules.scan_segments`); per-stream leases query its one shard for
+``lease_expires_at_ms < :t``."""
+
 BY_STATE_EXPIRY: Final = IndexSpec(
     name="by-state-expiry",
     partition_key=StreamAttr.DESIRED_STATE,
     sort_key=StreamAttr.LEASE_EXPIRES_AT_MS,
     projected=(StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH, StreamAttr.CONNECTION_STATE),
 )
-"""Orphans and suspects: ``desired_state = STARTED AND lease_expires_at_ms < :t``; the auditor
-reads the owners and connection states of the STARTED streams here (a connection state changes
-rarely, so projecting it costs little)."""
+"""The index :data:`BY_SHARD_EXPIRY` replaces, kept only while a deployed table migrates
+(:data:`MIGRATION_STAGES`): partitioned on ``desired_state``, every ownership change of the
+fleet wrote its one STARTED partition. Nothing reads it any more; the stores still write the
+attributes it keys on, so the previous release keeps working beside this one during a deploy."""
 
 BY_OWNER: Final = IndexSpec(
+    name="by-holder",
+    partition_key=StreamAttr.LEASE_OWNER,
+    sort_key=None,
+    projected=(
+        StreamAttr.LEASE_EPOCH,
+        StreamAttr.LEASE_SLOT,
+        StreamAttr.DESIRED_STATE,
+        StreamAttr.GENERATION,
+        StreamAttr.CONNECTION_STATE,
+    ),
+)
+"""What does worker X hold, and how is each connection doing; sparse (absent when free). Changes
+when ownership, the desired state or the connection state changes (never on a renewal): a
+session's holder reads its own streams here every heartbeat to learn of stops, a takeover lists
+a dead session's streams with their epochs and slots, the auditor counts held streams by
+connection state and a listing by connection state scans it. Its partitions are the owners,
+so its writes spread over the fleet."""
+
+LEGACY_BY_OWNER: Final = IndexSpec(
     name="by-owner",
     partition_key=StreamAttr.LEASE_OWNER,
     sort_key=None,
@@ -289,9 +386,9 @@ BY_OWNER: Final = IndexSpec(
         StreamAttr.GENERATION,
     ),
 )
-"""What does worker X hold; sparse (absent when free). Changes only when ownership or the
-desired state changes: a session's holder reads its own streams here every heartbeat to learn
-of stops, and a takeover lists a dead session's streams with their epochs and slots."""
+"""The index :data:`BY_OWNER` replaces (the same key, without ``connection_state``: the
+connection states were read from ``by-state-expiry`` then); kept only while a deployed table
+migrates (:data:`MIGRATION_STAGES`)."""
 
 FLEET: Final = IndexSpec(
     name="fleet",
@@ -328,10 +425,21 @@ Its keys change only when ``desired_state`` does, so lease renewals never write 
 writer of a stream item sets ``stream_id``; an item without it would never be listed.
 """
 
-INDEXES: Final = (BY_STATE_EXPIRY, BY_OWNER, FLEET, BY_STATE)
+INDEXES: Final = (BY_SHARD_EXPIRY, BY_OWNER, FLEET, BY_STATE)
+MIGRATION_STAGES: Final = (
+    (BY_STATE_EXPIRY, LEGACY_BY_OWNER, BY_SHARD_EXPIRY, FLEET, BY_STATE),
+    (BY_STATE_EXPIRY, LEGACY_BY_OWNER, BY_SHARD_EXPIRY, BY_OWNER, FLEET, BY_STATE),
+    (LEGACY_BY_OWNER, BY_SHARD_EXPIRY, BY_OWNER, FLEET, BY_STATE),
+)
+"""The indexes of a deployed table at each stage of its move from the previous release's
+(:data:`BY_STATE_EXPIRY`, :data:`LEGACY_BY_OWNER`) to :data:`INDEXES`, one index created or
+dropped per stage (what DynamoDB and CloudFormation allow in one update): the orphan index
+added, then ``by-holder`` (this release runs from here on, the previous one beside it during
+the rollout), then ``by-state-expiry`` dropped; dropping ``by-owner`` is :data:`INDEXES`."""
 
 KEY_ATTRIBUTE_TYPES: Final[dict[str, Literal["S", "N"]]] = {
     PK: "S",
+    StreamAttr.EXPIRY_SHARD: "S",
     StreamAttr.DESIRED_STATE: "S",
     StreamAttr.LEASE_EXPIRES_AT_MS: "N",
     StreamAttr.STREAM_ID: "S",
@@ -342,14 +450,17 @@ KEY_ATTRIBUTE_TYPES: Final[dict[str, Literal["S", "N"]]] = {
 """DynamoDB types of every attribute used as a table or index key."""
 
 
-def create_table_kwargs(table_name: str) -> CreateTableInputTypeDef:
+def create_table_kwargs(
+    table_name: str, indexes: tuple[IndexSpec, ...] = INDEXES
+) -> CreateTableInputTypeDef:
     """``CreateTable`` parameters for the local stack and tests (on-demand billing).
 
     The CDK app builds the same table from :data:`PK`, :data:`INDEXES` and
-    :data:`KEY_ATTRIBUTE_TYPES`.
+    :data:`KEY_ATTRIBUTE_TYPES`. ``indexes``: another set (a table mid-migration).
     """
     gsis: list[GlobalSecondaryIndexTypeDef] = []
-    for index in INDEXES:
+    used = {PK} | {k for index in indexes for k in (index.partition_key, index.sort_key) if k}
+    for index in indexes:
         key_schema: list[KeySchemaElementTypeDef] = [
             {"AttributeName": index.partition_key, "KeyType": "HASH"}
         ]
@@ -366,6 +477,7 @@ def create_table_kwargs(table_name: str) -> CreateTableInputTypeDef:
         "AttributeDefinitions": [
             {"AttributeName": name, "AttributeType": kind}
             for name, kind in KEY_ATTRIBUTE_TYPES.items()
+            if name in used
         ],
         "GlobalSecondaryIndexes": gsis,
     }

@@ -1,4 +1,4 @@
-"""Worker items as *sessions* (DESIGN §4a): create, renew, drain, expire, list, delete.
+"""Worker items as *sessions* (architecture §4a): create, renew, drain, expire, list, delete.
 
 A worker item ``WORKER#<id>`` is its process's session, like an etcd lease or a ZooKeeper
 session: one id per process incarnation, renewed by one conditional ``UpdateItem`` per heartbeat
@@ -32,6 +32,7 @@ from streamlease.schema import FLEET, PK, WORKER_KIND, WorkerAttr, WorkerState, 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_dynamodb.literals import ReturnValueType
+    from types_boto3_dynamodb.type_defs import QueryInputTypeDef
 
 _W = WorkerAttr
 _NAMES: Final = {
@@ -58,6 +59,15 @@ _LIVE_VALUES: Final = {
     ":running": WorkerState.RUNNING.value,
     ":draining": WorkerState.DRAINING.value,
 }
+
+
+@dataclass(frozen=True)
+class FleetPage:
+    """One page of the fleet index: its worker items, and where the next page starts (None:
+    the index ends here)."""
+
+    sessions: list[WorkerInfo]
+    more: Mapping[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -216,6 +226,35 @@ class SessionStore:
         keys = [{PK: worker_key(w)} for w in sorted(set(worker_ids))]
         items = dynamo.batch_get(self._client, self._table, keys, _ITEM_ATTRIBUTES)
         return {info.worker_id: info for info in map(WorkerInfo.from_item, items)}
+
+    def fleet_after(
+        self, session: WorkerInfo | None, limit: int, *, cursor: Mapping[str, Any] | None = None
+    ) -> FleetPage:
+        """Up to ``limit`` worker items in the fleet index's order (by start time): those after
+        ``session``, from the first (``session`` None), or where a previous page stopped
+        (``cursor``: its :attr:`FleetPage.more`). One eventually consistent query; no
+        checkpoint vectors."""
+        request: QueryInputTypeDef = {
+            "TableName": self._table,
+            "IndexName": FLEET.name,
+            "KeyConditionExpression": "#kind = :kind",
+            "ExpressionAttributeNames": _names("#kind"),
+            "ExpressionAttributeValues": dynamo.serialize({":kind": WORKER_KIND}),
+            "Limit": max(1, limit),
+        }
+        if cursor is not None:
+            request["ExclusiveStartKey"] = dict(cursor)
+        elif session is not None:
+            request["ExclusiveStartKey"] = dynamo.serialize(
+                {
+                    _W.KIND: WORKER_KIND,
+                    _W.STARTED_AT_MS: session.started_at_ms,
+                    PK: worker_key(session.worker_id),
+                }
+            )
+        page = dynamo.call(self._client.query, **request)
+        items = [WorkerInfo.from_item(dynamo.plain(i)) for i in page.get("Items", [])]
+        return FleetPage(items, page.get("LastEvaluatedKey") or None)
 
     def list_fleet(self) -> list[WorkerInfo]:
         """Every worker item, live or tombstone, oldest session first (the fleet index:

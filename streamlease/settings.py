@@ -65,10 +65,10 @@ class Settings:
     aws_endpoint_url: str = ""
     """Empty: the real AWS endpoints. Locally: the moto server, e.g. ``http://127.0.0.1:5000``."""
 
-    # --- lease protocol (DESIGN §4); keep heartbeat = lease / 4 when changing one ---
+    # --- lease protocol (architecture §4); keep heartbeat = lease / 4 when changing one ---
     liveness: Liveness = Liveness.SESSION
-    """``session``: one renewal per worker, streams attached to it (DESIGN §4a); ``stream``: one
-    renewal per held stream (the seed's protocol, §4b). A fleet runs one mode."""
+    """``session``: one renewal per worker, streams attached to it (architecture §4a);
+    ``stream``: one renewal per held stream (the seed's protocol, §4b). A fleet runs one mode."""
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0
@@ -109,7 +109,7 @@ class Settings:
     poll_wait_seconds: float = 20.0
     visibility_timeout_seconds: float = 30.0
 
-    # --- upstream connections (DESIGN §5, §6) ---
+    # --- upstream connections (architecture §5, §6) ---
     resume_param: str = "from_seq"
     """Query parameter that asks the upstream to replay from a sequence number (a stream's
     profile may name another)."""
@@ -186,7 +186,12 @@ class Settings:
     local_upstream_port: int = 8765
     local_workers: int = 3
     local_state_dir: str = ".local"
-    local_auditor_seconds: float = 60.0
+    local_auditor_seconds: float = 10.0
+    """How often the local stack runs the auditor (AWS: every minute); its metrics feed the
+    local dashboard."""
+    local_metrics_flush_seconds: float = 5.0
+    """``metrics_flush_seconds`` of the local stack's workers, so its dashboard moves while one
+    watches (AWS: every minute)."""
     local_respawn_seconds: float = 2.0
 
     def __post_init__(self) -> None:

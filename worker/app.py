@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Final
 
 from streamlease import aws
 from streamlease.errors import SessionExpired, StoreError
+from streamlease.fleet_digest import DigestStore
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.schema import Liveness
 from streamlease.session_store import SessionStore
@@ -126,7 +127,12 @@ class Worker:
         self.ctx = WorkerContext(
             settings=settings,
             identity=identity,
-            store=LeaseStore(dynamodb, settings.table_name, clock_skew_ms=settings.clock_skew_ms),
+            store=LeaseStore(
+                dynamodb,
+                settings.table_name,
+                clock_skew_ms=settings.clock_skew_ms,
+                liveness=settings.liveness,
+            ),
             sessions=self.sessions,
             sink=sink,
             metrics=self.metrics,
@@ -147,7 +153,13 @@ class Worker:
         self.reconciler = Reconciler(self.ctx, self.acquirer, self.holdings, self.view)
         self.rebalancer = Rebalancer(self.ctx, self.holdings, self.view)
         self.takeover = Takeover(self.ctx, self.acquirer, self.holdings, self.view)
-        self.fleet = FleetWatcher(self.ctx, self.holdings, self.view, self.takeover)
+        self.fleet = FleetWatcher(
+            self.ctx,
+            self.holdings,
+            self.view,
+            self.takeover,
+            DigestStore(dynamodb, settings.table_name, clock_skew_ms=settings.clock_skew_ms),
+        )
         self.own_leases = OwnLeases(self.ctx, self.holdings, self._request_rollover)
         self.publisher = EmfPublisher(settings.metrics_namespace)
         self._session_lost = asyncio.Event()
@@ -399,6 +411,9 @@ class Worker:
                     await session.drain()
             except (TimeoutError, StoreError, SessionExpired) as exc:
                 logger.warning("could not mark the session draining", error=describe(exc))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.1, settings.dynamodb_timeout_seconds)):
+                await self.fleet.resign()  # a large fleet's digest: taken over at once
         count = self.holdings.end_all(EndReason.SHUTDOWN)
         logger.info("draining", streams=count)
         hurry_deadline: float | None = None

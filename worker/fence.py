@@ -1,6 +1,6 @@
 """A holder's fence: until when it may deliver, and what happens when that time passes.
 
-Two kinds, one per liveness mode (DESIGN §4):
+Two kinds, one per liveness mode (architecture §4):
 
 - :class:`LeaseFence` (per-stream leases): the holder's own deadline, moved by each renewal of
   its lease that succeeds; when it passes, the holding ends (FENCED).
@@ -268,7 +268,7 @@ GATE_IDLE_SECONDS: Final = 0.2
 
 
 class DeliveryGate:
-    """Session fencing for every stream at once (DESIGN §4a).
+    """Session fencing for every stream at once (architecture §4a).
 
     When the session's deadline passes, every stream attached to it stops reading and delivering
     (:meth:`Pausable.pause_for_fence`); a holder that finds the deadline passed on its own (a

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from streamlease import rules
 from streamlease.errors import ConfigError
+from streamlease.fleet_digest import FleetDigest
 from streamlease.model import WorkerInfo
 from streamlease.schema import Liveness, WorkerState
 
@@ -63,6 +64,17 @@ def update_view(
         for w in workers
         if w.worker_id != me and w.state is WorkerState.RUNNING and w.worker_id not in dead
     )
+    view.updated_mono = time.monotonic()
+
+
+def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
+    """Take the fair share from the fleet digest (a large fleet: the elected watcher counted
+    it with :func:`update_view` from every session item; orphans as this worker last saw them
+    come on top)."""
+    view.live_workers = max(1, digest.live_workers)
+    view.total_streams = digest.total_streams + view.orphans
+    view.share = rules.fair_share(view.total_streams, view.live_workers)
+    view.deficit = digest.deficit
     view.updated_mono = time.monotonic()
 
 

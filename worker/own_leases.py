@@ -1,4 +1,5 @@
-"""Sessions: once a heartbeat, read what the store says this session holds (DESIGN §4a "Stop").
+"""Sessions: once a heartbeat, read what the store says this session holds (architecture §4a,
+"Stop").
 
 A session's streams have no per-stream renewal that could fail with "STOPPED", so the worker
 asks the ``by-owner`` index for its own streams every heartbeat: one query per worker and

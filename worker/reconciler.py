@@ -1,12 +1,15 @@
 """Reconciliation: find streams that are wanted but unowned, and leases about to lapse.
 
-Every ``reconcile_seconds`` (jittered) one query of the ``by-state-expiry`` index returns STARTED
-streams whose lease expires before a bound:
+Every ``reconcile_seconds`` (jittered) one read of the orphan index (``by-shard-expiry``: the
+STARTED streams no session holds) returns streams whose lease expires before a bound:
 
 - those already expired (before the acquire cutoff) are **orphans**: take some now, at random.
-  A stream held through a session never is one (its expiry is fixed far in the future): a dead
-  session's streams are found by the fleet watcher instead;
-- per-stream mode only: those that missed at least two heartbeats (**suspects**, below
+  Sessions scan one segment of the index (:func:`~streamlease.rules.scan_segments`: the whole of
+  it in a small fleet, a part chosen at random in a large one, so that each part is read every
+  round by a few workers and no worker reads all of a large fleet's orphans). A stream held
+  through a session never is one: a dead session's streams are found by the fleet watcher;
+- per-stream mode only, from its one shard: those that missed at least two heartbeats
+  (**suspects**, below
   ``rules.suspect_bound_ms``): their holder is probably dead, so an acquire is scheduled just
   after their expiry (``rules.takeover_at_ms``). Crash failover then costs about one lease, not
   a lease plus a reconcile interval. If the holder renews meanwhile the attempt simply loses its
@@ -29,7 +32,7 @@ from typing import Final
 from streamlease import rules
 from streamlease.lease_store import wall_ms
 from streamlease.model import LeaseView
-from streamlease.schema import Liveness
+from streamlease.schema import Liveness, expiry_shards
 from worker.acquisition import Acquirer, Outcome
 from worker.context import WorkerContext
 from worker.fleet_view import FleetView
@@ -99,19 +102,29 @@ class Reconciler:
                     now, settings.lease_ms, int(settings.heartbeat_seconds * 1000)
                 ),
             )
-        views = await asyncio.to_thread(
-            ctx.store.expiring_before, bound, limit=query_limit(settings.capacity)
-        )
+        limit = query_limit(settings.capacity)
+        segments = 1
+        if settings.liveness is Liveness.SESSION:
+            segments = rules.scan_segments(self._view.live_workers, expiry_shards(Liveness.SESSION))
+            views = await asyncio.to_thread(
+                ctx.store.orphans,
+                cutoff,
+                limit=limit,
+                segment=random.randrange(segments),
+                segments=segments,
+            )
+        else:
+            views = await asyncio.to_thread(ctx.store.expiring_before, bound, limit=limit)
         orphans = [v for v in views if v.expires_at_ms < cutoff]
         suspects = [v for v in views if v.expires_at_ms >= cutoff and v.owner != ctx.worker_id]
-        self._view.orphans = len(orphans)
+        self._view.orphans = len(orphans) * segments  # one segment seen: the fleet's estimate
         released = {v.stream_id for v in orphans if v.expires_at_ms == 0}
         seen, self._released_seen = self._released_seen, released
         if not self._acquirer.may_acquire():
             return 0
         holdings = self._holdings
         room = room_for(
-            len(orphans) + len(suspects),
+            self._view.orphans + len(suspects),
             self._view.share,
             holdings.count,
             holdings.free,

@@ -1,4 +1,4 @@
-"""Per-stream leases (``liveness = stream``, DESIGN §4b): every held lease renewed once per
+"""Per-stream leases (``liveness = stream``, architecture §4b): every held lease renewed once per
 heartbeat, evenly spread. (In session mode this loop holds nothing: the session renews.)
 
 Renewal is heartbeat and checkpoint in one conditional write (``LeaseStore.renew`` with the

@@ -1,5 +1,5 @@
 """This worker's session: its worker item, renewed by a thread of its own, and one fencing
-deadline for every stream attached to it (DESIGN §4a).
+deadline for every stream attached to it (architecture §4a).
 
 The worker item ``WORKER#<id>`` is created at start-up and renewed every heartbeat by one
 conditional write (:meth:`SessionStore.renew`) that carries the checkpoint vector of the held

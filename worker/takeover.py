@@ -1,4 +1,4 @@
-"""Taking over a dead session's streams (DESIGN §4a), and sweeping what is left of one.
+"""Taking over a dead session's streams (architecture §4a), and sweeping what is left of one.
 
 The worker that wrote a session's tombstone got its checkpoint vector with it. It lists the
 session's streams in the ``by-owner`` index — eventually consistent, so until the list came back
@@ -7,7 +7,10 @@ empty twice — and for each stream, at exactly the dead owner and epoch:
 - takes it (epoch + 1, resuming at the larger of the item's ``last_seq`` and the vector's entry
   for the same epoch) while it has room under its fair share;
 - frees the rest with the same merged checkpoint and sends each a handoff command, so the other
-  workers pick them up within a second instead of at the next reconcile.
+  workers pick them up within a second instead of at the next reconcile. In a large fleet, whose
+  fair share comes from the fleet digest a few seconds late, a sweep short of room first waits
+  once for a fresher share (:attr:`Takeover.settle`): after a zone's loss the digest then counts
+  the sessions that died together, and the streams are taken at once instead of freed.
 
 Any worker runs the same sweep for an EXPIRED session seen for a heartbeat (a winner that died
 mid-takeover, a drain that left something behind, the reaper's tombstones): every step is a
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from streamlease import checkpoints, rules
@@ -57,6 +61,10 @@ class Takeover:
         self._view = view
         self._busy: set[str] = set()
         self._parallel = asyncio.Semaphore(PARALLEL_STEPS)
+        self.settle: Callable[[], Awaitable[None]] | None = None
+        """Set by the fleet watcher: waits, once per sweep, for a fresher fair share before
+        streams this worker has no room for are freed (in a large fleet the share comes from
+        the digest, a few seconds behind a zone's loss)."""
 
     def busy_with(self, session_id: str) -> bool:
         """True while a sweep of ``session_id`` runs here."""
@@ -90,6 +98,7 @@ class Takeover:
         ctx = self._ctx
         entries = _decode(vector)
         empty = taken = freed = 0
+        settle = self.settle  # once per sweep
         for _ in range(MAX_ROUNDS):
             try:
                 views = await asyncio.to_thread(ctx.store.owned_by, session_id)
@@ -103,6 +112,9 @@ class Takeover:
                 await asyncio.sleep(REREAD_SECONDS)
                 continue
             empty = 0
+            if settle is not None and self._room() < len(views):
+                await settle()
+                settle = None
             random.shuffle(views)
             async with asyncio.TaskGroup() as tasks:
                 steps = [
@@ -141,8 +153,12 @@ class Takeover:
             return await self._free(session_id, view, resume)
 
     def _has_room(self) -> bool:
+        return self._room() > 0
+
+    def _room(self) -> int:
+        """Streams this worker may still take: up to its fair share and its capacity."""
         holdings = self._holdings
-        return holdings.free > 0 and holdings.count < max(1, self._view.share)
+        return max(0, min(holdings.free, max(1, self._view.share) - holdings.count))
 
     async def _free(self, session_id: str, view: LeaseView, resume: int | None) -> str:
         ctx = self._ctx

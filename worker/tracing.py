@@ -1,4 +1,5 @@
-"""Traces of a stream's start in the worker: acquire, connect, first delivered batch (DESIGN §7).
+"""Traces of a stream's start in the worker: acquire, connect, first delivered batch
+(architecture §7).
 
 The worker joins the X-Ray trace of whoever asked for the stream: the API's ``POST /streams``
 or the reaper's handoff sends its command with the trace header as the SQS attribute

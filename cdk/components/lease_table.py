@@ -6,8 +6,8 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from cdk.config import BillingMode, CapacityRange
-from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, PK, IndexSpec
+from cdk.config import BillingMode, CapacityRange, TableIndexes
+from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, MIGRATION_STAGES, PK, IndexSpec
 
 _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
 _TARGET_UTILIZATION_PERCENT = 70
@@ -30,6 +30,7 @@ class LeaseTable(Construct):
 
     Point-in-time recovery and deletion protection are on and the table is retained when its
     stack is deleted: it is the only record of which streams are wanted and how far they got.
+    ``indexes``: the schema's, or those of a table midway through a migration.
     """
 
     def __init__(
@@ -40,8 +41,11 @@ class LeaseTable(Construct):
         billing: BillingMode,
         provisioned_read: CapacityRange,
         provisioned_write: CapacityRange,
+        indexes: TableIndexes = TableIndexes.CURRENT,
     ) -> None:
         super().__init__(scope, construct_id)
+        stage = indexes.stage
+        specs = INDEXES if stage is None else MIGRATION_STAGES[stage]
         if billing is BillingMode.ON_DEMAND:
             table_billing = dynamodb.Billing.on_demand()
         else:
@@ -67,7 +71,7 @@ class LeaseTable(Construct):
                     projection_type=_projection(index),
                     non_key_attributes=list(index.projected) if index.projected else None,
                 )
-                for index in INDEXES
+                for index in specs
             ],
         )
 

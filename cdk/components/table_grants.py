@@ -19,7 +19,14 @@ from typing import Any, Final
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 
-from streamlease.schema import BY_OWNER, BY_STATE, BY_STATE_EXPIRY, FLEET
+from streamlease.schema import (
+    BY_OWNER,
+    BY_SHARD_EXPIRY,
+    BY_STATE,
+    BY_STATE_EXPIRY,
+    FLEET,
+    LEGACY_BY_OWNER,
+)
 
 GET: Final = "dynamodb:GetItem"
 BATCH_GET: Final = "dynamodb:BatchGetItem"
@@ -40,29 +47,53 @@ class TableAccess:
 
 API_TABLE: Final = TableAccess(
     items=(GET, BATCH_GET, UPDATE),
-    indexes={BY_STATE.name: (QUERY,), FLEET.name: (QUERY,)},
+    indexes={BY_STATE.name: (QUERY,), FLEET.name: (QUERY,), BY_OWNER.name: (SCAN,)},
 )
-"""The API: streams written by conditional updates (create, start/stop, delete's tombstone), read
-one by one or in batches (a listing page, the sessions holding them); listings page through
-``by-state``; ``GET /workers`` reads the fleet."""
+"""The API: streams written by conditional updates (create, start/stop, delete's tombstone, and
+the orphan-index entry a start aligns), read one by one or in batches (a listing page, the
+sessions holding them); listings page through ``by-state``, or scan ``by-holder`` for a
+connection state; ``GET /workers`` reads the fleet."""
 REAPER_TABLE: Final = TableAccess(
     items=(GET, UPDATE),
-    indexes={FLEET.name: (QUERY,), BY_OWNER.name: (SCAN,)},
+    indexes={FLEET.name: (QUERY,), BY_OWNER.name: (QUERY, SCAN)},
 )
 """The reaper: the fleet's sessions, tombstones (updates) and their re-reads, the dead task's
-leases from a scan of the sparse ``by-owner`` index, and their releases."""
+leases from ``by-owner`` (one query per session; a scan when none of its sessions can be
+read), and their releases."""
 AUDITOR_TABLE: Final = TableAccess(
     items=(BATCH_GET,),
-    indexes={FLEET.name: (QUERY,), BY_STATE_EXPIRY.name: (QUERY,)},
+    indexes={FLEET.name: (QUERY,), BY_OWNER.name: (SCAN,), BY_SHARD_EXPIRY.name: (SCAN,)},
 )
-"""The auditor: reads only; the fleet, the STARTED streams, and a batch of orphans' times."""
+"""The auditor: reads only; the fleet, the held streams with their connection states
+(``by-holder``) and the free ones (the orphan index), and a batch of orphans' times."""
 WORKER_TABLE: Final = TableAccess(
     items=(GET, PUT, UPDATE, DELETE),
-    indexes={FLEET.name: (QUERY,), BY_STATE_EXPIRY.name: (QUERY,), BY_OWNER.name: (QUERY,)},
+    indexes={
+        FLEET.name: (QUERY,),
+        BY_SHARD_EXPIRY.name: (QUERY, SCAN),
+        BY_OWNER.name: (QUERY,),
+    },
 )
 """The worker: its session (created once with a conditional put, renewed, tombstoned), the
-fleet's tombstones deleted, every lease write, re-reads of lost answers; orphans and expiring
-leases from ``by-state-expiry``, its own streams from ``by-owner``."""
+fleet's tombstones deleted, every lease write, re-reads of lost answers, the fleet digest (read,
+claimed, written); orphans from the orphan index (sessions scan it, per-stream leases query
+it), its own streams from ``by-holder``."""
+PREVIOUS_WORKERS: Final = TableAccess(
+    indexes={BY_STATE_EXPIRY.name: (QUERY,), LEGACY_BY_OWNER.name: (QUERY,)}
+)
+"""What the previous release's workers read that this one's do not: granted to the worker role
+as well at the migration stage where this release rolls out over the previous one
+(``streamlease:tableIndexes=holder-added``), so old tasks keep working until replaced."""
+
+
+def with_access(access: TableAccess, more: TableAccess) -> TableAccess:
+    """``access`` and ``more`` together."""
+    indexes = {name: tuple(actions) for name, actions in access.indexes.items()}
+    for name, actions in more.indexes.items():
+        indexes[name] = tuple(dict.fromkeys((*indexes.get(name, ()), *actions)))
+    items = tuple(dict.fromkeys((*access.items, *more.items)))
+    return TableAccess(items=items, indexes=indexes)
+
 
 SEND_COMMANDS: Final = ("sqs:SendMessage",)
 """The API and the reaper send start and handoff commands."""

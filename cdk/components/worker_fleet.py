@@ -28,6 +28,7 @@ from cdk.components.table_grants import (
     WORKER_COMMANDS,
     WORKER_SINK,
     WORKER_TABLE,
+    TableAccess,
     grant_table,
     nag_spelling,
 )
@@ -94,9 +95,11 @@ class WorkerFleet(Construct):
         log_retention: logs.RetentionDays,
         secrets_prefix: str = "",
         spot_beyond_tasks: int | None = None,
+        table_access: TableAccess = WORKER_TABLE,
     ) -> None:
         """``spot_beyond_tasks``: None runs every task on Fargate; N runs the first N on Fargate
-        and the rest on Fargate Spot and Fargate alike."""
+        and the rest on Fargate Spot and Fargate alike. ``table_access``: the worker role's
+        DynamoDB grants (more while a table migrates)."""
         super().__init__(scope, construct_id)
         asset_platform, cpu_architecture = _PLATFORMS[architecture]
         self.cluster = ecs.Cluster(
@@ -161,7 +164,7 @@ class WorkerFleet(Construct):
         )
         self.trace_collector = add_trace_collector(self, self.task_definition, self.log_group)
         task_role = self.task_definition.task_role
-        grant_table(table, task_role, WORKER_TABLE)
+        grant_table(table, task_role, table_access)
         queue.grant(task_role, *WORKER_COMMANDS)
         sink_stream.grant(task_role, *WORKER_SINK)
         if secrets_prefix:

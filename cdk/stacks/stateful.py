@@ -40,6 +40,7 @@ class StatefulStack(Stack):
             billing=config.billing,
             provisioned_read=config.provisioned_read,
             provisioned_write=config.provisioned_write,
+            indexes=config.table_indexes,
         )
         commands = CommandQueue(
             self,

@@ -27,12 +27,15 @@ from cdk.components.service_function import ServiceFunction
 from cdk.components.table_grants import (
     API_TABLE,
     AUDITOR_TABLE,
+    PREVIOUS_WORKERS,
     REAPER_TABLE,
     SEND_COMMANDS,
+    WORKER_TABLE,
     grant_table,
+    with_access,
 )
 from cdk.components.worker_fleet import WorkerFleet
-from cdk.config import DeploymentConfig
+from cdk.config import DeploymentConfig, TableIndexes
 from streamlease import telemetry
 from streamlease.settings import Settings, SettingValue, settings_environment
 from streamlease.telemetry import AuditorMetric
@@ -166,6 +169,11 @@ class StatelessStack(Stack):
             log_retention=log_retention,
             secrets_prefix=config.secrets_prefix,
             spot_beyond_tasks=config.min_tasks if config.fargate_spot else None,
+            table_access=(
+                with_access(WORKER_TABLE, PREVIOUS_WORKERS)
+                if config.table_indexes is TableIndexes.HOLDER_ADDED
+                else WORKER_TABLE
+            ),
         )
         network.allow_clients(fleet.security_group)
         metrics = FleetMetrics(

@@ -1,4 +1,4 @@
-"""``/streams`` routes: create, start, stop, change, get, list, delete (DESIGN §6).
+"""``/streams`` routes: create, start, stop, change, get, list, delete (architecture §6).
 
 Writes are conditional (see :mod:`lambdas.stream_repo`); after a write that wants the stream
 running, a START hint goes to SQS. Idempotent repeats answer 200 and change nothing: creating

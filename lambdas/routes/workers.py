@@ -1,4 +1,4 @@
-"""``GET /workers``: the live fleet, from the worker items (DESIGN §3)."""
+"""``GET /workers``: the live fleet, from the worker items (architecture §3)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ from streamlease.errors import StreamleaseError
 USER_AGENT: Final = "streamlease-cli/1"
 DEFAULT_TIMEOUT_SECONDS: Final = 10.0
 PAGE_LIMIT: Final = 100
+LOCAL_STACK_PATH: Final = "/local/stack"
+"""Where a local stack's API describes the stack (its moto server, state directory, processes);
+other APIs have no such route."""
 
 
 class ApiError(StreamleaseError):
@@ -206,10 +209,12 @@ def _api_error(response: Response, parsed: dict[str, Any] | None) -> ApiError:
             code=str(error.get("code") or ""),
             field=error.get("field") or None,
         )
-    # API Gateway's own errors (403 from IAM auth, 429, 5xx) are {"message": ...} or {"Message"}.
+    # API Gateway's own errors (403 from IAM auth, 429, 5xx) are {"message": ...} or {"Message"};
+    # the local stack adds a "hint" to its 403 for an unknown route.
     for key in ("message", "Message"):
         if parsed and isinstance(parsed.get(key), str):
-            return ApiError(response.status, parsed[key])
+            hint = parsed.get("hint")
+            return ApiError(response.status, parsed[key] + (f": {hint}" if hint else ""))
     text = response.body.decode("utf-8", "replace").strip().splitlines()
     first = text[0][:200] if text else "request failed"
     return ApiError(response.status, first or "request failed")

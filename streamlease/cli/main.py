@@ -28,7 +28,14 @@ from streamlease.cli.batch import (
 )
 from streamlease.cli.client import DEFAULT_TIMEOUT_SECONDS, ApiClient, ApiError
 from streamlease.cli.config import CliConfig, read_config
-from streamlease.cli.mutations import MUTATIONS, error_data, run_mutation
+from streamlease.cli.mutations import (
+    DEFAULT_WAIT_SECONDS,
+    MUTATIONS,
+    Waiting,
+    WaitTimedOut,
+    error_data,
+    run_mutation,
+)
 from streamlease.cli.profile_args import (
     ProfileArgsError,
     add_profile_flags,
@@ -46,6 +53,7 @@ from streamlease.cli.render import (
     trouble_summary,
     worker_row,
 )
+from streamlease.cli.secret import SecretError, add_parser, put_secret, read_value, store_for
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.transport import HttpTransport, Transport, TransportError
 from streamlease.cli.watch import watch
@@ -133,6 +141,19 @@ def build_parser() -> _Parser:
         )
         if mutation.with_url:
             add_profile_flags(sub)
+        if mutation.waits:
+            sub.add_argument(
+                "--wait",
+                action="store_true",
+                help="return once each stream's holder has let go of it (rm: then delete it)",
+            )
+            sub.add_argument(
+                "--wait-timeout",
+                type=float,
+                default=DEFAULT_WAIT_SECONDS,
+                metavar="SECONDS",
+                help=f"how long --wait waits per stream (default {DEFAULT_WAIT_SECONDS:g})",
+            )
     change = command(
         "set",
         "change a stream's URL or connection profile in place (it keeps its last seq; the "
@@ -160,6 +181,7 @@ def build_parser() -> _Parser:
     live.add_argument(
         "--interval", type=float, default=1.0, metavar="SECONDS", help="refresh period (default 1)"
     )
+    add_parser(commands, common)
     return parser
 
 
@@ -238,7 +260,7 @@ def main(
     except TransportError as exc:
         hint = " (is `make run` running?)" if url == config.local_api_url else ""
         io.fail(exc, f"cannot reach the API at {url}: {exc}{hint}")
-    except CredentialsMissing as exc:
+    except (CredentialsMissing, WaitTimedOut, SecretError) as exc:
         io.fail(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -278,6 +300,7 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
             out=io.out,
             error=io.error,
             as_json=io.as_json,
+            waiting=_waiting(args),
         )
     if command == "set":
         stream = _change(args, client)
@@ -302,6 +325,10 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
         rows = [worker_row(w) for w in workers]
         lines = table(WORKER_HEADERS, rows, right="STREAMS,PID") if rows else ["no live workers"]
         _emit(io, {"workers": workers}, lines)
+    elif command == "secret":
+        store = store_for(client)
+        done = put_secret(store, args.name, read_value(io.stdin, args.name))
+        _emit(io, done, [f"{done['result']} secret {args.name} in {store.description}"])
     elif command == "watch":
         if not args.interval > 0:
             raise UsageError("--interval must be more than 0 seconds")
@@ -331,6 +358,14 @@ def _change(args: argparse.Namespace, client: ApiClient) -> dict[str, Any]:
         except ProfileArgsError as exc:
             raise UsageError(str(exc)) from None
     return client.change_stream(args.id, ws_url=args.url, profile=profile)
+
+
+def _waiting(args: argparse.Namespace) -> Waiting | None:
+    if not getattr(args, "wait", False):
+        return None
+    if not args.wait_timeout > 0:
+        raise UsageError("--wait-timeout must be more than 0 seconds")
+    return Waiting(timeout_seconds=args.wait_timeout)
 
 
 def _targets(args: argparse.Namespace, stdin: TextIO) -> list[Target]:

@@ -2,11 +2,16 @@
 or many.
 
 One stream prints what it did (``created s1: STARTED, ...``) or one error line. Many print a
-line per stream as each call returns, failures on stderr, then a summary line; ``--json``
-prints one document with every result in input order. A failure of the API for one stream
-does not stop the others; a request that gets no answer at all (the API is down, credentials
-are missing) stops the batch, since the rest would fail alike: every command here may be
-repeated safely.
+line per stream as each call returns, failures on stderr, then a summary line. ``--json``
+prints one document whatever the number of streams: ``{"results": [...], "summary": {...}}``,
+each result in input order with its outcome (``created``, ``unchanged``, ``stopping``, ...) or
+its error. A failure of the API for one stream does not stop the others; a request that gets
+no answer at all (the API is down, credentials are missing) stops the batch, since the rest
+would fail alike: every command here may be repeated safely. ``rm`` of a stream that is gone
+already succeeds (``already_deleted``).
+
+``stop --wait`` returns once each stream's holder has let go of it (``stopped``); ``rm --wait``
+waits for that before deleting. Both give up after ``--wait-timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from urllib.parse import urlsplit
 
 from streamlease.cli.batch import Outcome, Target, run_all
 from streamlease.cli.client import ApiClient, ApiError
-from streamlease.cli.render import stream_summary
+from streamlease.cli.render import stream_summary, worker_name
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.transport import TransportError
+from streamlease.errors import StreamleaseError
+from streamlease.schema import DesiredState
 
 ErrorSink = Callable[..., None]
 """``error(message, code=..., **detail)``: one error line on stderr."""
@@ -33,6 +40,27 @@ NOT_SENT: Final = "not_sent"
 WEBSOCKET_HINT: Final = (
     "{scheme}:// is not a WebSocket URL: use wss:// (or ws://, which the local stack allows)"
 )
+DEFAULT_WAIT_SECONDS: Final = 60.0
+WAIT_POLL_SECONDS: Final = 0.5
+
+
+class WaitTimedOut(StreamleaseError):
+    """``--wait`` gave up: the stream's holder had not let go of it in time."""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """``--wait``: how long to wait for each stream's holder to let go of it, and how often to
+    look (seconds). ``sleep`` and ``clock`` (monotonic seconds) are seams for tests."""
+
+    timeout_seconds: float = DEFAULT_WAIT_SECONDS
+    poll_seconds: float = WAIT_POLL_SECONDS
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
+Call = Callable[[ApiClient, Target, Waiting | None], tuple[str, dict[str, Any] | None]]
+"""One API call for one target, waiting as told: (what happened, the stream as last read)."""
 
 
 @dataclass(frozen=True)
@@ -45,11 +73,14 @@ class Mutation:
     arguments: str
     lines: str
     with_url: bool
-    call: Callable[[ApiClient, Target], tuple[str, dict[str, Any] | None]]
-    """One API call for one target: (what happened, the stream as the API returned it)."""
+    call: Call
+    waits: bool = False
+    """Takes ``--wait``."""
 
 
-def _start(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
+def _start(
+    client: ApiClient, target: Target, _: Waiting | None
+) -> tuple[str, dict[str, Any] | None]:
     assert target.ws_url is not None
     try:
         created, stream = client.create_stream(target.id, target.ws_url, target.profile)
@@ -58,19 +89,70 @@ def _start(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | Non
     return ("created" if created else "unchanged"), stream
 
 
-def _stop(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
+def _stop(
+    client: ApiClient, target: Target, waiting: Waiting | None
+) -> tuple[str, dict[str, Any] | None]:
     changed, stream = client.stop_stream(target.id)
-    return ("stopping" if changed else "already_stopped"), stream
+    if waiting is None:
+        return ("stopping" if changed else "already_stopped"), stream
+    stream = _released(client, target.id, waiting)
+    return ("stopped" if changed else "already_stopped"), stream
 
 
-def _resume(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
+def _resume(
+    client: ApiClient, target: Target, _: Waiting | None
+) -> tuple[str, dict[str, Any] | None]:
     changed, stream = client.start_stream(target.id)
     return ("starting" if changed else "already_started"), stream
 
 
-def _remove(client: ApiClient, target: Target) -> tuple[str, dict[str, Any] | None]:
-    client.delete_stream(target.id)
-    return "deleted", None
+def _remove(
+    client: ApiClient, target: Target, waiting: Waiting | None
+) -> tuple[str, dict[str, Any] | None]:
+    """DELETE; gone already is done too. With ``waiting``, a stopped stream still held is
+    deleted once its holder has released it (a started one is refused at once)."""
+    deadline = None if waiting is None else waiting.clock() + waiting.timeout_seconds
+    while True:
+        try:
+            client.delete_stream(target.id)
+        except ApiError as exc:
+            if exc.status == 404:
+                return "already_deleted", None
+            if exc.status != 409 or waiting is None or deadline is None:
+                raise
+            try:
+                stream = client.get_stream(target.id)
+            except ApiError as gone:
+                if gone.status == 404:
+                    return "already_deleted", None
+                raise
+            if stream.get("desired_state") == DesiredState.STARTED:
+                raise
+            if waiting.clock() >= deadline:
+                raise _still_held(target.id, stream, waiting) from None
+            waiting.sleep(waiting.poll_seconds)
+            continue
+        return "deleted", None
+
+
+def _released(client: ApiClient, stream_id: str, waiting: Waiting) -> dict[str, Any]:
+    """The stream once nobody holds a live lease on it. Raises :class:`WaitTimedOut` after
+    ``waiting.timeout_seconds``, :class:`ApiError` as the API answers."""
+    deadline = waiting.clock() + waiting.timeout_seconds
+    while True:
+        stream = client.get_stream(stream_id)
+        if not stream.get("owner") or stream.get("lease_state") != "held":
+            return stream
+        if waiting.clock() >= deadline:
+            raise _still_held(stream_id, stream, waiting)
+        waiting.sleep(waiting.poll_seconds)
+
+
+def _still_held(stream_id: str, stream: dict[str, Any], waiting: Waiting) -> WaitTimedOut:
+    return WaitTimedOut(
+        f"{stream_id} is still held by {worker_name(stream.get('owner'))} after "
+        f"{waiting.timeout_seconds:g} s (--wait-timeout)"
+    )
 
 
 MUTATIONS: Final = {
@@ -93,6 +175,7 @@ MUTATIONS: Final = {
             '{"id": ...} (other keys ignored) or a bare id',
             False,
             _stop,
+            waits=True,
         ),
         Mutation(
             "resume",
@@ -105,12 +188,13 @@ MUTATIONS: Final = {
         ),
         Mutation(
             "rm",
-            "delete stopped streams",
+            "delete stopped streams (one that is gone already counts as done)",
             "ID",
             "stream ids",
             '{"id": ...} (other keys ignored) or a bare id',
             False,
             _remove,
+            waits=True,
         ),
     )
 }
@@ -120,6 +204,7 @@ _LABELS: Final = {
     "already_stopped": "already stopped:",
     "already_started": "already started:",
 }
+_NOTES: Final = {"already_deleted": "(deleted before, or never created)"}
 
 
 def words(verb: str) -> str:
@@ -130,7 +215,8 @@ def words(verb: str) -> str:
 def result_line(outcome: Outcome) -> str:
     """``created s1: STARTED, owner -, generation 1`` / ``already stopped: s1: ...``."""
     if outcome.stream is None:
-        return f"{words(outcome.verb)} {outcome.target.id}"
+        note = _NOTES.get(outcome.verb)
+        return f"{words(outcome.verb)} {outcome.target.id}" + (f" {note}" if note else "")
     return f"{_LABELS.get(outcome.verb, outcome.verb)} {stream_summary(outcome.stream)}"
 
 
@@ -144,26 +230,23 @@ def run_mutation(
     out: TextIO,
     error: ErrorSink,
     as_json: bool,
+    waiting: Waiting | None = None,
 ) -> int:
     """Run ``mutation`` for every target; returns the exit code (1 if any failed).
 
-    ``single``: one stream named on the command line; its errors propagate to the caller,
-    which reports them as for any other command.
+    ``single``: one stream named on the command line; without ``as_json`` its errors
+    propagate to the caller, which reports them as for any other command. ``waiting``: wait
+    for holders to let go (``--wait``; only for mutations that take it).
     """
-    if single:
-        verb, stream = mutation.call(client, targets[0])
-        outcome = Outcome(targets[0], verb, stream)
-        if as_json:
-            data = stream if stream is not None else {"id": targets[0].id, verb: True}
-            out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        else:
-            out.write(result_line(outcome) + "\n")
+    if single and not as_json:
+        verb, stream = mutation.call(client, targets[0], waiting)
+        out.write(result_line(Outcome(targets[0], verb, stream)) + "\n")
         return 0
 
     started = time.monotonic()
     outcomes: dict[int, Outcome] = {}
     halted: Outcome | None = None
-    results = run_all(targets, _safely(mutation, client), concurrency=concurrency)
+    results = run_all(targets, _safely(mutation, client, waiting), concurrency=concurrency)
     try:
         for outcome in results:
             outcomes[id(outcome.target)] = outcome
@@ -205,11 +288,13 @@ def summary_line(name: str, total: int, counts: Counter[str], seconds: float) ->
     return f"{name}: {total} {noun} in {seconds:.1f} s: {', '.join(done)}"
 
 
-def _safely(mutation: Mutation, client: ApiClient) -> Callable[[Target], Outcome]:
+def _safely(
+    mutation: Mutation, client: ApiClient, waiting: Waiting | None
+) -> Callable[[Target], Outcome]:
     def call(target: Target) -> Outcome:
         try:
-            verb, stream = mutation.call(client, target)
-        except (ApiError, TransportError, CredentialsMissing) as exc:
+            verb, stream = mutation.call(client, target, waiting)
+        except (ApiError, TransportError, CredentialsMissing, WaitTimedOut) as exc:
             return Outcome(target, FAILED, error=exc)
         return Outcome(target, verb, stream)
 
@@ -250,7 +335,10 @@ def error_data(exc: Exception) -> dict[str, Any]:
             "status": exc.status,
             "field": exc.field,
         }
-    code = "unreachable" if isinstance(exc, TransportError) else "credentials"
+    if isinstance(exc, WaitTimedOut):
+        code = "wait_timeout"
+    else:
+        code = "unreachable" if isinstance(exc, TransportError) else "credentials"
     return {"code": code, "message": str(exc)}
 
 

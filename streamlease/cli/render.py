@@ -238,6 +238,45 @@ def table(
     return [line(headers)] + [line(row) for row in body]
 
 
+def fit_columns(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    width: int,
+    *,
+    drop: Sequence[str],
+) -> tuple[list[str], list[list[str]]]:
+    """The columns of a table that fit ``width``: those named in ``drop`` are removed, in that
+    order, until every column but the last fits whole and the last keeps at least its header's
+    width (:func:`table` narrows only that one). Values are never abbreviated."""
+    kept, body = list(headers), [list(row) for row in rows]
+
+    def needed() -> int:
+        widths = [max([len(h), *(len(row[i]) for row in body)]) for i, h in enumerate(kept)]
+        return sum(widths[:-1]) + 2 * (len(widths) - 1) + len(kept[-1])
+
+    for name in drop:
+        if needed() <= width:
+            break
+        if name in kept:
+            index = kept.index(name)
+            del kept[index]
+            for row in body:
+                del row[index]
+    return kept, body
+
+
+def pack(parts: Sequence[str], width: int, separator: str = "  ") -> list[str]:
+    """``parts`` joined into as few lines of at most ``width`` characters as they go (a part
+    is never split; one longer than ``width`` is a line of its own)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(separator) + len(part) <= width:
+            lines[-1] += separator + part
+        else:
+            lines.append(part)
+    return lines
+
+
 STREAM_HEADERS: Final = (
     "ID",
     "STATE",

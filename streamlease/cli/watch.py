@@ -1,8 +1,13 @@
 """``streamlease watch``: a live terminal view of streams and workers, redrawn every second.
 
-The local counterpart of the CloudWatch dashboard. Messages per second come from ``last_seq``
-deltas; ``last_seq`` is a checkpoint written once per heartbeat, so rates are averaged over a
-window of several heartbeats rather than between two frames.
+The terminal counterpart of the dashboards. Messages per second come from ``last_seq``
+deltas; ``last_seq`` is a checkpoint the owner writes once per heartbeat, so each sample is
+placed at the time of that heartbeat (the owner's heartbeat age says when) rather than at the
+time of the poll, and rates are averaged over a window of several heartbeats. ``--once`` polls
+until it has seen two checkpoints of every held stream (at most :data:`ONCE_MAX_SECONDS`).
+
+A frame fits the terminal's width by leaving out the least needed columns (:data:`DROP_FIRST`)
+and wrapping the headline, not by cutting values.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from streamlease.cli.render import (
     STREAM_HEADERS,
     STREAM_RIGHT,
     WORKER_HEADERS,
+    fit_columns,
+    pack,
     paint,
     row_colour,
     stream_row,
@@ -36,8 +43,24 @@ CLEAR: Final = "\x1b[H\x1b[2J"
 HIDE_CURSOR: Final = "\x1b[?25l"
 SHOW_CURSOR: Final = "\x1b[?25h"
 RATE_WINDOW_SECONDS: Final = 15.0
+ONCE_MAX_SECONDS: Final = 15.0
+"""Longest ``--once`` polls for a second checkpoint (three heartbeats at the defaults)."""
 UNCUT: Final = 100_000
 """Line width of a frame written to a pipe: lines are not cut."""
+DROP_FIRST: Final = (
+    "TAKEOVERS",
+    "EPOCH",
+    "LEASE",
+    "STATE",
+    "RCVD/DLVD/BAD/GAPS",
+    "LAST_MSG",
+    "LAST_ERROR",
+    "VERSION",
+    "HOST",
+    "HEARTBEAT",
+)
+"""Columns left out, in this order, when a table does not fit the terminal (``get`` shows a
+stream whole)."""
 
 
 @dataclass
@@ -48,7 +71,8 @@ class RateTracker:
     _samples: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
 
     def observe(self, stream_id: str, now: float, last_seq: int) -> None:
-        """Record ``last_seq`` at ``now``; a lower ``last_seq`` (recreated stream) starts over."""
+        """Record ``last_seq`` as of ``now``; a lower ``last_seq`` (recreated stream) starts
+        over."""
         samples = self._samples.setdefault(stream_id, deque())
         if samples and last_seq < samples[-1][1]:
             samples.clear()
@@ -89,6 +113,26 @@ def take_snapshot(client: ApiClient) -> Snapshot:
     except (ApiError, TransportError) as exc:
         return Snapshot([], [], error=str(exc))
     return Snapshot(streams, workers)
+
+
+def observe_snapshot(rates: RateTracker, snapshot: Snapshot, now: float) -> None:
+    """Record every stream's ``last_seq`` at the time it was checkpointed: ``now`` (monotonic
+    seconds) less its owner's heartbeat age when the owner is listed, else ``now``."""
+    ages = {w.get("id"): w.get("heartbeat_age_ms") for w in snapshot.workers}
+    for stream in snapshot.streams:
+        age = ages.get(stream.get("owner"))
+        at = now - age / 1000 if isinstance(age, int | float) else now
+        rates.observe(str(stream.get("id")), at, int(stream.get("last_seq") or 0))
+    rates.forget_except({str(s.get("id")) for s in snapshot.streams})
+
+
+def rates_known(rates: RateTracker, snapshot: Snapshot) -> bool:
+    """True when every started stream with a live lease has a rate."""
+    return all(
+        rates.rate(str(s.get("id"))) is not None
+        for s in snapshot.streams
+        if s.get("desired_state") == DesiredState.STARTED and s.get("lease_state") == "held"
+    )
 
 
 def rate_text(rate: float | None) -> str:
@@ -151,14 +195,19 @@ def render_frame(
     known = [r for r in (stream_rate(rates, s) for s in started) if r is not None]
     total = f"{sum(known):.1f}" if known else NONE
     trouble_text = f"trouble {len(troubled)}" + (" (owned, not delivering)" if troubled else "")
-    headline = (
-        f"streams {len(streams)}  wanted {len(started)}  owned {len(owned)}  {trouble_text}  "
-        f"orphaned {len(started) - len(owned)} ({len(expired)} lease expired)  "
-        f"workers {len(workers)}  msgs/s {total}"
-    )[:width]
-    if troubled and trouble_text in headline:
-        headline = headline.replace(trouble_text, paint(trouble_text, RED, colour), 1)
-    lines.append(headline)
+    parts = [
+        f"streams {len(streams)}",
+        f"wanted {len(started)}",
+        f"owned {len(owned)}",
+        trouble_text,
+        f"orphaned {len(started) - len(owned)} ({len(expired)} lease expired)",
+        f"workers {len(workers)}",
+        f"msgs/s {total}",
+    ]
+    for headline in pack(parts, width):
+        if troubled and trouble_text in headline:
+            headline = headline.replace(trouble_text, paint(trouble_text, RED, colour), 1)
+        lines.append(headline)
     lines.append("")
     # Rows left for the two tables: this header, a blank line, each table's header and its
     # "more" line, and one row spare so the final newline does not scroll the frame.
@@ -174,7 +223,8 @@ def render_frame(
     for stream in shown_streams:
         row = stream_row(stream, at_ms)
         rows.append([*row[:position], rate_text(stream_rate(rates, stream)), *row[position:]])
-    stream_table = table(headers, rows, right=STREAM_RIGHT + ",MSG/S", width=width)
+    fitted, rows = fit_columns(headers, rows, width, drop=DROP_FIRST)
+    stream_table = table(fitted, rows, right=STREAM_RIGHT + ",MSG/S", width=width)
     lines.append(stream_table[0])
     lines += [  # cut to the width already: painting adds only invisible characters
         row_colour(line, stream, colour)
@@ -185,9 +235,10 @@ def render_frame(
         lines.append(more_text(len(streams) - len(shown_streams), "stream", hint))
     lines.append("")
     if workers:
-        lines += table(
-            WORKER_HEADERS, [worker_row(w) for w in shown_workers], right="STREAMS,PID", width=width
+        fitted, rows = fit_columns(
+            WORKER_HEADERS, [worker_row(w) for w in shown_workers], width, drop=DROP_FIRST
         )
+        lines += table(fitted, rows, right="STREAMS,PID", width=width)
         if len(workers) > len(shown_workers):
             hint = "see `streamlease workers`"
             lines.append(more_text(len(workers) - len(shown_workers), "worker", hint))
@@ -225,24 +276,29 @@ def watch(
 ) -> int:
     """Poll and redraw until interrupted (Ctrl-C). Returns the exit code.
 
-    ``once`` prints a single frame without screen control codes and returns 1 if the API could
-    not be read. On a terminal (``terminal``, default: ``out.isatty()``) lines fit its width,
-    streams in trouble are red unless ``colour`` is off, and a live view fits its height too.
-    ``sleep``, ``terminal_size`` and ``clock`` (monotonic seconds) are seams for tests. The
-    redraw is a plain ANSI clear-screen, which every terminal and tmux handle.
+    ``once`` prints a single frame without screen control codes, once every held stream has a
+    rate (polling every ``interval_seconds`` for at most :data:`ONCE_MAX_SECONDS`), and
+    returns 1 if the API could not be read. On a terminal (``terminal``, default:
+    ``out.isatty()``) lines fit its width, streams in trouble are red unless ``colour`` is off,
+    and a live view fits its height too. ``sleep``, ``terminal_size`` and ``clock`` (monotonic
+    seconds) are seams for tests. The redraw is a plain ANSI clear-screen, which every
+    terminal and tmux handle.
     """
     on_terminal = out.isatty() if terminal is None else terminal
     rates = RateTracker()
     drawing = not once and not as_json
     if drawing:
         out.write(HIDE_CURSOR)
+    first = clock()
     try:
         while True:
             started = clock()
             snapshot = take_snapshot(client)
-            for stream in snapshot.streams:
-                rates.observe(str(stream.get("id")), started, int(stream.get("last_seq") or 0))
-            rates.forget_except({str(s.get("id")) for s in snapshot.streams})
+            observe_snapshot(rates, snapshot, started)
+            sampling = once and not snapshot.error and not rates_known(rates, snapshot)
+            if sampling and started - first < ONCE_MAX_SECONDS:
+                sleep(max(interval_seconds - (clock() - started), 0.05))
+                continue
             if as_json:
                 out.write(json.dumps(frame_json(snapshot, rates), separators=(",", ":")) + "\n")
             else:

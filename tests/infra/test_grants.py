@@ -1,4 +1,5 @@
-"""Least privilege: every principal may call exactly the data actions its code calls.
+"""Least privilege: every principal may call exactly the data actions its code calls (and, while
+a table migrates, the worker what the previous release's workers call).
 
 The lists below are the specification: what each principal's code calls on the lease table (on
 items, and per index: every Query and Scan goes to one), on the command queue and on the sink
@@ -7,31 +8,38 @@ stream. A grant beyond them, or one missing, fails here.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from aws_cdk import App
 from template_support import TemplateJson, actions_of, flat, resources_in, statements_of
 
+from cdk.app import REPO_ROOT, build
+
 DATA_SERVICES = ("dynamodb", "sqs", "kinesis")
+CDK_CONTEXT: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 
 EXPECTED: dict[str, dict[str, set[str]]] = {
     "ApiFunctionRole": {
         "table": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem"},
         "index/by-state": {"dynamodb:Query"},
         "index/fleet": {"dynamodb:Query"},
+        "index/by-holder": {"dynamodb:Scan"},  # listings by connection state
         "queue": {"sqs:SendMessage"},
     },
     "ReaperFunctionRole": {
         "table": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
         "index/fleet": {"dynamodb:Query"},
-        "index/by-owner": {"dynamodb:Scan"},
+        "index/by-holder": {"dynamodb:Query", "dynamodb:Scan"},
         "queue": {"sqs:SendMessage"},
         "reaper dead letters": {"sqs:SendMessage"},  # its failed runs (on-failure destination)
     },
     "AuditorFunctionRole": {
         "table": {"dynamodb:BatchGetItem"},
         "index/fleet": {"dynamodb:Query"},
-        "index/by-state-expiry": {"dynamodb:Query"},
+        "index/by-holder": {"dynamodb:Scan"},
+        "index/by-shard-expiry": {"dynamodb:Scan"},
     },
     "WorkersTaskDefinitionTaskRole": {
         "table": {
@@ -41,8 +49,8 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
             "dynamodb:DeleteItem",
         },
         "index/fleet": {"dynamodb:Query"},
-        "index/by-state-expiry": {"dynamodb:Query"},
-        "index/by-owner": {"dynamodb:Query"},
+        "index/by-shard-expiry": {"dynamodb:Query", "dynamodb:Scan"},
+        "index/by-holder": {"dynamodb:Query"},
         "queue": {
             "sqs:ReceiveMessage",
             "sqs:DeleteMessage",
@@ -59,7 +67,14 @@ def _target(resource: Any) -> str:
     sink, the reaper's dead-letter queue."""
     text = flat(resource)
     if "LeaseTable" in text:
-        for index in ("by-state-expiry", "by-state", "by-owner", "fleet"):
+        for index in (
+            "by-state-expiry",
+            "by-shard-expiry",
+            "by-state",
+            "by-owner",
+            "by-holder",
+            "fleet",
+        ):
             if text.endswith(f'"/index/{index}"]]}}'):
                 return f"index/{index}"
         assert "/index/" not in text, f"an index grant that names no index: {text}"
@@ -106,3 +121,30 @@ def test_no_principal_may_scan_or_write_in_batches_the_code_never_does(
         assert "dynamodb:BatchWriteItem" not in actions, role
         assert not {a for a in actions if a.startswith("dynamodb:") and "Stream" in a}, role
         assert "dynamodb:PutItem" not in actions or role.startswith("Workers"), role
+
+
+@pytest.fixture(scope="module")
+def migrating(tmp_path_factory: pytest.TempPathFactory) -> TemplateJson:
+    """The stateless template at the migration stage where this release rolls out."""
+    directory = tmp_path_factory.mktemp("cdk-migrating.out")
+    app = App(
+        context={**CDK_CONTEXT, "streamlease:tableIndexes": "holder-added"}, outdir=str(directory)
+    )
+    deployment = build(app)
+    app.synth()
+    template: TemplateJson = json.loads(
+        (directory / deployment.stateless.template_file).read_text()
+    )
+    return template
+
+
+def test_while_this_release_rolls_out_the_workers_keep_the_previous_ones_grants(
+    migrating: TemplateJson,
+) -> None:
+    """Old workers still running query by-state-expiry and by-owner until they are replaced;
+    at every other stage the worker role has exactly its own (above)."""
+    grants = data_grants(migrating, "WorkersTaskDefinitionTaskRole")
+    expected = dict(EXPECTED["WorkersTaskDefinitionTaskRole"])
+    expected["index/by-state-expiry"] = {"dynamodb:Query"}
+    expected["index/by-owner"] = {"dynamodb:Query"}
+    assert grants == expected

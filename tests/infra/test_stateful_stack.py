@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Match, Template
 from template_support import TemplateJson, properties_of, resources_of
 
 from cdk.components.lease_table import LeaseTable
-from cdk.config import BillingMode, CapacityRange
+from cdk.config import BillingMode, CapacityRange, TableIndexes
 from streamlease.schema import (
+    BY_OWNER,
+    BY_SHARD_EXPIRY,
     BY_STATE,
+    BY_STATE_EXPIRY,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
+    LEGACY_BY_OWNER,
+    MIGRATION_STAGES,
     PK,
     StreamAttr,
     create_table_kwargs,
@@ -192,3 +198,40 @@ def test_outputs_name_what_a_worker_outside_the_fleet_needs(stateful_json: Templ
     assert outputs["TableName"]["Value"] == {"Ref": "LeaseTable"}
     assert outputs["CommandQueueUrl"]["Value"] == {"Ref": "CommandQueue"}
     assert outputs["SinkStreamName"]["Value"] == {"Ref": "SinkStream"}
+
+
+@pytest.mark.parametrize(
+    "stage", [t for t in TableIndexes if t is not TableIndexes.CURRENT], ids=str
+)
+def test_each_migration_stage_deploys_its_indexes(small_stack: Stack, stage: TableIndexes) -> None:
+    """streamlease:tableIndexes names a stage of a deployed table's move: the table has
+    exactly that stage's indexes (one index more or less than the stage before)."""
+    LeaseTable(
+        small_stack,
+        "Leases",
+        billing=BillingMode.ON_DEMAND,
+        provisioned_read=CapacityRange(1, 1),
+        provisioned_write=CapacityRange(1, 1),
+        indexes=stage,
+    )
+    resources = Template.from_stack(small_stack).to_json()["Resources"]
+    (props,) = [
+        r["Properties"] for r in resources.values() if r["Type"] == "AWS::DynamoDB::GlobalTable"
+    ]
+    names = {gsi["IndexName"] for gsi in props["GlobalSecondaryIndexes"]}
+    assert stage.stage is not None
+    assert names == {index.name for index in MIGRATION_STAGES[stage.stage]}
+    defined = {d["AttributeName"] for d in props["AttributeDefinitions"]}
+    used = {
+        k for index in MIGRATION_STAGES[stage.stage] for k in (index.partition_key, index.sort_key)
+    }
+    assert defined == (used - {None}) | {PK}
+
+
+def test_the_current_layout_has_no_old_orphan_index(stateful_json: TemplateJson) -> None:
+    """What cdk.json deploys: by-shard-expiry and by-holder; by-state-expiry and by-owner
+    gone."""
+    table = properties_of(stateful_json, "AWS::DynamoDB::GlobalTable")
+    names = {gsi["IndexName"] for gsi in table["GlobalSecondaryIndexes"]}
+    assert {BY_SHARD_EXPIRY.name, BY_OWNER.name} <= names
+    assert not names & {BY_STATE_EXPIRY.name, LEGACY_BY_OWNER.name}

@@ -16,7 +16,7 @@ from bench import write_cost
 from bench.common import Progress
 from bench.context import DEFAULT_SCALE, PER_STREAM, SESSIONS, BenchContext
 from local.moto_process import MotoProcess
-from streamlease.schema import BY_STATE_EXPIRY, FLEET
+from streamlease.schema import BY_SHARD_EXPIRY, FLEET
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_a_session_worker_renews_its_session_and_no_stream_in_a_steady_window(
     renewals = counts["by_target"].get(write_cost.SESSION_RENEWAL, 0)
     assert renewals >= HEARTBEATS - 1, counts
     assert counts["by_target"].get(write_cost.STREAM_WRITE, 0) == 0, counts
-    assert counts["write_units"].get(BY_STATE_EXPIRY.name, 0) == 0, counts
+    assert counts["write_units"].get(BY_SHARD_EXPIRY.name, 0) == 0, counts
     assert counts["write_units"].get(FLEET.name, 0) == renewals, counts
     assert counts["write_units_by_request"][write_cost.SESSION_RENEWAL] == 2 * renewals, counts
     assert window.held == STREAMS
@@ -52,12 +52,12 @@ def test_a_per_stream_worker_renews_every_stream_and_moves_its_index_entry(
     moto_server: MotoProcess, tmp_path: Path
 ) -> None:
     """Per-stream: every held stream is renewed in the window, and each renewal moved the
-    by-state-expiry index entry (delete + insert) on top of its table write."""
+    by-shard-expiry index entry (delete + insert) on top of its table write."""
     ctx = context(moto_server, tmp_path)
     [window] = write_cost.measure(ctx, PER_STREAM, (STREAMS,), HEARTBEATS, scale=DEFAULT_SCALE)
     counts = window.counts
     renewals = counts["by_target"].get(write_cost.STREAM_WRITE, 0)
     assert renewals >= STREAMS * (HEARTBEATS - 1), counts
     units = counts["write_units"]
-    assert units.get(BY_STATE_EXPIRY.name, 0) >= 2 * renewals, counts
+    assert units.get(BY_SHARD_EXPIRY.name, 0) >= 2 * renewals, counts
     assert window.held == STREAMS

@@ -1,6 +1,6 @@
 """The checkpoint vector under hostile input and stale state, with real worker processes:
 seqs beyond the bound never reach it, and a takeover applies an entry only to the stream it
-belongs to (DESIGN §4a, "Bounded inputs")."""
+belongs to (architecture §4a, "Bounded inputs")."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import random
 import subprocess
 import sys
@@ -105,12 +106,15 @@ def run_racers(
     Each racer (``script`` run with the arguments) prints ``ready`` once connected, waits for
     ``go`` on stdin, races, and prints one JSON report.
     """
+    root = str(Path(__file__).resolve().parents[2])  # racers may import lambdas, as tests do
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     processes = [
         subprocess.Popen(
             [sys.executable, str(script), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env={**os.environ, "PYTHONPATH": path},
         )
         for args in arguments
     ]

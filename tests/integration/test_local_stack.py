@@ -32,6 +32,7 @@ from local_stack_run import (
 from local.sink_report import build_report
 from local.stack import port_in_use
 from streamlease.cli.render import worker_name
+from streamlease.telemetry import ReaperMetric
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +109,34 @@ def test_streams_keep_flowing_when_a_worker_is_killed(stack: StackRun) -> None:
         assert summary.violations == (), summary.violations
     for stream_id in victims_streams:
         assert report.stream(stream_id).epochs >= 2
+
+
+def reaper_stop_counts(stack: StackRun) -> list[float]:
+    """Every UnplannedTaskStops value the reaper emitted (one per stopped task), in order."""
+    counts: list[float] = []
+    for line in (stack.state_dir / "logs" / "lambdas.log").read_text().splitlines():
+        if line.startswith("{") and ReaperMetric.UNPLANNED_TASK_STOPS in line:
+            counts += json.loads(line)[ReaperMetric.UNPLANNED_TASK_STOPS]
+    return counts
+
+
+def test_a_rolled_worker_is_a_planned_stop(stack: StackRun) -> None:
+    """SIGTERM of a worker (a roll): it drains and exits 0, the reaper hears of its task's stop
+    as a planned one (UnplannedTaskStops 0), and a replacement starts."""
+    before = reaper_stop_counts(stack)
+    rolled = stack.cli_json("workers")["workers"][0]
+    os.kill(rolled["pid"], signal.SIGTERM)
+    wait_until(
+        lambda: len(reaper_stop_counts(stack)) > len(before), WAIT, "the reaper to run", stack
+    )
+    stack.wait_for_output(f"{worker_name(rolled['id']).rsplit('-', 1)[0]} exited normally")
+    assert reaper_stop_counts(stack) == [*before, 0.0]
+
+    def fleet_restored() -> bool:
+        pids = {w["pid"] for w in stack.cli_json("workers")["workers"]}
+        return len(pids) == 3 and rolled["pid"] not in pids
+
+    wait_until(fleet_restored, WAIT, "a replacement worker", stack)
 
 
 def test_a_second_stack_on_the_same_state_directory_touches_nothing(stack: StackRun) -> None:

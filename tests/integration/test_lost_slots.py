@@ -1,6 +1,6 @@
 """Checkpoint slots lost to acquires whose answers never came back, with real workers: the
 worker says so, advertises only the capacity left, and once too little is left rolls its
-session over to a fresh one that takes streams again (DESIGN §4a)."""
+session over to a fresh one that takes streams again (architecture §4a)."""
 
 from __future__ import annotations
 
@@ -41,14 +41,16 @@ def counted(fleet: Fleet, worker: WorkerProcess, metric: str) -> int:
 def test_a_worker_losing_slots_says_so_advertises_less_and_rolls_its_session_over(
     fleet: Fleet, streams: Streams, upstream: UpstreamSimulator, settings: Settings
 ) -> None:
-    """Worker A holds six streams (and never sheds them). Worker B gets start commands for
-    them while the moto server holds back every acquire B sends (applied seconds later, when
+    """Worker A holds six streams at its capacity, so it never sheds them and never polls the
+    command queue (a worker at capacity receives no commands; with room, A could receive the
+    start commands meant for B before its share shrank). Worker B gets start commands for them
+    while the moto server holds back every acquire B sends (applied seconds later, when
     B's client and its consistent re-read have given up): each attempt ends as a conflict
     whose own write may still land, and costs B a slot. With four of six lost B's worker item
     (what ``GET /workers`` shows) says capacity 2; at five B hands off what it holds, revokes
     its session and opens a fresh one, which takes a new stream as soon as acquires are
     answered again. B logs and counts each lost slot and the rollover; no invariant breaks."""
-    holder = fleet.start("a", min_tenure_seconds=600.0)
+    holder = fleet.start("a", capacity=6, min_tenure_seconds=600.0)
     owned = new_ids(6)
     for stream_id in owned:
         streams.put(stream_id, upstream.url_for(stream_id))

@@ -1,4 +1,4 @@
-"""Session races between real OS processes against the serialised moto server (DESIGN §4a).
+"""Session races between real OS processes against the serialised moto server (architecture §4a).
 
 Racer processes (this file run as a script; the harness is ``test_lease_race``'s) are released
 together by a go signal:
@@ -12,7 +12,13 @@ together by a go signal:
 - **takeover vs release**: the dead session's worker releases its streams while taker
   processes take them over (``take_from``) or free them (``release_for``) at its epoch. At most
   one taker wins a stream; a stream someone took is never freed by the old holder, and ends
-  held by that taker one epoch up; every other stream ends free at the old epoch.
+  held by that taker one epoch up; every other stream ends free at the old epoch. Whoever
+  wrote last, a stream ends in the orphan index exactly when it is free.
+- **orphan index vs stop/start**: acquirer processes find streams by scanning the orphan index
+  (``by-shard-expiry``, in segments), take them for their session, hold them a moment and
+  release them, while a control-plane process stops and starts the same streams. No epoch of a
+  stream is ever won twice, and at the end every stream is in the orphan index exactly when it
+  is STARTED and no session holds it.
 """
 
 from __future__ import annotations
@@ -37,11 +43,13 @@ from test_lease_race import (
     wait_for_go,
 )
 
-from streamlease import aws, checkpoints
+from lambdas.stream_repo import StreamRepo
+from streamlease import aws, checkpoints, expiry_index
 from streamlease.errors import LeaseConflict, LeaseLost, SessionExpired, StoreError
+from streamlease.index_backfill import backfill
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import SESSION_HELD_MS, StreamAttr, WorkerState
+from streamlease.schema import SESSION_HELD_MS, DesiredState, Liveness, StreamAttr, WorkerState
 from streamlease.session_store import SessionStore
 
 pytestmark = pytest.mark.slow
@@ -231,6 +239,79 @@ def test_a_takeover_and_the_old_holders_release_never_both_win(aws_settings):
         else:
             assert item.get(A.LEASE_OWNER) is None, stream_id
             assert int(item[A.LEASE_EPOCH]) == DEAD_EPOCH
+        assert (A.EXPIRY_SHARD in item) == (not winners), f"{stream_id}: orphan index entry"
+
+
+# --- orphan index vs stop/start --------------------------------------------------------------
+
+ORPHANS = 40
+
+
+def run_orphan_race(
+    endpoint: str, table: str, *, acquirers: int, duration: float
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    ids = [f"orph-{i:02d}" for i in range(ORPHANS)]
+    seed_streams(endpoint, table, ids)
+    backfill(aws.client("dynamodb", race_settings(endpoint)), table, Liveness.SESSION)
+    common = ["orphans", f"--endpoint={endpoint}", f"--table={table}", f"--duration={duration}"]
+    arguments = [[*common, "--role=toggler", "--process=0"]]
+    arguments += [[*common, "--role=acquirer", f"--process={p}"] for p in range(1, acquirers + 1)]
+    return run_racers(arguments, duration + 60, script=RACER), stored_items(endpoint, table)
+
+
+def orphan_racer(args: argparse.Namespace) -> dict[str, Any]:
+    _, store = _stores(args.endpoint, args.table)
+    repo = StreamRepo(aws.client("dynamodb", race_settings(args.endpoint)), args.table)
+    rng = random.Random()
+    report: dict[str, Any] = {"won": [], "toggled": 0}
+    owner = f"p{args.process}"
+    end = time.monotonic() + args.duration
+    wait_for_go()
+    if args.role == "toggler":
+        while time.monotonic() < end:
+            stream_id = f"orph-{rng.randrange(ORPHANS):02d}"
+            repo.set_desired_state(stream_id, DesiredState.STOPPED, "ops")
+            time.sleep(rng.uniform(0.0, 0.02))
+            if rng.random() < 0.7:
+                repo.set_desired_state(stream_id, DesiredState.STARTED, "ops")
+            report["toggled"] += 1
+        return report
+    slot = 0
+    while time.monotonic() < end:
+        found = store.orphans(wall_ms(), limit=6, segment=rng.randrange(2), segments=2)
+        rng.shuffle(found)
+        for view in found[:3]:
+            slot += 1
+            try:
+                lease = store.acquire(view.stream_id, owner, 60_000, slot=slot)
+            except LeaseConflict:
+                continue
+            report["won"].append((lease.stream_id, lease.epoch))
+            time.sleep(rng.uniform(0.0, 0.03))
+            try:
+                store.release(lease.stream_id, owner, lease.epoch, last_seq=lease.epoch)
+            except LeaseLost:
+                continue
+    return report
+
+
+def test_streams_found_through_the_orphan_index_are_never_won_twice(aws_settings):
+    """Acquirers scanning the orphan index against stops and starts of the same streams: each
+    epoch of a stream is won by one process, and at the end the index holds exactly the
+    STARTED streams nobody holds."""
+    endpoint, table = aws_settings.aws_endpoint_url, aws_settings.table_name
+    reports, stored = run_orphan_race(endpoint, table, acquirers=3, duration=4.0)
+    toggler, acquirers = reports[0], reports[1:]
+    assert toggler["toggled"] > 10
+    winners: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+    for process, report in enumerate(acquirers, start=1):
+        for stream_id, epoch in report["won"]:
+            winners[(stream_id, epoch)].append(process)
+    assert len(winners) > ORPHANS, "the acquirers did not race through the index"
+    assert all(len(w) == 1 for w in winners.values()), "an epoch won twice"
+    for stream_id, item in stored.items():
+        assert item.get(A.LEASE_OWNER) is None, f"{stream_id} still held"
+        assert (A.EXPIRY_SHARD in item) == expiry_index.belongs(item), stream_id
 
 
 # --- racer entry point -----------------------------------------------------------------------
@@ -238,7 +319,7 @@ def test_a_takeover_and_the_old_holders_release_never_both_win(aws_settings):
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description="a racer process of the session races")
-    parser.add_argument("race", choices=["tombstone", "release"])
+    parser.add_argument("race", choices=["tombstone", "release", "orphans"])
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--table", required=True)
     parser.add_argument("--process", type=int, required=True)
@@ -246,7 +327,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--streams", type=int, default=0)
     parser.add_argument("--duration", type=float, default=4.0)
     args = parser.parse_args(argv)
-    report = tombstone_racer(args) if args.race == "tombstone" else release_racer(args)
+    racers = {"tombstone": tombstone_racer, "release": release_racer, "orphans": orphan_racer}
+    report = racers[args.race](args)
     print(json.dumps(report), flush=True)
 
 

@@ -1,6 +1,6 @@
 """The fence at the last moment, with real worker processes: a sink write that queued behind a
 stalled sink thread until after its holder's deadline, and after another worker took the
-stream over, is never written (DESIGN §4 "Fencing").
+stream over, is never written (architecture §4 "Fencing").
 
 Worker A holds a stream with the file sink; its sink's thread is stalled (a hanging disk) so
 that A's next batch, already checked against A's deadline by the holder, waits in the queue.

@@ -6,7 +6,15 @@ from typing import Any
 
 from streamlease import dynamo
 from streamlease.model import iso_ms
-from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
+from streamlease.schema import (
+    PK,
+    SESSION_HELD_MS,
+    DesiredState,
+    Liveness,
+    StreamAttr,
+    expiry_shard,
+    stream_key,
+)
 
 
 def put_stream(
@@ -21,8 +29,12 @@ def put_stream(
     last_seq: int = 0,
     takeovers: int = 0,
     updated_ms: int | None = None,
+    liveness: Liveness = Liveness.SESSION,
 ) -> None:
-    """Write a stream item the way the control plane creates it, optionally leased by ``owner``."""
+    """Write a stream item the way the control plane creates it, optionally leased by ``owner``:
+    held through its session (``expires_ms`` = ``SESSION_HELD_MS``: a checkpoint slot, out of
+    the orphan index) or by a per-stream lease (a STARTED one in the orphan index, keyed for
+    ``liveness``)."""
     item: dict[str, Any] = {
         PK: stream_key(stream_id),
         StreamAttr.STREAM_ID: stream_id,
@@ -36,8 +48,13 @@ def put_stream(
     }
     if updated_ms is not None:
         item[StreamAttr.UPDATED_AT] = iso_ms(updated_ms)
+    session_held = bool(owner) and expires_ms == SESSION_HELD_MS
     if owner:
         item[StreamAttr.LEASE_OWNER] = owner
+    if session_held:
+        item[StreamAttr.LEASE_SLOT] = 0
+    elif state is DesiredState.STARTED:
+        item[StreamAttr.EXPIRY_SHARD] = expiry_shard(stream_id, liveness)
     dynamodb.put_item(TableName=table, Item=dynamo.serialize(item))
 
 

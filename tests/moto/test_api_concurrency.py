@@ -3,7 +3,7 @@
 Separate Lambda instances run at once, so the guarantee lives in DynamoDB: each state change is
 one conditional write and the generation is incremented by the table, never read-modify-written.
 The repository tests race separate clients (as separate instances would) on the moto server,
-whose DynamoDB requests are serialised (atomic conditional writes, DESIGN §8).
+whose DynamoDB requests are serialised (atomic conditional writes, architecture §8).
 """
 
 from __future__ import annotations

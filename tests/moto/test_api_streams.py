@@ -1,4 +1,5 @@
-"""The REST API's routes against the moto server: every success and failure path (DESIGN §6)."""
+"""The REST API's routes against the moto server: every success and failure path
+(architecture §6)."""
 
 from __future__ import annotations
 

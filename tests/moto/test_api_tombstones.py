@@ -1,4 +1,4 @@
-"""Delete leaves a tombstone: epochs and generations of a stream id never go back (DESIGN §4).
+"""Delete leaves a tombstone: epochs and generations of a stream id never go back (architecture §4).
 
 A deleted stream's item keeps only ``lease_epoch``, ``generation`` and ``deleted_at``; it reads
 as missing everywhere, and creating the id again continues above its counters.
@@ -21,8 +21,8 @@ from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import Stream, is_tombstone
 from streamlease.schema import (
     BY_OWNER,
+    BY_SHARD_EXPIRY,
     BY_STATE,
-    BY_STATE_EXPIRY,
     PK,
     DesiredState,
     StreamAttr,
@@ -76,7 +76,7 @@ def test_a_tombstone_is_in_no_index(
     """Without desired_state or lease_owner the tombstone drops out of every stream index."""
     used_and_deleted(api, store)
     client, table = control_plane.dynamodb, control_plane.settings.table_name
-    for index in (BY_STATE, BY_STATE_EXPIRY, BY_OWNER):
+    for index in (BY_STATE, BY_SHARD_EXPIRY, BY_OWNER):
         scanned = client.scan(TableName=table, IndexName=index.name)["Items"]
         assert scanned == [], index.name
 

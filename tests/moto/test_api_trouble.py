@@ -13,7 +13,7 @@ from lambdas import runtime, stream_listing
 from streamlease.lease_store import wall_ms
 from streamlease.model import iso_ms
 from streamlease.schema import (
-    BY_STATE_EXPIRY,
+    BY_OWNER,
     SESSION_HELD_MS,
     TROUBLE_STATES,
     ConnectionState,
@@ -245,11 +245,12 @@ def test_a_stream_that_recovered_meanwhile_is_left_out(
     assert [s.stream_id for s in page.streams] == ["a"]
 
 
-def test_listing_by_connection_state_queries_the_index_and_never_scans(
+def test_listing_by_connection_state_scans_the_holders_index_never_the_table(
     api: Api, control_plane: runtime.Runtime, dynamodb: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each chunk is a filtered Query of by-state-expiry (then the matches, and their
-    sessions, are read in batches)."""
+    """Each chunk is a filtered Scan of by-holder, whose small entries spread over the owners'
+    partitions (then the matches, and their sessions, are read in batches); no table scan and
+    no query of one hot partition."""
     for name, state in (("a", "rejected"), ("b", "connected"), ("c", "rejected")):
         held(control_plane, dynamodb, name, ConnectionState(state))
     calls: list[tuple[str, dict[str, Any]]] = []
@@ -264,11 +265,11 @@ def test_listing_by_connection_state_queries_the_index_and_never_scans(
         monkeypatch.setattr(client, operation, spy)
     query = {"connection_state": "rejected", "state": "STARTED"}
     assert ids(api("GET", "/streams", query=query)) == ["a", "c"]
-    queries = [kwargs for op, kwargs in calls if op == "query"]
-    assert "scan" not in [op for op, _ in calls]
-    assert len(queries) == 1
-    assert queries[0]["IndexName"] == BY_STATE_EXPIRY.name
-    assert "FilterExpression" in queries[0]
+    scans = [kwargs for op, kwargs in calls if op == "scan"]
+    assert "query" not in [op for op, _ in calls]
+    assert len(scans) == 1
+    assert scans[0]["IndexName"] == BY_OWNER.name
+    assert "FilterExpression" in scans[0]
 
 
 def test_a_token_carries_its_connection_filter(

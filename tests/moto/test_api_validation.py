@@ -191,7 +191,7 @@ def test_invalid_id_in_the_path_is_400(api: Api, path: str) -> None:
     [("GET", "/nothing"), ("PUT", "/streams"), ("PUT", "/streams/s1"), ("GET", "/")],
 )
 def test_unknown_route_is_404(api: Api, method: str, path: str) -> None:
-    """Routes outside DESIGN §6 are a JSON 404."""
+    """Routes outside architecture §6 are a JSON 404."""
     result = api(method, path)
     assert (result.status, result.error["code"]) == (404, "route_not_found")
 

@@ -14,7 +14,16 @@ from lambdas import auditor, runtime
 from local.lambda_context import LambdaContext
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import FLEET, PK, SESSION_HELD_MS, DesiredState, StreamAttr, WorkerState
+from streamlease.schema import (
+    BY_OWNER,
+    BY_SHARD_EXPIRY,
+    FLEET,
+    PK,
+    SESSION_HELD_MS,
+    DesiredState,
+    StreamAttr,
+    WorkerState,
+)
 from streamlease.session_store import SessionStore
 
 NOW = 1_800_000_000_000
@@ -144,8 +153,9 @@ def test_handler_publishes_every_metric_as_emf(
 def test_audit_reads_no_stream_payloads(
     prepared: runtime.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only index queries (COUNT, keys, one projected attribute, or the fleet's small items)
-    and a small keyed read of updated_at: no scan."""
+    """Index reads only (the fleet, by-holder and the orphan index: keys and a few projected
+    attributes, partitions spread over owners and shards) and a small keyed read of updated_at:
+    never a scan of the table, never a stream's payload."""
     calls: list[tuple[str, dict[str, Any]]] = []
     client = prepared.dynamodb
     for operation in ("query", "scan", "batch_get_item", "get_item"):
@@ -157,17 +167,12 @@ def test_audit_reads_no_stream_payloads(
 
         monkeypatch.setattr(client, operation, spy)
     auditor.run_audit(prepared, NOW)
-    assert {op for op, _ in calls} <= {"query", "batch_get_item"}
+    assert {op for op, _ in calls} <= {"query", "scan", "batch_get_item"}
+    scanned = {kwargs.get("IndexName") for op, kwargs in calls if op == "scan"}
+    assert scanned == {BY_OWNER.name, BY_SHARD_EXPIRY.name}
+    assert all(kwargs["IndexName"] == FLEET.name for op, kwargs in calls if op == "query")
     for op, kwargs in calls:
-        if op == "query":
-            assert "IndexName" in kwargs
-            assert (
-                kwargs.get("Select") == "COUNT"
-                or "Limit" in kwargs
-                or "ProjectionExpression" in kwargs
-                or kwargs["IndexName"] == FLEET.name
-            )
-        else:
+        if op == "batch_get_item":
             projected = kwargs["RequestItems"][prepared.settings.table_name]
             assert set(projected["ExpressionAttributeNames"].values()) == {PK, A.UPDATED_AT}
 

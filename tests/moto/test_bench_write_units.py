@@ -1,9 +1,10 @@
 """The bench's write-unit model, checked on the requests the real lease and session stores send.
 
-A per-stream renewal must cost the table write plus the ``by-state-expiry`` delete and insert
+A per-stream renewal must cost the table write plus the ``by-shard-expiry`` delete and insert
 (its sort key moves); a session renewal moves no index key (one rewrite of its fleet-index
-entry); ownership changes add ``by-owner`` entries; a failed condition costs the table unit
-only; a large checkpoint vector costs a unit per started KB.
+entry); ownership changes add ``by-owner`` entries; a session's stream leaves the orphan index
+when acquired and a takeover of a dead session's stream does not touch it; a failed condition
+costs the table unit only; a large checkpoint vector costs a unit per started KB.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from streamlease.lease_store import LeaseStore
 from streamlease.model import WorkerInfo
 from streamlease.schema import (
     BY_OWNER,
+    BY_SHARD_EXPIRY,
     BY_STATE,
-    BY_STATE_EXPIRY,
     FLEET,
     PK,
+    ConnectionState,
     WorkerState,
     worker_key,
 )
@@ -74,13 +76,13 @@ def test_update_expressions_name_the_attributes_they_change() -> None:
 def test_a_renewal_costs_the_table_write_plus_an_index_delete_and_insert(
     store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
 ) -> None:
-    """Every heartbeat moves lease_expires_at_ms, the sort key of by-state-expiry: 1 + 2."""
+    """Every heartbeat moves lease_expires_at_ms, the sort key of by-shard-expiry: 1 + 2."""
     put_stream(dynamodb, table, "s1")
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
     renewal = units_of(
         counted, lambda: store.renew("s1", "w1", lease.epoch, 5, LEASE_MS, now_ms=NOW + 5000)
     )
-    assert renewal == {"table": 1, BY_STATE_EXPIRY.name: 2}
+    assert renewal == {"table": 1, BY_SHARD_EXPIRY.name: 2}
 
 
 def test_lease_writes_never_touch_the_listing_index(
@@ -104,9 +106,9 @@ def test_acquire_and_release_also_add_and_remove_the_owner_index_entry(
     """A fresh acquire inserts into by-owner, a release deletes from it."""
     put_stream(dynamodb, table, "s1")
     acquire = units_of(counted, lambda: store.acquire("s1", "w1", LEASE_MS, now_ms=NOW))
-    assert acquire == {"table": 1, BY_STATE_EXPIRY.name: 2, BY_OWNER.name: 1}
+    assert acquire == {"table": 1, BY_SHARD_EXPIRY.name: 2, BY_OWNER.name: 1}
     release = units_of(counted, lambda: store.release("s1", "w1", 1, last_seq=3, now_ms=NOW))
-    assert release == {"table": 1, BY_STATE_EXPIRY.name: 2, BY_OWNER.name: 1}
+    assert release == {"table": 1, BY_SHARD_EXPIRY.name: 2, BY_OWNER.name: 1}
 
 
 def test_a_takeover_moves_the_owner_index_entry(
@@ -116,7 +118,32 @@ def test_a_takeover_moves_the_owner_index_entry(
     put_stream(dynamodb, table, "s1", owner="w0", expires_ms=NOW - 60_000, epoch=4)
     takeover = units_of(counted, lambda: store.acquire("s1", "w1", LEASE_MS, now_ms=NOW))
     assert takeover[BY_OWNER.name] == 2
-    assert takeover[BY_STATE_EXPIRY.name] == 2
+    assert takeover[BY_SHARD_EXPIRY.name] == 2
+
+
+def test_a_session_acquire_only_removes_the_orphan_index_entry(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """Attached to a session the stream leaves by-shard-expiry (1), enters by-owner (1)."""
+    put_stream(dynamodb, table, "s1")
+    acquire = units_of(counted, lambda: store.acquire("s1", "w1", LEASE_MS, now_ms=NOW, slot=0))
+    assert acquire == {"table": 1, BY_SHARD_EXPIRY.name: 1, BY_OWNER.name: 1}
+
+
+def test_taking_over_a_dead_sessions_stream_writes_no_orphan_index_entry(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """Owner to owner: the table and by-holder's delete + insert, nothing on the orphan index;
+    the new holder's connection state rewrites its by-holder entry (spread over owners)."""
+    put_stream(dynamodb, table, "s1")
+    lease = store.acquire("s1", "dead", LEASE_MS, now_ms=NOW, slot=0)
+    taken = units_of(counted, lambda: store.take_from("s1", "dead", lease.epoch, 7, "w1", 3))
+    assert taken == {"table": 1, BY_OWNER.name: 2}
+    connected = units_of(
+        counted,
+        lambda: store.record_connection("s1", "w1", lease.epoch + 1, ConnectionState.CONNECTED),
+    )
+    assert connected == {"table": 1, BY_OWNER.name: 1}
 
 
 def test_a_failed_condition_costs_the_table_unit_and_no_index_write(

@@ -1,4 +1,5 @@
-"""LeaseStore against the serialised moto server: every rule of DESIGN §4 as one conditional write.
+"""LeaseStore against the serialised moto server: every rule of architecture §4 as one
+conditional write.
 
 Times are explicit wall milliseconds (``NOW``) so expiry edges are exact, not raced.
 """
@@ -22,6 +23,7 @@ from streamlease.schema import (
     SESSION_HELD_MS,
     ConnectionState,
     DesiredState,
+    Liveness,
     StreamAttr,
     stream_key,
 )
@@ -451,36 +453,55 @@ def test_the_release_keeps_the_final_progress_and_the_next_acquire_clears_it(
 
 
 @pytest.fixture
+def per_stream_store(dynamodb: Any, aws_settings: Any) -> LeaseStore:
+    """The lease store of a per-stream fleet."""
+    return LeaseStore(
+        dynamodb, aws_settings.table_name, clock_skew_ms=SKEW_MS, liveness=Liveness.STREAM
+    )
+
+
+@pytest.fixture
 def expiry_landscape(seed):
-    """Five streams: released, expired, suspect, healthy, and a stopped one."""
-    seed("released", epoch=1)
-    seed("expired", owner="w1", expires_ms=NOW - SKEW_MS - 10, epoch=1)
-    seed("suspect", owner="w2", expires_ms=NOW + LEASE_MS - 2 * HEARTBEAT_MS - 10, epoch=1)
-    seed("healthy", owner="w3", expires_ms=NOW + LEASE_MS - 10, epoch=1)
+    """Five streams of a per-stream fleet: released, expired, suspect, healthy, stopped."""
+    per_stream = {"liveness": Liveness.STREAM}
+    seed("released", epoch=1, **per_stream)
+    seed("expired", owner="w1", expires_ms=NOW - SKEW_MS - 10, epoch=1, **per_stream)
+    seed(
+        "suspect",
+        owner="w2",
+        expires_ms=NOW + LEASE_MS - 2 * HEARTBEAT_MS - 10,
+        epoch=1,
+        **per_stream,
+    )
+    seed("healthy", owner="w3", expires_ms=NOW + LEASE_MS - 10, epoch=1, **per_stream)
     seed("stopped", state=DesiredState.STOPPED)
 
 
-def test_expiring_before_the_cutoff_lists_orphans_soonest_first(store, expiry_landscape):
+def test_expiring_before_the_cutoff_lists_orphans_soonest_first(per_stream_store, expiry_landscape):
     """Below the acquire cutoff: released and expired STARTED streams, in expiry order."""
-    views = store.expiring_before(rules.acquire_cutoff_ms(NOW, SKEW_MS), limit=10)
+    views = per_stream_store.expiring_before(rules.acquire_cutoff_ms(NOW, SKEW_MS), limit=10)
 
     assert [v.stream_id for v in views] == ["released", "expired"]
     assert (views[1].owner, views[1].epoch) == ("w1", 1)
 
 
-def test_expiring_before_the_suspect_bound_adds_missed_heartbeats(store, expiry_landscape):
+def test_expiring_before_the_suspect_bound_adds_missed_heartbeats(
+    per_stream_store, expiry_landscape
+):
     """Below the suspect bound: also the live lease that missed two heartbeats."""
     bound = rules.suspect_bound_ms(NOW, LEASE_MS, HEARTBEAT_MS)
 
-    views = store.expiring_before(bound, limit=10)
+    views = per_stream_store.expiring_before(bound, limit=10)
 
     assert [v.stream_id for v in views] == ["released", "expired", "suspect"]
 
 
 @pytest.mark.parametrize("limit", [0, 1, 2])
-def test_expiring_before_respects_the_limit(store, expiry_landscape, limit):
+def test_expiring_before_respects_the_limit(per_stream_store, expiry_landscape, limit):
     """At most ``limit`` leases are returned (none for 0)."""
-    views = store.expiring_before(rules.suspect_bound_ms(NOW, LEASE_MS, HEARTBEAT_MS), limit=limit)
+    views = per_stream_store.expiring_before(
+        rules.suspect_bound_ms(NOW, LEASE_MS, HEARTBEAT_MS), limit=limit
+    )
 
     assert [v.stream_id for v in views] == ["released", "expired", "suspect"][:limit]
 
@@ -580,8 +601,8 @@ def test_an_acquire_that_did_not_land_is_tried_again_not_reported_owned(dynamodb
 
 
 def test_a_session_acquire_stores_the_slot_and_a_fixed_expiry(store, seed):
-    """Attached to a session: no expiry of its own to renew (the by-state-expiry key moves only
-    now and at release), and the slot of its checkpoint in the session's vector."""
+    """Attached to a session: no expiry of its own to renew, out of the orphan index until its
+    release, and the slot of its checkpoint in the session's vector."""
     seed("s1", epoch=4, last_seq=9)
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW, slot=3)
     assert (lease.epoch, lease.slot, lease.last_seq) == (5, 3, 9)

@@ -1,5 +1,6 @@
 """SessionStore against the serialised moto server: a worker item's life only moves forward
-(create → renew … → DRAINING → EXPIRED → gone), each step one conditional write (DESIGN §4a)."""
+(create → renew … → DRAINING → EXPIRED → gone), each step one conditional write
+(architecture §4a)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,30 @@ def test_read_many_returns_whole_items_of_the_sessions_that_exist(sessions: Sess
     found = sessions.read_many(["a", "b", "missing"])
     assert sorted(found) == ["a", "b"]
     assert found["a"].checkpoints == vector
+
+
+def test_the_fleet_is_read_in_windows_after_a_session_in_start_order(
+    sessions: SessionStore,
+) -> None:
+    """A window begins after the given session; pages go on from where one stopped; without a
+    session, from the oldest (the wrap-around)."""
+    for n in range(7):
+        sessions.create(info(f"w{n}", started_at_ms=NOW + n))
+    me = info("w2", started_at_ms=NOW + 2)
+    first = sessions.fleet_after(me, 3)
+    assert [w.worker_id for w in first.sessions] == ["w3", "w4", "w5"]
+    assert first.more is not None
+    rest = sessions.fleet_after(me, 3, cursor=first.more)
+    assert [w.worker_id for w in rest.sessions] == ["w6"]
+    wrap = sessions.fleet_after(None, 3)
+    assert [w.worker_id for w in wrap.sessions] == ["w0", "w1", "w2"]
+
+
+def test_a_window_after_sessions_started_in_the_same_millisecond_skips_none(
+    sessions: SessionStore,
+) -> None:
+    """Ties in start time are ordered by key: the window after one goes on to the next."""
+    for name in ("a", "b", "c"):
+        sessions.create(info(name, started_at_ms=NOW))
+    after_a = sessions.fleet_after(info("a", started_at_ms=NOW), 5)
+    assert [w.worker_id for w in after_a.sessions] == ["b", "c"]

@@ -336,7 +336,7 @@ def test_any_other_method_is_api_gateways_json_403(
     response = connection.getresponse()
     assert response.status == 403
     assert response.getheader("Content-Type") == "application/json"
-    assert json.loads(response.read()) == {"message": "Missing Authentication Token"}
+    assert json.loads(response.read())["message"] == "Missing Authentication Token"
     assert recorder.events == []
 
 
@@ -374,3 +374,45 @@ def test_oversized_body_is_413(served: tuple[Recorder, int]) -> None:
     assert response.status == 413
     assert json.loads(response.read()) == {"message": "Request Too Long"}
     assert recorder.events == []
+
+
+def test_an_unknown_route_says_which_routes_there_are(served: tuple[Recorder, int]) -> None:
+    """Locally API Gateway's 403 comes with a hint: the route asked for and the routes there
+    are, so a wrong base path (``--api http://127.0.0.1:8080/v1``) is found at once."""
+    _, port = served
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    connection.request("GET", "/v1/streams")
+    response = connection.getresponse()
+    assert response.status == 403
+    body = json.loads(response.read())
+    assert body["message"] == "Missing Authentication Token"
+    assert "no route for GET /v1/streams" in body["hint"]
+    assert "GET /streams" in body["routes"] and "DELETE /streams/{id}" in body["routes"]
+
+
+def test_a_client_hanging_up_leaves_one_line_and_no_traceback(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A client gone before its answer is written (Ctrl-C in ``watch``): the log says so in
+    its one line per request, with no traceback, and the server goes on."""
+    released = threading.Event()
+
+    def slow(event: dict[str, Any], context: Any) -> Any:
+        released.wait(5)
+        return {"statusCode": 200, "headers": {}, "body": "x" * 1_000_000}
+
+    server = make_server(ApiAdapter(slow, RESOURCES, stage="local"), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    try:
+        sock = socket.create_connection(("127.0.0.1", server.server_port), timeout=5)
+        sock.sendall(b"GET /workers HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()  # a reset: the answer meets a closed connection
+        released.set()
+        assert call(server.server_port, "GET", "/workers").status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    assert "GET /workers 200" in err and "(client hung up)" in err

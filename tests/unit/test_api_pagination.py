@@ -11,9 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lambdas import pagination
-from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
+from lambdas.pagination import (
+    MAX_OWNER_CHARS,
+    MAX_TOKEN_CHARS,
+    TokenInvalid,
+    decode_token,
+    encode_token,
+)
 from lambdas.stream_listing import ListPosition
-from streamlease.schema import SESSION_HELD_MS, ConnectionState, DesiredState
+from streamlease.schema import ConnectionState, DesiredState
 from streamlease.settings import Settings
 
 STARTED, STOPPED = DesiredState.STARTED, DesiredState.STOPPED
@@ -131,14 +137,15 @@ def test_no_signing_key_setting_remains() -> None:
 @pytest.mark.parametrize(
     "position",
     [
-        ListPosition(STARTED, "s42", REJECTED, SESSION_HELD_MS),
-        ListPosition(STARTED, "s42", STALLED, 0),
+        ListPosition(STARTED, "s42", REJECTED, "0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12"),
+        ListPosition(STARTED, "s42", STALLED, "w1"),
         ListPosition(STOPPED, None, REJECTED, None),
-        ListPosition(STOPPED, "x" * 128, ConnectionState.SINK_FAILING, 1_800_000_000_000),
+        ListPosition(STOPPED, "x" * 128, ConnectionState.SINK_FAILING, "h" * MAX_OWNER_CHARS),
     ],
 )
 def test_a_connection_listing_round_trips_under_its_filter(position: ListPosition) -> None:
-    """A token of a listing by connection state carries that state and the index position."""
+    """A token of a listing by connection state carries that state and the index position
+    (the stream's holder: by-holder's key)."""
     token = encode_token(position)
     assert len(token) < MAX_TOKEN_CHARS
     assert decode_token(token, None, position.connection_state) == position
@@ -148,7 +155,7 @@ def test_a_connection_listing_round_trips_under_its_filter(position: ListPositio
 def test_a_connection_token_is_bound_to_its_connection_filter() -> None:
     """Refused under another connection state, and without one; a plain token is refused
     under a connection filter."""
-    token = encode_token(ListPosition(STARTED, "s1", REJECTED, 5))
+    token = encode_token(ListPosition(STARTED, "s1", REJECTED, "w1"))
     for connection in (STALLED, None):
         with pytest.raises(TokenInvalid, match="another connection_state filter"):
             decode_token(token, None, connection)
@@ -159,23 +166,31 @@ def test_a_connection_token_is_bound_to_its_connection_filter() -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        {"after": "s1", "connection_state": "rejected", "expiry": None, "state": "STARTED"},
-        {"after": None, "connection_state": "rejected", "expiry": 5, "state": "STARTED"},
-        {"after": "s1", "connection_state": "rejected", "expiry": -1, "state": "STARTED"},
-        {"after": "s1", "connection_state": "rejected", "expiry": 2**53, "state": "STARTED"},
-        {"after": "s1", "connection_state": "rejected", "expiry": 5.0, "state": "STARTED"},
-        {"after": "s1", "connection_state": "rejected", "expiry": True, "state": "STARTED"},
-        {"after": "s1", "connection_state": "rejected", "expiry": "5", "state": "STARTED"},
-        {"after": "s1", "connection_state": "REJECTED", "expiry": 5, "state": "STARTED"},
-        {"after": "s1", "connection_state": None, "expiry": 5, "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "owner": None, "state": "STARTED"},
+        {"after": None, "connection_state": "rejected", "owner": "w1", "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "owner": "", "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "owner": "w 1", "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "owner": "w\n1", "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "owner": "w" * 201, "state": "STARTED"},
+        {"after": "s1", "connection_state": "rejected", "owner": 5, "state": "STARTED"},
+        {"after": "s1", "connection_state": "REJECTED", "owner": "w1", "state": "STARTED"},
+        {"after": "s1", "connection_state": None, "owner": "w1", "state": "STARTED"},
         {"after": "s1", "connection_state": "rejected", "state": "STARTED"},
-        {"after": "s1", "expiry": 5, "state": "STARTED"},
+        {"after": "s1", "owner": "w1", "state": "STARTED"},
     ],
 )
 def test_a_connection_token_is_checked_as_strictly(data: dict[str, object]) -> None:
-    """The connection state must be one, the expiry an index key value with its stream."""
+    """The connection state must be one, the owner an index key value with its stream."""
     with pytest.raises(TokenInvalid, match="malformed"):
-        decode_token(token_of({**data, "v": 1}), None, REJECTED)
+        decode_token(token_of({**data, "v": 2}), None, REJECTED)
+
+
+def test_a_connection_token_of_the_previous_release_is_refused() -> None:
+    """Version 1 carried a position in by-state-expiry, which is gone: a 400, never a query
+    of the wrong index (the listing is simply started again)."""
+    old = {"after": "s1", "connection_state": "rejected", "expiry": 5, "state": "STARTED", "v": 1}
+    with pytest.raises(TokenInvalid, match="malformed"):
+        decode_token(token_of(old), None, REJECTED)
 
 
 @given(st.text(max_size=600))

@@ -292,3 +292,15 @@ def test_get_shows_the_profile_by_reference_and_the_failover_note(api: FakeApi) 
     assert f"failover:      {note}" in lines
     api.routes[("GET", "/streams/s1")] = (200, {**STREAM, "profile": None})
     assert "profile:       default" in run("--api", api.url, "get", "s1")[1].splitlines()
+
+
+def test_the_local_apis_hint_for_an_unknown_route_is_shown(api: FakeApi) -> None:
+    """A wrong base path locally: the 403 carries which routes there are, and the CLI says it."""
+    hint = "no route for GET /v1/streams; the routes are GET /streams, ..."
+    api.routes[("GET", "/v1/streams")] = (
+        403,
+        {"message": "Missing Authentication Token", "hint": hint},
+    )
+    code, _, err = run("--api", api.url + "/v1", "ls")
+    assert code == 1
+    assert f"Missing Authentication Token: {hint} [403]" in err

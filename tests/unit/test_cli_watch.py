@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamlease.cli import ApiClient, main
@@ -304,3 +304,85 @@ def test_a_last_row_is_shown_rather_than_announced() -> None:
     )
     assert sum(line.startswith("t") for line in lines) == 3
     assert not any("more worker" in line for line in lines)
+
+
+OWNER = "0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12"
+BUSY = {
+    "id": "meeting:2026-11-30.7",
+    "desired_state": "STARTED",
+    "owner": OWNER,
+    "lease_state": "held",
+    "lease_remaining_ms": 15_000,
+    "connection_state": "retrying",
+    "connection_since": "2026-11-30T10:00:00+00:00",
+    "epoch": 12,
+    "last_seq": 1_234_567,
+    "takeovers": 3,
+    "last_error": "upstream closed the connection (1011 internal error)",
+}
+
+
+def test_at_80_columns_columns_give_way_not_values() -> None:
+    """An 80-column terminal: every line fits, the seq, the rate and the owner are whole, and
+    the columns left out are the least needed ones."""
+    rates = RateTracker()
+    rates.observe(BUSY["id"], 0.0, 1_234_000)
+    rates.observe(BUSY["id"], 5.0, 1_234_567)
+    workers = [{**WORKERS[0], "id": OWNER, "host": "ip-10-0-12-34.ec2.internal"}]
+    lines = render_frame(
+        Snapshot([BUSY], workers), rates, api_url="http://127.0.0.1:8080", width=80
+    )
+    assert all(len(line) <= 80 for line in lines)
+    header = next(line for line in lines if line.startswith("ID "))
+    row = next(line for line in lines if line.startswith("meeting:"))
+    assert "LAST_SEQ" in header and "MSG/S" in header and "TAKEOVERS" not in header
+    assert "1234567" in row and "113.4" in row and "0f1e2d3c…/4242-ab12" in row
+    assert "msgs/s 113.4" in "\n".join(lines[:3])  # the headline wraps instead of being cut
+
+
+def test_a_wide_terminal_keeps_every_column() -> None:
+    """With room enough nothing is left out."""
+    lines = render_frame(Snapshot([BUSY], WORKERS), RateTracker(), api_url="x", width=200)
+    header = next(line for line in lines if line.startswith("ID "))
+    for name in ("STATE", "LEASE", "EPOCH", "TAKEOVERS", "LAST_ERROR"):
+        assert name in header
+
+
+class RenewingTransport(FakeTransport):
+    """A held stream whose owner renews every 5 s (at ``clock()`` = 0, 5, 10, ...), each
+    renewal carrying a checkpoint 50 messages further."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__([])
+        self.clock = clock
+        self.polls = 0
+
+    def send(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, t: float
+    ) -> Response:
+        renewals, since = divmod(self.clock(), 5.0)
+        if "/workers" in url:
+            workers = [{**WORKERS[0], "id": OWNER, "heartbeat_age_ms": int(since * 1000)}]
+            return Response(200, {}, json.dumps({"workers": workers}).encode())
+        self.polls += 1
+        self.streams = [{**BUSY, "last_seq": 1000 + 50 * int(renewals)}]
+        return super().send(method, url, headers, body, t)
+
+
+def test_once_shows_rates_from_two_checkpoints() -> None:
+    """``watch --once`` polls until it has seen a held stream's checkpoint move, then prints
+    the rate between the two renewals: 50 messages in 5 s."""
+    now = 2.0
+
+    def sleep(seconds: float) -> None:
+        nonlocal now
+        now += seconds
+
+    transport = RenewingTransport(lambda: now)
+    client = ApiClient("http://127.0.0.1:9", transport=transport)
+    out = io.StringIO()
+    code = watch(client, out, once=True, sleep=sleep, clock=lambda: now)
+    assert code == 0
+    assert "msgs/s 10.0" in out.getvalue()
+    assert CLEAR not in out.getvalue()
+    assert transport.polls == 4  # at 2, 3, 4 and 5 s: the checkpoints of 0 and 5 s

@@ -1,4 +1,4 @@
-"""The import direction of DESIGN §2 holds: the import-linter contracts in pyproject.toml.
+"""The import direction of architecture §2 holds: the import-linter contracts in pyproject.toml.
 
 ``lambdas → streamlease``, ``worker → streamlease``, ``cdk → streamlease`` (schema, settings,
 telemetry and errors only), ``local → everything``; ``streamlease`` imports none of the others.

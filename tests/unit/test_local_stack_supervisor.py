@@ -14,12 +14,20 @@ from typing import Any
 
 import pytest
 
+from lambdas.reaper import is_planned_stop
 from local.supervisor import Child, WorkerStartFailed, WorkerSupervisor, child_environment
 from streamlease.cli.render import worker_name
 
 pytestmark = pytest.mark.slow
 
 SLEEPER = (sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)")
+DRAINER = (
+    sys.executable,
+    "-c",
+    "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); "
+    "print('up', flush=True); time.sleep(60)",
+)
+"""Exits 0 on SIGTERM, as a worker does once it has drained."""
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
 
@@ -118,6 +126,29 @@ def test_a_dead_worker_is_reaped_and_replaced(
     assert [(e["task_id"], e["name"], e["returncode"]) for e in exits] == [
         (first.task_id, first.name, -signal.SIGKILL)
     ]
+
+
+def test_a_drained_worker_is_a_planned_stop_and_a_killed_one_is_not(
+    make_supervisor: Callable[..., WorkerSupervisor], recorder: Recorder
+) -> None:
+    """A worker rolled with SIGTERM (it drains and exits 0) reaches the reaper as ECS's
+    "UserInitiated", which it does not count in UnplannedTaskStops; kill -9 stays a crash."""
+    supervisor = make_supervisor(argv=DRAINER, count=2)
+    supervisor.start()
+    rolled, killed = supervisor.workers
+    eventually(lambda: "up" in rolled.child.log_path.read_text())
+    os.kill(rolled.child.pid, signal.SIGTERM)
+    os.kill(killed.child.pid, signal.SIGKILL)
+
+    def both_reaped() -> bool:
+        supervisor.poll()
+        return len(recorder.reaps) == 2
+
+    eventually(both_reaped)
+    codes = dict(recorder.reaps)
+    assert codes == {rolled.task_arn: "UserInitiated", killed.task_arn: "EssentialContainerExited"}
+    assert is_planned_stop(codes[rolled.task_arn], "")
+    assert not is_planned_stop(codes[killed.task_arn], "")
 
 
 def test_a_worker_is_named_as_the_cli_names_its_sessions(

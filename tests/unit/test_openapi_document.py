@@ -26,7 +26,7 @@ def test_committed_document_is_up_to_date() -> None:
 
 
 def test_document_has_exactly_the_designed_routes() -> None:
-    """The API is DESIGN §6, no more and no less."""
+    """The API is architecture §6, no more and no less."""
     paths = document()["paths"]
     assert {(m, p) for p, ops in paths.items() for m in ops} == ROUTES
 

@@ -263,3 +263,36 @@ def test_backoff_rejects_a_negative_attempt():
     """Attempt numbers start at 0."""
     with pytest.raises(ValueError, match="attempt"):
         rules.backoff_seconds(-1, 0.5, 30.0, 0.5)
+
+
+# --- fleet scale -----------------------------------------------------------------------------
+
+
+def test_a_watch_window_is_complete_with_enough_live_peers_that_renew():
+    """Dead or tombstoned sessions in between do not count: the window reads past them."""
+    live, stale, gone = (True, False), (True, True), (False, False)
+    assert not rules.window_complete([live, stale, gone, live], peers=3)
+    assert rules.window_complete([live, stale, gone, live, live], peers=3)
+    assert not rules.window_complete([], peers=1)
+
+
+@pytest.mark.parametrize(
+    ("live", "segments"),
+    [(1, 1), (7, 1), (8, 2), (15, 2), (16, 4), (100, 16), (128, 32), (10_000, 32)],
+)
+def test_the_orphan_index_is_scanned_in_a_power_of_two_of_segments(live, segments):
+    """One request reads a small fleet's orphans; a large fleet splits them, about four
+    workers per segment, never more segments than shards."""
+    assert rules.scan_segments(live, 32) == segments
+
+
+@given(st.integers(min_value=0, max_value=100_000), st.integers(min_value=1, max_value=64))
+def test_scan_segments_stay_within_one_and_the_shards(live, shards):
+    segments = rules.scan_segments(live, shards)
+    assert 1 <= segments <= shards
+    assert segments & (segments - 1) == 0 or segments == shards
+
+
+@pytest.mark.parametrize(("sessions", "chance"), [(1, 1.0), (3, 1.0), (30, 0.1), (1000, 0.003)])
+def test_a_quiet_digest_is_claimed_by_a_few_workers_not_all(sessions, chance):
+    assert rules.claim_chance(sessions) == pytest.approx(chance)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -10,18 +11,25 @@ from hypothesis import strategies as st
 
 from streamlease.schema import (
     BY_OWNER,
+    BY_SHARD_EXPIRY,
     BY_STATE,
     BY_STATE_EXPIRY,
     FLEET,
+    INDEX_SHARDS,
     INDEXES,
     KEY_ATTRIBUTE_TYPES,
+    LEGACY_BY_OWNER,
+    MIGRATION_STAGES,
     PK,
     TOMBSTONE_KEEPS,
     Command,
     CommandType,
+    Liveness,
     StreamAttr,
     WorkerAttr,
     create_table_kwargs,
+    expiry_shard,
+    expiry_shards,
     stream_attributes,
     stream_id_of,
     stream_key,
@@ -174,23 +182,19 @@ def test_attribute_definitions_are_exactly_the_key_attributes():
 
 
 def test_indexes_are_those_the_lease_protocol_queries():
-    """by-state-expiry (orphans, suspects), by-owner (what X holds, its stops), fleet,
-    by-state (listing)."""
+    """by-shard-expiry (orphans, suspects), by-holder (what X holds, its stops, connection
+    states), fleet, by-state (listing)."""
     gsis = {g["IndexName"]: g for g in create_table_kwargs("t")["GlobalSecondaryIndexes"]}
     assert set(gsis) == {index.name for index in INDEXES}
 
-    state = gsis[BY_STATE_EXPIRY.name]
-    assert state["KeySchema"] == [
-        {"AttributeName": StreamAttr.DESIRED_STATE, "KeyType": "HASH"},
+    orphans = gsis[BY_SHARD_EXPIRY.name]
+    assert orphans["KeySchema"] == [
+        {"AttributeName": StreamAttr.EXPIRY_SHARD, "KeyType": "HASH"},
         {"AttributeName": StreamAttr.LEASE_EXPIRES_AT_MS, "KeyType": "RANGE"},
     ]
-    assert state["Projection"] == {
+    assert orphans["Projection"] == {
         "ProjectionType": "INCLUDE",
-        "NonKeyAttributes": [
-            StreamAttr.LEASE_OWNER,
-            StreamAttr.LEASE_EPOCH,
-            StreamAttr.CONNECTION_STATE,
-        ],
+        "NonKeyAttributes": [StreamAttr.LEASE_OWNER, StreamAttr.LEASE_EPOCH],
     }
 
     owner = gsis[BY_OWNER.name]
@@ -202,6 +206,7 @@ def test_indexes_are_those_the_lease_protocol_queries():
             StreamAttr.LEASE_SLOT,
             StreamAttr.DESIRED_STATE,
             StreamAttr.GENERATION,
+            StreamAttr.CONNECTION_STATE,
         ],
     }
 
@@ -220,6 +225,44 @@ def test_indexes_are_those_the_lease_protocol_queries():
         {"AttributeName": StreamAttr.STREAM_ID, "KeyType": "RANGE"},
     ]
     assert listing["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+
+
+def test_a_migrating_table_changes_one_index_per_stage():
+    """From the previous release's indexes to the current ones, one index created or dropped
+    per stage (one per CloudFormation update), each stage a table CreateTable accepts."""
+    previous = {BY_STATE_EXPIRY.name, LEGACY_BY_OWNER.name, FLEET.name, BY_STATE.name}
+    names = [previous, *({i.name for i in stage} for stage in MIGRATION_STAGES)]
+    names.append({i.name for i in INDEXES})
+    for before, after in itertools.pairwise(names):
+        assert len(before ^ after) == 1, (before, after)
+    for stage in MIGRATION_STAGES:
+        assert len(create_table_kwargs("t", stage)["GlobalSecondaryIndexes"]) == len(stage)
+
+
+def test_by_holder_is_by_owner_with_the_connection_state():
+    """Same key, so DynamoDB fills it from the items; the connection state besides."""
+    assert (BY_OWNER.partition_key, BY_OWNER.sort_key) == (
+        LEGACY_BY_OWNER.partition_key,
+        LEGACY_BY_OWNER.sort_key,
+    )
+    assert set(BY_OWNER.projected or ()) - set(LEGACY_BY_OWNER.projected or ()) == {
+        StreamAttr.CONNECTION_STATE
+    }
+
+
+@pytest.mark.parametrize("liveness", list(Liveness))
+def test_expiry_shards_are_stable_and_within_the_mode_s_count(liveness):
+    """A stream's shard depends on its id alone (every writer agrees), one of the mode's."""
+    shards = {expiry_shard(f"s-{i}", liveness) for i in range(2000)}
+    assert len(shards) == expiry_shards(liveness)
+    assert all(s.startswith("STARTED#") for s in shards)
+    assert expiry_shard("btc-usd", liveness) == expiry_shard("btc-usd", liveness)
+
+
+def test_session_fleets_spread_free_streams_over_every_shard_and_per_stream_uses_one():
+    """Writes spread over INDEX_SHARDS partition key values; per-stream queries one."""
+    assert expiry_shards(Liveness.SESSION) == INDEX_SHARDS > 1
+    assert expiry_shards(Liveness.STREAM) == 1
 
 
 def test_listing_index_keys_are_not_lease_attributes():

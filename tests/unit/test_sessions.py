@@ -1,5 +1,5 @@
 """The pure parts of sessions: the checkpoint vector, slots, expiries that only grow, and the
-dead-session verdict on the observer's own clock (DESIGN §4a)."""
+dead-session verdict on the observer's own clock (architecture §4a)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the acquirer lets a session take when checkpoint slots are lost (DESIGN §4a)."""
+"""What the acquirer lets a session take when checkpoint slots are lost (architecture §4a)."""
 
 from __future__ import annotations
 

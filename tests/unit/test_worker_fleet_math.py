@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+from streamlease.fleet_digest import FleetDigest
 from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
 from worker.commands import given_away_window_seconds, receive_count, wait_seconds
-from worker.fleet_view import FleetView, count_fleet, update_view
+from worker.fleet_view import FleetView, count_fleet, update_view, view_from_digest
 from worker.rebalancer import choose_to_shed, jittered
 from worker.reconciler import query_limit, room_for
 
@@ -106,3 +107,11 @@ def test_the_deficit_is_what_running_workers_below_the_share_lack() -> None:
     update_view(view, workers, "me", held=12, dead=frozenset({"dead"}))
     assert view.share == 9  # 26 streams over 3 live workers
     assert view.deficit == 9
+
+
+def test_a_large_fleets_share_comes_from_the_digest_plus_the_orphans_seen() -> None:
+    """The digest counts the streams held; each worker adds the orphans its scan estimates."""
+    view = FleetView(orphans=40)
+    digest = FleetDigest("writer", 0, sessions=12, live_workers=10, total_streams=960, deficit=7)
+    view_from_digest(view, digest)
+    assert (view.live_workers, view.total_streams, view.share, view.deficit) == (10, 1000, 100, 7)

@@ -8,7 +8,9 @@ import dataclasses
 from types import SimpleNamespace
 from typing import Any, cast
 
+from streamlease import rules
 from streamlease.model import LeaseView
+from streamlease.schema import INDEX_SHARDS, Liveness
 from streamlease.settings import Settings
 from worker.acquisition import Outcome
 from worker.fleet_view import FleetView
@@ -24,9 +26,18 @@ EXPIRED = LeaseView("expired", "dead-worker", 2, expires_at_ms=5)
 class Store:
     def __init__(self, views: list[LeaseView]) -> None:
         self.views = views
+        self.scans: list[tuple[int, int]] = []
+        self.queries = 0
 
     def expiring_before(self, bound_ms: int, *, limit: int) -> list[LeaseView]:
+        self.queries += 1
         return list(self.views)
+
+    def orphans(
+        self, cutoff_ms: int, *, limit: int, segment: int = 0, segments: int = 1
+    ) -> list[LeaseView]:
+        self.scans.append((segment, segments))
+        return [v for v in self.views if v.expires_at_ms < cutoff_ms]
 
 
 class Acquirer:
@@ -44,7 +55,7 @@ class Acquirer:
 
 
 def reconciler(
-    held: int, share: int, views: list[LeaseView], **settings: Any
+    held: int, share: int, views: list[LeaseView], live_workers: int = 3, **settings: Any
 ) -> tuple[Reconciler, Acquirer, Store]:
     holdings = Holdings(capacity=100, given_away_seconds=15.0)
     for n in range(held):
@@ -57,7 +68,7 @@ def reconciler(
         store=store,
         worker_id="me",
     )
-    view = FleetView(share=share, live_workers=3)
+    view = FleetView(share=share, live_workers=live_workers)
     return Reconciler(cast(Any, ctx), cast(Any, acquirer), holdings, view), acquirer, store
 
 
@@ -88,3 +99,27 @@ async def test_without_handoffs_a_released_stream_is_taken_at_once() -> None:
     rounds, acquirer, _ = reconciler(held=5, share=5, views=[RELEASED], handoff_on_release=False)
     await rounds.reconcile_once()
     assert acquirer.tried == ["released"]
+
+
+async def test_a_small_session_fleet_reads_every_orphan_in_one_scan() -> None:
+    """Up to a few workers, one segment: the whole orphan index, as one query did."""
+    rounds, _, store = reconciler(held=0, share=5, views=[EXPIRED], live_workers=3)
+    await rounds.reconcile_once()
+    assert store.scans == [(0, 1)] and store.queries == 0
+
+
+async def test_a_large_session_fleet_scans_one_segment_and_counts_the_rest() -> None:
+    """Each worker reads one part at random; the orphans it found stand for every part."""
+    rounds, _, store = reconciler(held=0, share=5, views=[EXPIRED, RELEASED], live_workers=400)
+    await rounds.reconcile_once()
+    ((segment, segments),) = store.scans
+    assert segments == rules.scan_segments(400, INDEX_SHARDS) > 1
+    assert 0 <= segment < segments
+    assert rounds._view.orphans == 2 * segments
+
+
+async def test_per_stream_leases_query_their_one_shard_by_expiry() -> None:
+    """Suspects need the expiry order: a query, not a scan."""
+    rounds, _, store = reconciler(held=0, share=5, views=[EXPIRED], liveness=Liveness.STREAM)
+    await rounds.reconcile_once()
+    assert store.queries == 1 and store.scans == []

@@ -16,15 +16,15 @@ stored by one call of the sink's :meth:`BufferedSink.store`, while the next ones
 commit, Kafka's ``linger.ms``): the cost of a store — a thread hop, a ``PutRecords`` call — is
 shared by every stream instead of paid per message.
 
-**The fence at the last moment** (DESIGN §4 "Fencing"). A holder checks its deadline before it
-submits a batch, but a send can queue behind other work after that check. So each built-in sink
-sends from a thread of its own (:class:`SinkThread`, never the event loop's default pool that
-boto3 calls and DNS lookups share), and looks at each batch's deadline again *in that thread,
-immediately before the bytes leave* (:class:`DeadlineClock`): a send not started by the
-deadline is not started at all, and neither is any retry of the sink's own. What remains is the
-sink's own request: a send started just before the deadline finishes (or is abandoned by the
-client) within the sink's timeout, which is why that timeout must fit in the fence margin (see
-``Settings.sink_call_timeout_seconds``).
+**The fence at the last moment** (architecture §4 "Fencing"). A holder checks its deadline
+before it submits a batch, but a send can queue behind other work after that check. So each
+built-in sink sends from a thread of its own (:class:`SinkThread`, never the event loop's
+default pool that boto3 calls and DNS lookups share), and looks at each batch's deadline again
+*in that thread, immediately before the bytes leave* (:class:`DeadlineClock`): a send not
+started by the deadline is not started at all, and neither is any retry of the sink's own. What
+remains is the sink's own request: a send started just before the deadline finishes (or is
+abandoned by the client) within the sink's timeout, which is why that timeout must fit in the
+fence margin (see ``Settings.sink_call_timeout_seconds``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,72 @@
+"""The fleet digest item: one writer at a time by a lease on the item, taken over once the
+writer's claim lapsed, handed over at once by a draining writer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamlease.fleet_digest import DigestStore
+
+LEASE_MS = 20_000
+SKEW_MS = 1_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def digests(dynamodb: Any, aws_settings: Any, clock: Clock) -> DigestStore:
+    return DigestStore(dynamodb, aws_settings.table_name, clock_skew_ms=SKEW_MS, clock_ms=clock)
+
+
+def test_the_first_claim_wins_and_publishes(digests: DigestStore, clock: Clock) -> None:
+    assert digests.read() is None
+    assert digests.claim("w1", LEASE_MS)
+    assert not digests.claim("w2", LEASE_MS), "a live claim is not taken over"
+    assert digests.publish("w1", LEASE_MS, sessions=40, live=38, total=3800, deficit=12)
+    digest = digests.read()
+    assert digest is not None
+    assert (digest.writer, digest.sessions, digest.live_workers) == ("w1", 40, 38)
+    assert (digest.total_streams, digest.deficit) == (3800, 12)
+    assert digest.fresh(clock.now) and not digest.claimable(clock.now, SKEW_MS)
+
+
+def test_only_the_writer_publishes(digests: DigestStore) -> None:
+    """A worker that lost the digest learns it from its next write, and stops."""
+    digests.claim("w1", LEASE_MS)
+    assert not digests.publish("w2", LEASE_MS, sessions=1, live=1, total=1, deficit=0)
+
+
+def test_a_lapsed_claim_is_taken_over_after_the_skew_allowance(
+    digests: DigestStore, clock: Clock
+) -> None:
+    digests.claim("w1", LEASE_MS)
+    clock.now += LEASE_MS + SKEW_MS
+    assert not digests.claim("w2", LEASE_MS), "within the skew allowance"
+    clock.now += 1
+    assert digests.claim("w2", LEASE_MS)
+    assert not digests.publish("w1", LEASE_MS, sessions=1, live=1, total=1, deficit=0)
+
+
+def test_a_draining_writer_hands_the_digest_over_at_once(
+    digests: DigestStore, clock: Clock
+) -> None:
+    digests.claim("w1", LEASE_MS)
+    digests.resign("w2")  # not the writer: nothing happens
+    assert not digests.claim("w3", LEASE_MS)
+    digests.resign("w1")
+    digest = digests.read()
+    assert digest is not None and digest.claimable(clock.now, SKEW_MS)
+    assert digests.claim("w3", LEASE_MS)
