@@ -137,6 +137,8 @@ ROWS: Final[tuple[tuple[Graph, ...], ...]] = (
                 _worker(WorkerMetric.LEASES_LOST),
                 _worker(WorkerMetric.SESSIONS_EXPIRED),
                 _worker(WorkerMetric.STREAMS_ENDED),
+                _worker(WorkerMetric.CHECKPOINT_SLOTS_LOST),
+                _worker(WorkerMetric.SESSION_ROLLOVERS),
             ),
         ),
         Graph(

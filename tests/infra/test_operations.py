@@ -305,6 +305,8 @@ def _dashboard_body(template: TemplateJson) -> str:
         WorkerMetric.SINK_ERRORS,
         WorkerMetric.RENEWAL_LAG_MS,
         WorkerMetric.MALFORMED_FRAMES,
+        WorkerMetric.CHECKPOINT_SLOTS_LOST,
+        WorkerMetric.SESSION_ROLLOVERS,
         AuditorMetric.LIVE_WORKERS,
         AuditorMetric.REJECTED_STREAMS,
         AuditorMetric.STALLED_STREAMS,
