@@ -199,14 +199,12 @@ def query_field(raw: Any) -> tuple[tuple[str, Template], ...]:
             raise TemplateError(
                 "a query value is up to 256 URL characters (no &, #, % or spaces)", where
             )
-        template = Template(value)
-        if "{" in value.replace(NEXT_SEQ, "").replace(LAST_SEQ, "") or "}" in value.replace(
-            NEXT_SEQ, ""
-        ).replace(LAST_SEQ, ""):
+        literal = value.replace(NEXT_SEQ, "").replace(LAST_SEQ, "")
+        if "{" in literal or "}" in literal:
             raise TemplateError(
                 f"a query value may hold {NEXT_SEQ} or {LAST_SEQ}, no other placeholder", where
             )
-        out.append((name, template))
+        out.append((name, Template(value)))
     return tuple(out)
 
 

@@ -7,8 +7,8 @@ open for data; while an open message waits for its answer it is :meth:`Connectio
 keeps what arrives aside for :func:`open_connection` to read. The open messages
 (:class:`~streamlease.templates.OpenMessage`) are sent in order, each rendered with the
 connection's secrets and resume point; a message with ``expect`` is answered before the next
-one goes — what arrives before the answer is the feed's greeting, not data, and is dropped
-(counted); what arrives after it in the same read is data. A refusing answer, a close during
+one goes — what arrives before the answer is the feed's greeting, not data, and is dropped;
+what arrives after it in the same read is data. A refusing answer, a close during
 the wait or no answer within the message's timeout is an :class:`OpenRefused`: the link treats
 it as a rejection of the stream.
 
@@ -51,7 +51,7 @@ class Connection:
     """The handler of one connection: its messages go to the owner (after the open messages'
     answers), its close to the link."""
 
-    __slots__ = ("_arrived", "_deliver", "_held", "closed", "greeting_frames", "messages_received")
+    __slots__ = ("_arrived", "_deliver", "_held", "closed", "messages_received")
 
     def __init__(self, on_messages: Callable[[list[Frame]], None], *, holding: bool) -> None:
         """``holding``: keep what arrives aside from the start (the handshake's answer may
@@ -61,8 +61,6 @@ class Connection:
         self.closed: asyncio.Future[Closed] = asyncio.get_running_loop().create_future()
         self._held: list[Frame] = []
         self._arrived = asyncio.Event()
-        self.greeting_frames = 0
-        """Frames dropped while waiting for open messages' answers."""
 
     def connection_closed(self, closed: Closed) -> None:
         if not self.closed.done():
@@ -97,7 +95,6 @@ class Connection:
                 while True:
                     while self._held:
                         frame = self._held.pop(0)
-                        self.greeting_frames += 1
                         if refuse is not None and refuse.matches_text(bytes(frame.data)):
                             raise OpenRefused(f"upstream refused open message {number}")
                         if expect.matches_text(bytes(frame.data)):
