@@ -400,7 +400,13 @@ def raw_item(dynamodb: Any, table: str, stream_id: str) -> dict[str, Any]:
 
 
 PROGRESS = StreamProgress(
-    received=120, delivered=100, malformed=20, gaps=1, last_message_at_ms=NOW - 5, at_ms=NOW
+    received=125,
+    delivered=100,
+    malformed=20,
+    gaps=1,
+    last_message_at_ms=NOW - 5,
+    at_ms=NOW,
+    control=5,
 )
 
 
