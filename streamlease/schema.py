@@ -286,7 +286,7 @@ WORKER_KIND: Final = "WORKER"
 SESSION_HELD_MS: Final = 2**53 - 1
 """``lease_expires_at_ms`` of a stream held through a session: fixed at acquire, never renewed.
 
-Far beyond any wall clock, so every "expired before ``t``" query of ``by-state-expiry`` (orphans;
+Far beyond any wall clock, so every "expired before ``t``" query of the orphan index (orphans;
 the per-stream mode's suspects) skips it, and it moves the index key only when ownership
 changes. Whether such a lease is still good is its session's business (``WORKER#<owner>``).
 """
