@@ -39,7 +39,7 @@ from streamlease.kinesis_records import StreamMessage, read_record
 from streamlease.settings import Settings
 from streamlease.telemetry import AuditorMetric, WorkerMetric
 from worker.os_limits import raise_open_file_limit
-from worker.sinks import SinkRecord, encode_record
+from worker.sinks import BatchHeader, SinkRecord, encode_record
 from worker.sinks.kinesis import partition_key
 
 RATES: Final = (1.0, 10.0)
@@ -151,15 +151,8 @@ def sink_run(ctx: BenchContext, port: int, streams: int, rate: float, seconds: f
     json_sizes = [
         len(
             encode_record(
-                SinkRecord(
-                    m.stream_id,
-                    m.epoch,
-                    m.seq,
-                    m.received_at_ms,
-                    m.payload,
-                    m.worker_id or "",
-                    m.payload_encoding,
-                )
+                BatchHeader(m.stream_id, m.epoch, m.worker_id or ""),
+                SinkRecord(m.seq, m.received_at_ms, m.payload, m.payload_encoding),
             )
         )
         + len(partition_key(m.stream_id).encode())
