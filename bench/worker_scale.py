@@ -41,7 +41,7 @@ from local.resources import create_resources
 from local.upstream_sim import UpstreamSimulator, run_in_thread
 from local.worker_process import WorkerProcess, use_dummy_aws_credentials
 from streamlease import aws
-from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
+from streamlease.schema import PK, DesiredState, StreamAttr, expiry_shard, stream_key
 from streamlease.settings import Settings
 from worker.os_limits import raise_open_file_limit
 
@@ -121,7 +121,8 @@ class FlushTail:
 
 
 def seed(settings: Settings, ids: list[str], url_for: Any) -> None:
-    """Write STARTED, never-owned stream items (the reconciler finds them as orphans).
+    """Write STARTED, never-owned stream items, each in its shard of the orphan index as the
+    API writes it (the reconciler finds them as orphans).
 
     Patient (30 s per answer, 5 attempts): a serialised moto server holding thousands of
     streams answers a write only after the queries ahead of it. Raises the client's error when
@@ -140,6 +141,7 @@ def seed(settings: Settings, ids: list[str], url_for: Any) -> None:
                 StreamAttr.LEASE_EPOCH: {"N": "0"},
                 StreamAttr.LAST_SEQ: {"N": "0"},
                 StreamAttr.GENERATION: {"N": "1"},
+                StreamAttr.EXPIRY_SHARD: {"S": expiry_shard(stream_id, settings.liveness)},
             },
         )
 

@@ -217,6 +217,14 @@ class DeploymentConfig:
         return round(room * 1000 / 2)
 
     @property
+    def renewal_answer_age_alarm_ms(self) -> int:
+        """How long ago (ms) a worker's last answered renewal may have been sent before the
+        answer-age alarm counts it: halfway from a healthy age (a heartbeat) to the holder's
+        fencing deadline (lease − fence margin), ``heartbeat + renewal_lag_alarm_ms``. Renewals
+        sent on time whose answers do not come back (a gray failure) show here, not in the lag."""
+        return round(self.heartbeat_seconds * 1000) + self.renewal_lag_alarm_ms
+
+    @property
     def target_streams_per_task(self) -> float:
         """The scaling target: wanted streams per running task, below the per-task capacity."""
         return round(self.capacity_per_worker * self.target_load_fraction, 2)

@@ -14,7 +14,9 @@ Definitions at wall time ``now``: a STARTED stream is *orphaned* when it has no 
 per-stream lease has lapsed (``0 < lease_expires_at_ms < now``), or when it is attached to a
 session that is not live (tombstoned, gone, or past its expiry: its holder has fenced itself);
 every other STARTED stream is *owned*. An orphan's age counts from its lease's or its session's
-expiry, or from ``updated_at`` (creation, start or release) when it had none.
+expiry, or from ``updated_at`` when there is none: a stream never leased or released (creation,
+start or release), or one whose session item is gone (the last write of its holder, which died
+after it: an upper bound).
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
     oldest = 0
     # Free streams and per-stream leases first: a per-stream lease is owned while it runs.
     free: list[str] = []
+    of_gone_sessions: list[str] = []
     running: set[str] = set()
     for item in _scan(client, table, BY_SHARD_EXPIRY.name):
         started += 1
@@ -134,8 +137,6 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
             oldest = max(oldest, now_ms - expires)
         elif len(free) < ZERO_EXPIRY_SAMPLE:
             free.append(str(item[PK]))
-    if free:
-        oldest = max(oldest, _oldest_free_ms(client, table, free, now_ms))
     states: Counter[str] = Counter()
     for item in _scan(client, table, BY_OWNER.name):
         if item.get(A.DESIRED_STATE) != DesiredState.STARTED:
@@ -153,6 +154,10 @@ def run_audit(rt: runtime.Runtime, now_ms: int) -> Audit:
         session = fleet.get(owner)
         if session is not None:  # its renewals stopped counting at its expiry
             oldest = max(oldest, now_ms - session.expires_at_ms)
+        elif len(of_gone_sessions) < ZERO_EXPIRY_SAMPLE:  # aged from its holder's last write
+            of_gone_sessions.append(str(item[PK]))
+    if keys := free + of_gone_sessions:
+        oldest = max(oldest, _oldest_update_age_ms(client, table, keys, now_ms))
     return Audit(
         started_streams=started,
         owned_streams=started - orphaned,
@@ -175,8 +180,10 @@ def _scan(client: DynamoDBClient, table: str, index: str) -> Iterator[dict[str, 
     return dynamo.items(client.scan, {"TableName": table, "IndexName": index})
 
 
-def _oldest_free_ms(client: DynamoDBClient, table: str, keys: list[str], now_ms: int) -> int:
-    """Age of the oldest of these free streams, from ``updated_at`` (creation, start, release)."""
+def _oldest_update_age_ms(client: DynamoDBClient, table: str, keys: list[str], now_ms: int) -> int:
+    """How long ago the least recently written of the streams ``keys`` was written, from
+    ``updated_at`` (a free stream's creation, start or release; a gone session's stream's last
+    write by its holder), in ms (0: none says)."""
     oldest = 0
     for item in dynamo.batch_get(client, table, [{PK: k} for k in keys], [PK, A.UPDATED_AT]):
         since = _epoch_ms(item.get(A.UPDATED_AT))

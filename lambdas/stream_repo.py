@@ -1,5 +1,5 @@
-"""Control-plane writes and reads of stream items: create, start, stop, delete, get (listing
-is :mod:`lambdas.stream_listing`).
+"""Control-plane writes and reads of stream items: create, start, stop, change, delete, get
+(listing is :mod:`lambdas.stream_listing`).
 
 Every write is one conditional request with ``ReturnValuesOnConditionCheckFailure=ALL_OLD``, so a
 failed condition says why without a second read, and concurrent callers cannot lose an update:
@@ -41,6 +41,9 @@ _A = StreamAttr
 
 _NEW_STREAM_EPOCH_BASE: Final = -1
 """``if_not_exists(lease_epoch, -1) + 1``: 0 for a new id, the tombstone's epoch + 1 otherwise."""
+
+_CHANGE_ATTEMPTS: Final = 3
+"""Reads and conditional writes a change in place tries while others change the stream."""
 
 _TOMBSTONE_REMOVES: Final = tuple(a for a in stream_attributes() if a not in TOMBSTONE_KEEPS)
 
@@ -220,6 +223,71 @@ class StreamRepo:
         item = dynamo.plain(attributes)
         expiry_index.align(self._client, self._table, item, self._liveness)
         return Stream.from_item(item), True
+
+    def change(
+        self,
+        stream_id: str,
+        actor: str,
+        *,
+        ws_url: str | None = None,
+        profile: Mapping[str, Any] | None = None,
+    ) -> tuple[Stream, bool]:
+        """Change the URL and/or the connection profile (stored form; ``{}``: back to the
+        default) of a stream in place, with generation + 1; returns ``(stream, changed)``.
+
+        The lease, its epoch and ``last_seq`` stay: the holder sees the new generation and
+        reconnects with the new settings from its checkpoint. A change to what is already
+        stored changes nothing (``changed`` False, no generation bump). The write is
+        conditional on the generation read just before, so a concurrent stop, start or
+        change is never overwritten unseen (then the read and write are tried again). Raises
+        :class:`StreamNotFound`, :class:`StreamConflict` (still racing after a few tries),
+        :class:`StoreError`.
+        """
+        for _ in range(_CHANGE_ATTEMPTS):
+            current = self.get(stream_id)
+            url = current.ws_url if ws_url is None else ws_url
+            stored = dict(current.profile) if current.profile else None
+            wanted = stored if profile is None else (dict(profile) or None)
+            if url == current.ws_url and wanted == stored:
+                return current, False
+            values: dict[str, Any] = {
+                ":url": url,
+                ":gen": current.generation,
+                ":one": 1,
+                ":now": iso_ms(self._clock_ms()),
+                ":actor": actor,
+            }
+            update = "SET #url = :url, #gen = #gen + :one, #uat = :now, #uby = :actor"
+            if wanted:
+                values[":profile"] = wanted
+                update += ", #profile = :profile"
+            else:
+                update += " REMOVE #profile"
+            try:
+                attributes = dynamo.call(
+                    self._client.update_item,
+                    TableName=self._table,
+                    Key=self._key(stream_id),
+                    UpdateExpression=update,
+                    ConditionExpression=(
+                        "attribute_exists(#pk) AND attribute_not_exists(#deleted) AND #gen = :gen"
+                    ),
+                    ExpressionAttributeNames={
+                        "#pk": PK,
+                        "#deleted": _A.DELETED_AT,
+                        "#url": _A.WS_URL,
+                        "#gen": _A.GENERATION,
+                        "#uat": _A.UPDATED_AT,
+                        "#uby": _A.UPDATED_BY,
+                        "#profile": _A.PROFILE,
+                    },
+                    ExpressionAttributeValues=dynamo.serialize(values),
+                    ReturnValues="ALL_NEW",
+                ).get("Attributes", {})
+            except dynamo.ConditionFailed:
+                continue  # changed (or deleted) since the read: read again
+            return Stream.from_item(dynamo.plain(attributes)), True
+        raise StreamConflict(f"stream {stream_id!r} is being changed concurrently; retry", "id")
 
     def delete(self, stream_id: str) -> None:
         """Delete a STOPPED stream that nobody holds (no owner, or an owner whose lease lapsed),

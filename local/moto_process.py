@@ -198,6 +198,11 @@ def hold_dynamodb_writes(
     )
 
 
+def stop_holding_writes(endpoint_url: str) -> None:
+    """Hold no more DynamoDB requests (those already held are still applied when due)."""
+    _control(endpoint_url, {"hold": {"count": 0}})
+
+
 def held_writes(endpoint_url: str) -> dict[str, int]:
     """``{"waiting": n, "applied": m}``: held requests not yet applied, and applied since."""
     state = _control(endpoint_url, None)

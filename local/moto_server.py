@@ -18,7 +18,8 @@ for its full wait. This server therefore:
   brownout: every request waits that long, then is applied. ``{"hold": {"match": [...],
   "delay_seconds": s, "count": n}}`` holds the next ``n`` DynamoDB requests whose target and
   body contain every ``match`` string for ``s`` seconds and then applies them — a write that
-  lands after its client gave up. SQS and Kinesis keep working through all of it.
+  lands after its client gave up (``"count": 0`` stops holding). SQS and Kinesis keep working
+  through all of it.
 
 Run it in the foreground with ``python -m local.moto_server [--host H] [--port P]``, or from
 another process with :class:`local.moto_process.MotoProcess`.
@@ -284,10 +285,13 @@ class SerialisedApp:
             self._fault_changed.notify_all()
 
     def hold(self, match: list[str], delay_seconds: float, count: int) -> None:
-        """Hold the next ``count`` requests containing every ``match`` string (see above)."""
-        if not match or not all(isinstance(m, str) and m for m in match):
+        """Hold the next ``count`` requests containing every ``match`` string (see above);
+        ``count`` 0 holds nothing more (requests already held still land when due)."""
+        if count == 0:
+            match, delay_seconds = [], 0.0
+        elif not match or not all(isinstance(m, str) and m for m in match):
             raise ValueError("match must be a list of non-empty strings")
-        if not 0 < delay_seconds <= MAX_DELAY_SECONDS or count < 1:
+        elif not 0 < delay_seconds <= MAX_DELAY_SECONDS or count < 1:
             raise ValueError("delay_seconds must be in (0, 60] and count at least 1")
         with self._hold_lock:
             waiting, applied = self._hold.waiting, self._hold.applied
@@ -317,7 +321,7 @@ class SerialisedApp:
                     self.hold(
                         list(hold.get("match") or []),
                         float(hold.get("delay_seconds") or 0.0),
-                        int(hold.get("count") or 1),
+                        int(hold.get("count", 1)),
                     )
             except (ValueError, TypeError) as exc:
                 status, payload = "400 Bad Request", {"error": str(exc)}

@@ -153,14 +153,19 @@ class Testbed:
         )
 
     def wait_worker_running(self, worker: WorkerProcess, timeout_seconds: float) -> float:
-        """Wait until ``worker`` runs its services: its health file exists (it is touched when
-        they start, next to its first reconcile). Returns the seconds waited."""
-        health = Path(worker.settings.health_file)
+        """Wait until ``worker`` runs its services (:meth:`worker_running`) or has exited.
+        Returns the seconds waited."""
         return self.wait_for(
-            lambda: health.exists() or not worker.alive,
+            lambda: self.worker_running(worker) or not worker.alive,
             timeout_seconds,
             f"{worker.worker_id} running",
         )
+
+    @staticmethod
+    def worker_running(worker: WorkerProcess) -> bool:
+        """True once ``worker`` runs its services: its health file exists (it is written when
+        they start, next to its first reconcile)."""
+        return Path(worker.settings.health_file).exists()
 
     def live_workers(self) -> list[WorkerProcess]:
         """Workers whose process still runs (paused ones included)."""

@@ -21,7 +21,9 @@ What each kind promises, so a checker can prove that no two holders overlapped:
 - ``lost``: DynamoDB said the lease is someone else's; nothing was delivered after ``mono``;
 - ``stopped``: the stream was stopped; the holder stopped delivering (``released`` follows);
 - ``released``: written after DynamoDB's release returned, delivery having ended before it;
-- ``handoff``: a handoff command was sent after the release.
+- ``handoff``: a handoff command was sent after the release;
+- ``changed``: the stream's URL or profile was changed in place and its holder reconnects with
+  them under the same epoch, from its checkpoint (the holding goes on: not terminal).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class LeaseEventKind(StrEnum):
     LOST = "lost"
     STOPPED = "stopped"
     HANDOFF = "handoff"
+    CHANGED = "changed"
 
 
 TERMINAL_KINDS: Final = frozenset(

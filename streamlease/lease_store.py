@@ -70,6 +70,7 @@ _NAMES: Final = {
     "#fdl": _A.FRAMES_DELIVERED,
     "#fml": _A.FRAMES_MALFORMED,
     "#gaps": _A.SEQ_GAPS,
+    "#fctl": _A.FRAMES_CONTROL,
     "#lmsg": _A.LAST_MESSAGE_AT_MS,
     "#pat": _A.PROGRESS_AT_MS,
     "#shard": _A.EXPIRY_SHARD,
@@ -80,6 +81,7 @@ _PROGRESS: Final = (
     ("#fdl", "delivered"),
     ("#fml", "malformed"),
     ("#gaps", "gaps"),
+    ("#fctl", "control"),
 )
 """Progress counters: placeholder and :class:`StreamProgress` field."""
 _NEW_HOLDING_REMOVES: Final = (*(name for name, _ in _PROGRESS), "#lmsg", "#pat")
@@ -98,11 +100,12 @@ _SEQ_NOT_BACK: Final = "(attribute_not_exists(#seq) OR #seq <= :seq)"
 
 @dataclasses.dataclass(frozen=True)
 class OwnedStreams:
-    """What :meth:`LeaseStore.stopped_of` found: the owned streams asked to stop, and the
-    number owned in all."""
+    """What :meth:`LeaseStore.stopped_of` found: the owned streams asked to stop, those
+    changed above a generation (STARTED), and the number owned in all."""
 
     stopped: tuple[LeaseView, ...]
     count: int
+    changed: tuple[LeaseView, ...] = ()
 
 
 def wall_ms() -> int:
@@ -585,6 +588,29 @@ class LeaseStore:
         }
         return [LeaseView.from_item(item) for item in self._query(query, limit)]
 
+    def held_through_sessions(
+        self, *, limit: int, start: Mapping[str, Any] | None = None
+    ) -> tuple[list[LeaseView], Mapping[str, Any] | None]:
+        """One page of the STARTED streams attached to a session (those with a checkpoint
+        slot), from a Scan of ``by-holder`` reading at most ``limit`` entries (eventually
+        consistent: owner and epoch), from ``start``; and where the next page starts (None:
+        that was the last one). A Scan returns a holder's entries together, so a page names a
+        few owners; each page reads the next key range, so no partition is read twice in a
+        walk. The cursor is opaque: pass it back as it is."""
+        scan: ScanInputTypeDef = {
+            "TableName": self._table,
+            "IndexName": BY_OWNER.name,
+            "FilterExpression": "attribute_exists(#slot) AND #state = :started",
+            "ExpressionAttributeNames": _names("#slot", "#state"),
+            "ExpressionAttributeValues": dynamo.serialize({":started": DesiredState.STARTED.value}),
+            "Limit": limit,
+        }
+        if start is not None:
+            scan["ExclusiveStartKey"] = dict(start)
+        page = dynamo.call(self._client.scan, **scan)
+        views = [LeaseView.from_item(dynamo.plain(item)) for item in page.get("Items", [])]
+        return views, page.get("LastEvaluatedKey") or None
+
     def orphans(
         self, cutoff_ms: int, *, limit: int, segment: int = 0, segments: int = 1
     ) -> list[LeaseView]:
@@ -619,30 +645,38 @@ class LeaseStore:
         }
         return [LeaseView.from_item(item) for item in self._query(query, None)]
 
-    def stopped_of(self, worker_id: str) -> OwnedStreams:
-        """The streams ``worker_id`` owns that are asked to stop, and how many it owns in all
-        (GSI, eventually consistent). One query of ``by-owner`` whose filter leaves only the
-        stopped ones in the answer: the read costs what :meth:`owned_by` costs, but a worker
-        holding thousands of streams parses a handful of items, not thousands."""
+    def stopped_of(self, worker_id: str, above_generation: int | None = None) -> OwnedStreams:
+        """The streams ``worker_id`` owns that are asked to stop — and, with
+        ``above_generation``, the STARTED ones whose generation is above it (changed in place,
+        or stopped and started again) — and how many it owns in all (GSI, eventually
+        consistent). One query of the holder index whose filter leaves only those in the answer:
+        the read costs what :meth:`owned_by` costs, but a worker holding thousands of streams
+        parses a handful of items, not thousands. A holder passes the lowest generation it
+        holds: a stream changed since its acquire is above it, whatever the others'."""
+        values: dict[str, Any] = {":w": worker_id, ":stopped": DesiredState.STOPPED.value}
+        condition = "#state = :stopped"
+        if above_generation is not None:
+            condition += " OR #gen > :gen"
+            values[":gen"] = above_generation
         request: QueryInputTypeDef = {
             "TableName": self._table,
             "IndexName": BY_OWNER.name,
             "KeyConditionExpression": "#owner = :w",
-            "FilterExpression": "#state = :stopped",
-            "ExpressionAttributeNames": _names("#owner", "#state"),
-            "ExpressionAttributeValues": dynamo.serialize(
-                {":w": worker_id, ":stopped": DesiredState.STOPPED.value}
-            ),
+            "FilterExpression": condition,
+            "ExpressionAttributeNames": _names("#owner", "#state", condition),
+            "ExpressionAttributeValues": dynamo.serialize(values),
         }
-        stopped: list[LeaseView] = []
+        found: list[LeaseView] = []
         owned = 0
         while True:
             page = dynamo.call(self._client.query, **request)
             owned += page.get("ScannedCount", 0)
-            stopped += (LeaseView.from_item(dynamo.plain(i)) for i in page.get("Items", []))
+            found += (LeaseView.from_item(dynamo.plain(i)) for i in page.get("Items", []))
             start = page.get("LastEvaluatedKey")
             if not start:
-                return OwnedStreams(tuple(stopped), owned)
+                stopped = tuple(v for v in found if v.desired_state is DesiredState.STOPPED)
+                changed = tuple(v for v in found if v.desired_state is DesiredState.STARTED)
+                return OwnedStreams(stopped, owned, changed)
             request["ExclusiveStartKey"] = start
 
     # --- plumbing ----------------------------------------------------------------------------

@@ -83,7 +83,8 @@ def is_tombstone(item: Mapping[str, Any]) -> bool:
 @dataclass(frozen=True)
 class StreamProgress:
     """What a holder reported about its holding of a stream: frames received, delivered (the
-    sink acknowledged them), malformed (undeliverable) and sequence gaps since it acquired the
+    sink acknowledged them), malformed (undeliverable), control (skipped as the profile says) and
+    sequence gaps since it acquired the
     stream, when the last delivered message was received and when this was written (epoch ms).
 
     Written with each connection-state change and at most every few minutes besides, so the
@@ -96,6 +97,8 @@ class StreamProgress:
     last_message_at_ms: int | None
     """None: no message delivered yet."""
     at_ms: int
+    control: int = 0
+    """Control frames skipped (not data, not malformed)."""
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> StreamProgress | None:
@@ -108,6 +111,7 @@ class StreamProgress:
             delivered=_int(item.get(StreamAttr.FRAMES_DELIVERED)),
             malformed=_int(item.get(StreamAttr.FRAMES_MALFORMED)),
             gaps=_int(item.get(StreamAttr.SEQ_GAPS)),
+            control=_int(item.get(StreamAttr.FRAMES_CONTROL)),
             last_message_at_ms=_opt_int(item.get(StreamAttr.LAST_MESSAGE_AT_MS)),
             at_ms=_int(at),
         )

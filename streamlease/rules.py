@@ -184,6 +184,17 @@ def checkpoint_for(entry: Checkpoint | None, stream_id: str, item_epoch: int) ->
     return entry.last_seq
 
 
+UNREACHABLE_LEASES: Final = 4.0
+"""A worker that has had no renewal answered, in any of its sessions, for this many leases
+reports itself unhealthy and exits: it can hold nothing, and a replacement may fare better."""
+
+
+def is_unreachable(now_mono: float, last_answer_mono: float, lease_seconds: float) -> bool:
+    """True when the last renewal answered (or the first session's creation) is
+    :data:`UNREACHABLE_LEASES` leases old."""
+    return now_mono - last_answer_mono >= UNREACHABLE_LEASES * lease_seconds
+
+
 LOST_WRITE_LANDS_LEASES: Final = 2.0
 """A write whose answer was lost has landed, or never will, within this many leases of being
 sent (DynamoDB gives up on a request long before): a checkpoint slot whose acquire got no

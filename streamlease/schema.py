@@ -205,6 +205,8 @@ class StreamAttr:
     """... messages the sink acknowledged ..."""
     FRAMES_MALFORMED: Final = "frames_malformed"
     """... frames that could not be delivered (no seq where the profile says, out of bounds) ..."""
+    FRAMES_CONTROL: Final = "frames_control"
+    """... control frames skipped (the profile's ``control`` conditions: pongs, heartbeats) ..."""
     SEQ_GAPS: Final = "seq_gaps"
     """... sequence gaps seen ..."""
     LAST_MESSAGE_AT_MS: Final = "last_message_at_ms"

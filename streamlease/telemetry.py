@@ -32,12 +32,19 @@ class WorkerMetric:
     RECONNECTS: Final = "Reconnects"
     RENEWAL_LAG_MS: Final = "RenewalLagMs"
     EVENT_LOOP_LAG_MS: Final = "EventLoopLagMs"
+    RENEWAL_ANSWER_AGE_MS: Final = "RenewalAnswerAgeMs"
+    """Sampled every second: how long ago the last session renewal that was answered was sent
+    (any session of the worker). Up to a heartbeat when healthy; it climbs through a gray
+    failure, when renewals go out on time (``RenewalLagMs`` stays low) but no answer returns."""
     SEQ_GAPS: Final = "SeqGaps"
     MALFORMED_FRAMES: Final = "MalformedFrames"
     STREAMS_ENDED: Final = "StreamsEnded"
     """Streams whose upstream finished them (close code 1000): released and set STOPPED."""
     SESSIONS_EXPIRED: Final = "SessionsExpired"
     """Peer sessions this worker proved dead and tombstoned (then took their streams over)."""
+    SESSIONS_REVOKED: Final = "SessionsRevoked"
+    """Own sessions this worker gave up because none of their renewals was answered for a
+    lease while the store still answered it (a gray failure): their streams went to peers."""
     CHECKPOINT_SLOTS_LOST: Final = "CheckpointSlotsLost"
     """Checkpoint slots taken out of use because an acquire or release got no answer (each is
     recovered once a read shows its stream item no longer names it)."""

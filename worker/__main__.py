@@ -1,7 +1,8 @@
 """``python -m worker``: one asyncio process holding streams until SIGTERM/SIGINT.
 
 Exit status: 0 after a graceful drain, 1 when the shutdown budget ran out, 2 for a configuration
-error (the message says which variable).
+error (the message says which variable), 3 when no session renewal was answered for several
+leases (:mod:`worker.session_keeper`: a replacement may fare better).
 """
 
 from __future__ import annotations

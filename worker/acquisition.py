@@ -120,6 +120,8 @@ class Acquirer:
                 return "checkpoint slots lost"
         elif self._renewals.is_behind():
             return "renewals behind"
+        elif self._renewals.unanswered():
+            return "renewals unanswered"
         return None
 
     async def try_acquire(

@@ -11,9 +11,9 @@ and the liveness ticker. The data path itself has no task of its own: each conne
 holder back with every batch, and the sink's flusher stores the batches of every stream
 together.
 
-A session the store reports expired takes every stream attached to it along (holders stop at
-once and write nothing more); the keeper then opens a new session under a new id. In per-stream
-mode the leases are the streams' own, so only the worker item is replaced.
+A lost session (expired, or revoked by this worker after a gray failure) is replaced by a new
+one, and a worker whose renewals have gone unanswered for too long gives up and exits with
+:data:`~worker.session_keeper.EXIT_UNREACHABLE` (:mod:`worker.session_keeper`).
 
 Shutdown (first SIGTERM/SIGINT), in this order, under ``shutdown_budget_seconds``:
 
@@ -42,11 +42,10 @@ from typing import TYPE_CHECKING, Final
 from streamlease import aws
 from streamlease.errors import SessionExpired, StoreError
 from streamlease.fleet_digest import DigestStore
-from streamlease.lease_store import LeaseStore, wall_ms
+from streamlease.lease_store import LeaseStore
 from streamlease.schema import Liveness
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
-from streamlease.telemetry import WorkerMetric
 from worker import logs
 from worker.acquisition import Acquirer
 from worker.blocking import DEFAULT_THREADS, install_executor
@@ -54,7 +53,8 @@ from worker.commands import CommandPoller, CommandQueue, given_away_window_secon
 from worker.connection_report import ConnectionReport
 from worker.context import WorkerContext
 from worker.fleet import FleetWatcher
-from worker.fleet_view import FleetView, check_fleet_mode
+from worker.fleet_view import FleetView
+from worker.gone_sessions import GoneSessions
 from worker.holder import EndReason
 from worker.holdings import Holdings
 from worker.identity import Identity, resolve_identity
@@ -68,7 +68,7 @@ from worker.rebalancer import Rebalancer
 from worker.reconciler import Reconciler
 from worker.renewal import Renewals
 from worker.secrets import Secrets
-from worker.session import Session
+from worker.session_keeper import EXIT_UNREACHABLE, SessionKeeper
 from worker.signals import install_signal_handlers
 from worker.sinks import Sink, load_sink
 from worker.stream.keepalive import keepalive_from
@@ -94,8 +94,6 @@ batches wait up to 20 ms in the sink's buffer — so at the default nearly all o
 at each collection, promoted, and the old generation (every held stream's connection objects)
 traversed every few seconds: about a third of the worker's CPU per message at 1,000 streams ×
 10 msg/s. Young objects that die between collections cost a collection nothing."""
-OPEN_RETRY_SECONDS: Final = 1.0
-"""Pause between attempts to open a session while DynamoDB does not answer."""
 
 
 class Worker:
@@ -123,7 +121,6 @@ class Worker:
         )
         self.metrics = WorkerMetrics(lambda: self.holdings.active_count)
         self.sessions = SessionStore(dynamodb, settings.table_name)
-        self._renewal_sessions = SessionStore(renewal_dynamodb or dynamodb, settings.table_name)
         self.ctx = WorkerContext(
             settings=settings,
             identity=identity,
@@ -160,10 +157,15 @@ class Worker:
             self.takeover,
             DigestStore(dynamodb, settings.table_name, clock_skew_ms=settings.clock_skew_ms),
         )
-        self.own_leases = OwnLeases(self.ctx, self.holdings, self._request_rollover)
+        self.gone_sessions = GoneSessions(self.ctx, self.view)
+        self.keeper = SessionKeeper(
+            self.ctx,
+            self.holdings,
+            SessionStore(renewal_dynamodb or dynamodb, settings.table_name),
+            self.metrics.observe,
+        )
+        self.own_leases = OwnLeases(self.ctx, self.holdings, self.keeper.request_rollover)
         self.publisher = EmfPublisher(settings.metrics_namespace)
-        self._session_lost = asyncio.Event()
-        self._incarnation = 0
         self._shutdown_started = 0.0
 
     @classmethod
@@ -191,8 +193,8 @@ class Worker:
         :class:`ConfigError` when the fleet runs the other liveness mode."""
         ctx = self.ctx
         settings = self.settings
-        await self._join_fleet()
-        if not await self._open_session():
+        await self.keeper.join_fleet()
+        if not await self.keeper.open_session():
             return EXIT_OK  # asked to stop before DynamoDB ever answered
         with contextlib.suppress(Exception):
             await self.fleet.refresh()
@@ -219,7 +221,7 @@ class Worker:
                 self.holdings.bind(streams)
                 async with asyncio.TaskGroup() as services:
                     upkeep = [
-                        services.create_task(self._keep_session(), name="session keeper"),
+                        services.create_task(self.keeper.keep(), name="session keeper"),
                         services.create_task(
                             self.fleet.watch_fleet(services), name="fleet watcher"
                         ),
@@ -249,6 +251,9 @@ class Worker:
                             self.reconciler.reconcile_periodically(), name="reconciler"
                         ),
                         services.create_task(self.poller.poll_commands(), name="command poller"),
+                        services.create_task(
+                            self.gone_sessions.free_periodically(), name="gone session sweeper"
+                        ),
                     ]
                     if self.uses_sessions:
                         upkeep.append(
@@ -275,124 +280,17 @@ class Worker:
                     await ctx.shutdown_requested.wait()
                     self._shutdown_started = time.monotonic()
                     status = await self._drain(takers)
+                    if self.keeper.gave_up:
+                        status = EXIT_UNREACHABLE
                     for task in upkeep:
                         task.cancel()
         finally:
             await self._finish()
         return status
 
-    # --- the session -----------------------------------------------------------------------
-
-    async def _join_fleet(self) -> None:
-        """Refuse to start beside live workers of the other liveness mode."""
-        while True:
-            try:
-                workers = await asyncio.to_thread(self.sessions.list_fleet)
-            except StoreError as exc:
-                logger.warning("fleet read failed", error=describe(exc))
-                if await self._stopping_within(OPEN_RETRY_SECONDS):
-                    return
-                continue
-            check_fleet_mode(workers, self.settings.liveness, wall_ms())
-            return
-
-    async def _open_session(self) -> bool:
-        """Open a new session under a new id, retrying while DynamoDB does not answer.
-        False if shutdown was requested first."""
-        ctx = self.ctx
-        while not ctx.shutdown_requested.is_set():
-            self._incarnation += 1
-            session = Session(
-                ctx.identity.session_id(self._incarnation),
-                self.settings,
-                ctx.identity,
-                self.sessions,
-                self._renewal_sessions,
-                ctx.events,
-                on_expired=lambda _: self._session_lost.set(),
-                active_streams=lambda: self.holdings.active_count,
-                observe=self.metrics.observe,
-                count=self.metrics.incr,
-            )
-            try:
-                await session.open()
-            except SessionExpired:
-                continue  # the id is taken (a create answered late and swept?): another id
-            except StoreError as exc:
-                logger.warning("session not opened", error=describe(exc))
-                self._incarnation -= 1
-                await self._stopping_within(OPEN_RETRY_SECONDS)
-                continue
-            ctx.session = session
-            ctx.events.worker_id = session.worker_id
-            logger.append_keys(worker_id=session.worker_id)
-            session.start()
-            if self._incarnation > 1:
-                logger.info("new session opened", incarnation=self._incarnation)
-            return True
-        return False
-
-    async def _keep_session(self) -> None:
-        """When the store says the session expired: every stream attached to it is lost (the
-        holders stop and write nothing more). When the session asked to be rolled over (its
-        lost checkpoint slots leave it too little room): its streams are released and handed
-        off as in a drain, and it is revoked. Then a new session under a new id."""
-        ctx = self.ctx
-        while True:
-            await self._session_lost.wait()
-            self._session_lost.clear()
-            old = ctx.session
-            if old is None or (old.live and not old.retiring):
-                continue
-            if old.live:
-                await self._roll_over(old)
-            elif self.uses_sessions:
-                self._end_holders_of(old, EndReason.LOST)
-                await self._until_no_holder_of(old)
-            if ctx.shutdown_requested.is_set():
-                return
-            await self._open_session()
-
-    def _request_rollover(self) -> None:
-        """Replace the current session by a fresh one (see :meth:`_keep_session`)."""
-        session = self.ctx.session
-        if session is None or not session.live or session.retiring:
-            return
-        session.retiring = True  # it takes no more streams from now on
-        self._session_lost.set()
-
-    async def _roll_over(self, session: Session) -> None:
-        self.metrics.incr(WorkerMetric.SESSION_ROLLOVERS)
-        logger.warning("session rolling over", lost_slots=session.slots.lost)
-        # Released with their checkpoints and handed off, as in a drain: the fleet (this
-        # worker's next session among it) takes them up again within about a second.
-        self._end_holders_of(session, EndReason.SHUTDOWN)
-        await self._until_no_holder_of(session)
-        await self._revoke(session)
-
-    def _end_holders_of(self, session: Session, reason: EndReason) -> None:
-        for holder in self.holdings:
-            if holder.owner == session.worker_id:
-                holder.request_end(reason)
-
-    async def _until_no_holder_of(self, session: Session) -> None:
-        while any(h.owner == session.worker_id for h in self.holdings):
-            await self.holdings.wait_changed(DRAIN_CHECK_SECONDS)
-
     def _on_tick(self, lag_seconds: float) -> None:
         self.ctx.loop_lag_seconds = lag_seconds
-        session = self.ctx.session
-        if session is not None:
-            session.refresh_active_streams()
-            if self.uses_sessions and session.fenced():
-                session.note_fenced()
-
-    async def _stopping_within(self, seconds: float) -> bool:
-        """Sleep ``seconds`` unless shutdown is requested first; True if it was."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self.ctx.shutdown_requested.wait()
-        return self.ctx.shutdown_requested.is_set()
+        self.keeper.on_tick()
 
     # --- shutdown ----------------------------------------------------------------------------
 
@@ -435,7 +333,7 @@ class Worker:
             flush(self.metrics, self.publisher)
         except Exception as exc:
             logger.warning("final metrics flush failed", error=describe(exc))
-        await self._revoke_session()
+        await self.keeper.revoke()
         try:
             await self.ctx.sink.close()
         except Exception as exc:
@@ -443,22 +341,6 @@ class Worker:
         self.ctx.events.close()
         self.ctx.tracing.shutdown()
         logger.info("worker stopped")
-
-    async def _revoke_session(self) -> None:
-        """Tombstone the session. Whatever is still attached to it (a drain cut short) is swept
-        by the fleet at once instead of after a lease; the fleet deletes the tombstone later."""
-        session = self.ctx.session
-        if session is not None:
-            await self._revoke(session)
-
-    async def _revoke(self, session: Session) -> None:
-        if not session.live:
-            return
-        try:
-            async with asyncio.timeout(max(0.1, 2 * self.settings.dynamodb_timeout_seconds)):
-                await session.revoke()
-        except (TimeoutError, StoreError) as exc:
-            logger.warning("session not revoked", error=describe(exc))
 
 
 async def run_worker(settings: Settings) -> int:

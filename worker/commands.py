@@ -4,7 +4,9 @@ A command only says "this stream may need an owner". The worker answers with an 
 condition is the truth (STARTED, free or expired); the command's generation is not trusted over
 the item. The message is deleted once the acquire decided something (won, owned elsewhere,
 stopped, gone); a worker without room puts it straight back (visibility 0) for another worker;
-an unanswered acquire leaves it to come back after the visibility timeout.
+an unanswered acquire leaves it to come back after the visibility timeout, unless the worker is
+draining: then it goes straight back too (this worker will not try again, and during a fleet's
+replacement the next owner should not wait out the timeout).
 
 Malformed messages (not a current-version command) are deleted and logged with their message id
 only: they can never become valid, and redelivering them would cost every worker a receive.
@@ -221,7 +223,9 @@ class CommandPoller:
             return
         if outcome.decided:
             await self._queue.delete(receipt)
-        elif outcome is Outcome.NO_ROOM:
+        elif outcome is Outcome.NO_ROOM or self._ctx.shutdown_requested.is_set():
+            # A draining worker will not try again: the next owner should not wait out the
+            # visibility timeout (its own acquire settles the unanswered one's fate).
             await self._queue.give_back(receipt)
         logger.debug(
             "command handled",

@@ -21,8 +21,10 @@ What it reads depends on the fleet's size, so that what each worker reads stays 
   the digest's writer (elected by a lease on the digest), reads the whole fleet every round,
   watches everyone like a small fleet's worker does, and publishes the counts.
 
-In per-stream mode the same verdicts only tidy the fleet list (a dead worker's item is
-tombstoned, later deleted); its streams lapse and are taken over by expiry.
+In per-stream mode the same verdicts tidy the fleet list (a dead worker's item is tombstoned,
+later deleted; its own leases lapse and are taken over by expiry), and free any stream still
+attached to a dead session: a fleet that switched from sessions keeps the old sessions' streams
+(held with no expiry of their own) until their sessions are swept (:mod:`worker.takeover`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from streamlease.errors import StoreError
 from streamlease.fleet_digest import DigestStore, FleetDigest
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import Liveness, WorkerState
+from streamlease.schema import WorkerState
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.fleet_view import FleetView, update_view, view_from_digest
@@ -285,9 +287,8 @@ class FleetWatcher:
                 self._detector.unchanged_seconds(session_id, time.monotonic()), 3
             ),
         )
-        if ctx.settings.liveness is Liveness.SESSION:
-            assert expiry.session is not None
-            await self._takeover.take_over(expiry.session)
+        assert expiry.session is not None
+        await self._takeover.take_over(expiry.session)
 
     def _sweep_leftovers(
         self, workers: Sequence[WorkerInfo], now: float, tasks: asyncio.TaskGroup
@@ -312,10 +313,7 @@ class FleetWatcher:
             return
         if session is None or session.state is not WorkerState.EXPIRED:
             return
-        if self._ctx.settings.liveness is Liveness.SESSION:
-            await self._takeover.take_over(session)
-        else:  # per-stream leases lapse on their own: only the item is left to tidy
-            await self._takeover.delete_if_old(session)
+        await self._takeover.take_over(session)
 
     def _log_breaker(self) -> None:
         open_now = self._detector.breaker_open

@@ -1,9 +1,11 @@
 """Liveness: the worker's event loop touches a file every second; a checker judges its age.
 
 ``python -m worker.health`` is the container health check: exit 0 when the file named by
-``Settings.health_file`` was touched within ``Settings.health_max_age_seconds``, 1 otherwise.
-A wedged event loop (blocked call, runaway coroutine) stops touching it, so ECS replaces the task
-even though the process is still alive. This module imports nothing heavy: it runs every few
+``Settings.health_file`` was touched within ``Settings.health_max_age_seconds`` and says nothing,
+1 otherwise. A wedged event loop (blocked call, runaway coroutine) stops touching it, so ECS
+replaces the task even though the process is still alive. A worker that knows it is sick — no
+session renewal answered for several leases — writes why into the file
+(:func:`mark_unhealthy`) before it leaves. This module imports nothing heavy: it runs every few
 seconds in the container.
 """
 
@@ -12,6 +14,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Final
+
+MAX_REASON_CHARS: Final = 200
 
 
 def touch(path: str) -> None:
@@ -21,6 +26,28 @@ def touch(path: str) -> None:
     except FileNotFoundError:
         with open(path, "a", encoding="utf-8"):
             pass
+
+
+def reset(path: str) -> None:
+    """Create ``path`` empty (healthy), or empty it: a new worker process starts healthy."""
+    with open(path, "w", encoding="utf-8"):
+        pass
+
+
+def mark_unhealthy(path: str, reason: str) -> None:
+    """Write ``reason`` (one line) into ``path``: the health check fails with it from now on."""
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(reason.replace("\n", " ")[:MAX_REASON_CHARS] + "\n")
+
+
+def unhealthy_reason(path: str) -> str | None:
+    """What :func:`mark_unhealthy` wrote into ``path`` (None: nothing, or no file)."""
+    try:
+        with open(path, encoding="utf-8") as source:
+            reason = source.read(MAX_REASON_CHARS + 1).strip()
+    except FileNotFoundError:
+        return None
+    return reason or None
 
 
 def age_seconds(path: str, now: float | None = None) -> float | None:
@@ -46,6 +73,10 @@ def main() -> int:
     age = age_seconds(settings.health_file)
     if age is None:
         print("unhealthy: no heartbeat file", file=sys.stderr)
+        return 1
+    reason = unhealthy_reason(settings.health_file)
+    if reason is not None:
+        print(f"unhealthy: {reason}", file=sys.stderr)
         return 1
     if age > settings.health_max_age_seconds:
         print(f"unhealthy: event loop silent for {age:.1f}s", file=sys.stderr)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
@@ -36,7 +36,7 @@ from worker.logs import describe, logger
 from worker.secrets import Secrets
 from worker.sinks import BatchHeader
 from worker.stream.delivery import Delivery
-from worker.stream.link import HeadersSource, UpstreamEvent, UpstreamEventKind, UpstreamLink
+from worker.stream.link import SecretsSource, UpstreamEvent, UpstreamEventKind, UpstreamLink
 from worker.stream.progress import ProgressWatch
 from worker.stream.sequence import Sequencer
 from worker.tracing import UNTRACED, StreamTrace
@@ -110,6 +110,8 @@ class StreamHolder:
         self.owner = lease.owner
         self.acquired_mono = acquired_mono
         self.fence = fence
+        self.generation = lease.generation
+        """The stream's generation whose settings the link uses."""
         self.end_reason: EndReason | None = None
         self._ctx = ctx
         self._settings = ctx.settings
@@ -119,8 +121,8 @@ class StreamHolder:
         self._interrupting = False
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._trace = UNTRACED
-        profile = self._profile(lease)
-        sequencer = Sequencer(profile.seq_path, lease.last_seq)
+        profile = self._profile(lease.profile)
+        sequencer = self._sequencer = Sequencer(profile.seq_path, lease.last_seq, profile.control)
         self.progress = ProgressWatch(sequencer, profile.idle_seconds)
         self.delivery = Delivery(
             BatchHeader(lease.stream_id, lease.epoch, lease.owner),
@@ -142,18 +144,49 @@ class StreamHolder:
             resume_from=lambda: sequencer.last_seq,
             on_event=self._on_event,
             profile=profile,
-            headers=_headers_for(profile, secrets),
-            forget_secrets=None if secrets is None else lambda: secrets.forget(profile.secrets),
+            secrets=_secrets_for(profile, secrets),
+            forget_secrets=_forget_for(profile, secrets),
             keepalive=ctx.keepalive,
             connect_span=lambda attempt: self._trace.span(SpanName.CONNECT, attempt=attempt),
         )
 
-    def _profile(self, lease: Lease) -> Profile:
+    def _profile(self, stored: Mapping[str, Any] | None) -> Profile:
         try:
-            return Profile.from_item(lease.profile)
+            return Profile.from_item(stored)
         except ProfileError as exc:
             self._failure = f"stream profile unreadable ({exc.field})"
             return DEFAULT_PROFILE
+
+    def change(self, stream: Stream) -> bool:
+        """The stream's URL or profile was changed in place (``stream``: as read after the
+        change): from now on the link, the sequencer and the idle threshold use the new
+        settings, and the link reconnects with them at once from where the stream got — the
+        same holding, epoch and delivery; nothing is released. Returns False (and changes
+        nothing) when ``stream`` is not newer than what the holder uses, or the holding ends.
+        """
+        if stream.generation <= self.generation or not self.is_active:
+            return False
+        self.generation = stream.generation
+        profile = self._profile(stream.profile)
+        if self._failure is not None:
+            self.request_end(EndReason.FAILED)
+            return False
+        sequencer = self._sequencer
+        sequencer.seq_path = profile.seq_path
+        sequencer.control_conditions = profile.control
+        self.progress.idle_seconds = profile.idle_seconds
+        secrets = self._ctx.secrets
+        self._link.change(
+            stream.ws_url, profile, _secrets_for(profile, secrets), _forget_for(profile, secrets)
+        )
+        self._record(LeaseEventKind.CHANGED)
+        logger.info(
+            "stream settings changed",
+            stream_id=self.stream_id,
+            epoch=self.epoch,
+            generation=stream.generation,
+        )
+        return True
 
     # --- what other tasks call -----------------------------------------------------------
 
@@ -468,17 +501,22 @@ class StreamHolder:
             self.fence.release_unanswered()  # the item may still name this holding
 
 
-def _headers_for(profile: Profile, secrets: Secrets | None) -> HeadersSource | None:
-    """What the link calls before each connect for the handshake headers."""
-    if not profile.headers:
+def _secrets_for(profile: Profile, secrets: Secrets | None) -> SecretsSource | None:
+    """What the link calls before each connect for the values of the profile's secrets."""
+    refs = profile.secrets
+    if not refs:
         return None
     if secrets is None:
-        return lambda: _static_headers(profile)
-    return lambda: secrets.headers(profile)
+        return _no_secrets
+    return lambda: secrets.resolve(refs)
 
 
-async def _static_headers(profile: Profile) -> list[tuple[str, str]]:
-    """Headers without a secret resolver: literal values only."""
-    if profile.secrets:
-        raise UpstreamRejected("this worker cannot read secrets")
-    return [(name, value.template) for name, value in profile.headers]
+def _forget_for(profile: Profile, secrets: Secrets | None) -> Callable[[], None] | None:
+    """What the link calls when the upstream refused the stream: read its secrets afresh."""
+    if secrets is None:
+        return None
+    return lambda: secrets.forget(profile.secrets)
+
+
+async def _no_secrets() -> dict[str, str]:
+    raise UpstreamRejected("this worker cannot read secrets")

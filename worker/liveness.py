@@ -8,12 +8,13 @@ then refreshes its stream count and checks its session's fencing deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Final
 
 from streamlease.telemetry import WorkerMetric
-from worker.health import touch
+from worker.health import reset, touch
 from worker.logs import logger
 from worker.metrics import WorkerMetrics
 
@@ -27,9 +28,13 @@ async def tick(
     """Every second: touch the health file and record how late the loop woke (EventLoopLagMs,
     and ``on_lag(seconds)``).
 
-    Runs until cancelled; a failing health file is logged once, never fatal.
+    Runs until cancelled; a failing health file is logged once, never fatal. The file starts
+    empty: whatever a previous process wrote into it is no verdict on this one.
     """
     warned = False
+    if health_file:
+        with contextlib.suppress(OSError):  # touching it below warns
+            reset(health_file)
     while True:
         if health_file:
             try:

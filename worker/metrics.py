@@ -3,7 +3,7 @@
 Counting happens on the hot path (every message), so it is a dict increment; Powertools Metrics
 is touched only at flush time. Every flush emits every metric, zeros included, so dashboards and
 alarms see "nothing happened" rather than "no data". Latency metrics (``RenewalLagMs``,
-``EventLoopLagMs``) keep every sample of the interval: the flush emits up to
+``EventLoopLagMs``, ``RenewalAnswerAgeMs``) keep every sample of the interval: the flush emits up to
 :data:`MAX_EMF_VALUES` of them (evenly sampled, so CloudWatch percentiles stay meaningful) and
 logs the exact p50/p99/max.
 """
@@ -39,13 +39,18 @@ COUNTERS: Final = (
     WorkerMetric.MALFORMED_FRAMES,
     WorkerMetric.STREAMS_ENDED,
     WorkerMetric.SESSIONS_EXPIRED,
+    WorkerMetric.SESSIONS_REVOKED,
     WorkerMetric.CHECKPOINT_SLOTS_LOST,
     WorkerMetric.SESSION_ROLLOVERS,
 )
 RENEWAL_CALL_MS: Final = "RenewalCallMs"
 """Round trip of each renewal write as the worker sees it (DynamoDB plus the thread pool).
 Logged with every flush, not emitted: CloudWatch has DynamoDB's own latency metrics."""
-EMITTED_LATENCIES: Final = (WorkerMetric.RENEWAL_LAG_MS, WorkerMetric.EVENT_LOOP_LAG_MS)
+EMITTED_LATENCIES: Final = (
+    WorkerMetric.RENEWAL_LAG_MS,
+    WorkerMetric.EVENT_LOOP_LAG_MS,
+    WorkerMetric.RENEWAL_ANSWER_AGE_MS,
+)
 LATENCIES: Final = (*EMITTED_LATENCIES, RENEWAL_CALL_MS)
 
 
@@ -159,6 +164,7 @@ def flush(metrics: WorkerMetrics, publisher: EmfPublisher) -> Snapshot:
     lag = snapshot.latencies[WorkerMetric.RENEWAL_LAG_MS]
     loop_lag = snapshot.latencies[WorkerMetric.EVENT_LOOP_LAG_MS]
     call = snapshot.latencies[RENEWAL_CALL_MS]
+    answer_age = snapshot.latencies[WorkerMetric.RENEWAL_ANSWER_AGE_MS]
     logger.info(
         "metrics flushed",
         active_connections=snapshot.active_connections,
@@ -170,6 +176,7 @@ def flush(metrics: WorkerMetrics, publisher: EmfPublisher) -> Snapshot:
         loop_lag_ms_max=round(loop_lag.max, 2),
         renewal_call_ms_p50=round(call.p50, 2),
         renewal_call_ms_p99=round(call.p99, 2),
+        renewal_answer_age_ms_max=round(answer_age.max, 2),
     )
     return snapshot
 

@@ -7,6 +7,9 @@ heartbeat, a read (a fifth of a write's price) whatever the number of streams, w
 returns only the streams asked to stop (and counts the rest), so thousands of held streams cost
 the worker no parsing. A stop reaches its holder within one heartbeat plus the index's
 replication lag, and the holder then closes with 1000, writes the final checkpoint and releases.
+The filter also lets through the STARTED streams whose generation is above the lowest this
+session's holders use: a stream changed in place (``PATCH``) is among them, is read, and its
+holder reconnects with the new settings under the same lease (:meth:`StreamHolder.change`).
 
 The same read counts the streams the store says this session owns. More than it holds means a
 stream owned but held by nobody — an acquire whose answer was lost and whose write landed late
@@ -23,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from streamlease.errors import LeaseLost, StoreError
+from streamlease.model import LeaseView
 from streamlease.schema import DesiredState
 from worker.context import WorkerContext
 from worker.holder import EndReason
@@ -67,7 +71,10 @@ class OwnLeases:
         if session is None or not session.live:
             return []
         owner = session.worker_id
-        owned = await asyncio.to_thread(ctx.store.stopped_of, owner)
+        generations = [h.generation for h in self._holdings if h.owner == owner]
+        owned = await asyncio.to_thread(
+            ctx.store.stopped_of, owner, min(generations) if generations else None
+        )
         stopping: list[str] = []
         for view in owned.stopped:
             holder = self._holdings.holder(view.stream_id)
@@ -80,10 +87,35 @@ class OwnLeases:
                 logger.info("stream stopped", stream_id=view.stream_id, epoch=view.epoch)
                 holder.request_end(EndReason.STOPPED)
                 stopping.append(view.stream_id)
+        await self._apply_changes(owner, owned.changed)
         held = sum(1 for holder in self._holdings if holder.owner == owner)
         self._strays = await self._find_strays(owner) if owned.count > held else set()
         await self._settle_lost_slots(session)
         return stopping
+
+    async def _apply_changes(self, owner: str, changed: Sequence[LeaseView]) -> None:
+        """Streams whose generation moved past their holder's while STARTED: their URL or
+        profile was changed in place. Each is read (consistently: the index does not carry the
+        settings) and its holder reconnects with the new settings."""
+        for view in changed:
+            holder = self._holdings.holder(view.stream_id)
+            if (
+                holder is None
+                or holder.owner != owner
+                or holder.epoch != view.epoch
+                or view.generation <= holder.generation
+                or not holder.is_active
+            ):
+                continue
+            try:
+                stream = await asyncio.to_thread(self._ctx.store.read, view.stream_id)
+            except StoreError as exc:
+                logger.info(
+                    "changed stream not read", stream_id=view.stream_id, error=describe(exc)
+                )
+                continue
+            if stream is not None and stream.owner == owner and stream.epoch == holder.epoch:
+                holder.change(stream)
 
     async def _settle_lost_slots(self, session: Session) -> None:
         """Recover the lost slots whose stream item no longer names them; ask for a rollover

@@ -8,17 +8,27 @@ time + lease − margin, never further. Outcomes:
 
 - success → next renewal at the lease's next slot (:class:`RenewalSchedule`);
 - no answer (``StoreError``) → retry soon, as often as needed: the holder's own timer fences it
-  if the deadline passes first, whatever DynamoDB does;
+  if the deadline passes first, whatever DynamoDB does. A fenced holder stops renewing and
+  releases its lease, so nothing keeps a lease alive that nobody delivers on (a retry already
+  sent may still land and lengthen it once, by at most a lease from its send time);
 - ``StreamStopped`` → the holder closes with 1000 and releases (stop latency ≤ one heartbeat);
 - ``LeaseLost`` → the holder stops at once and writes nothing more.
 
 ``RenewalLagMs`` is how late each renewal was *sent* compared with its due time.
+
+A gray failure — renewals that land but whose answers never come back in time — fences every
+holding of the worker while its leases look renewed to everyone else. So while a renewal has
+been waiting for its answer for more than a heartbeat, or the last one to come back went
+unanswered less than a lease ago, the worker takes no new streams (:meth:`Renewals.unanswered`):
+its peers take the released ones instead of watching it take them back only to fence them again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import math
 import random
 import time
 from typing import Final
@@ -52,6 +62,11 @@ class Renewals:
         self._fences: dict[LeaseKey, LeaseFence] = {}
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._answered_mono = -math.inf
+        self._unanswered_mono = -math.inf
+        self._waiting: dict[int, float] = {}
+        """Send times of the renewal calls awaiting an answer, by call."""
+        self._calls = itertools.count()
 
     def __len__(self) -> int:
         return len(self._holders)
@@ -67,6 +82,18 @@ class Renewals:
         process is starved. A worker in that state takes no new streams: each one would add
         renewals to a loop that cannot keep up, and its leases would start fencing."""
         return self.behind_seconds(now_mono) > self._schedule.interval_seconds
+
+    def unanswered(self, now_mono: float | None = None) -> bool:
+        """True when a renewal has waited for its answer for more than a heartbeat, or the last
+        one to come back got none, less than a lease ago (the leases it held have fenced or are
+        about to: taking more would only fence them too)."""
+        now = time.monotonic() if now_mono is None else now_mono
+        settings = self._ctx.settings
+        oldest = min(self._waiting.values(), default=now)
+        if now - oldest > settings.heartbeat_seconds:
+            return True
+        last_failure = self._unanswered_mono
+        return last_failure > self._answered_mono and now - last_failure < settings.lease_seconds
 
     def track(
         self, holder: StreamHolder, fence: LeaseFence, now_mono: float | None = None
@@ -121,6 +148,8 @@ class Renewals:
             previous = fence.sent_expires_ms
             now = wall_ms()
             fence.sent_expires_ms = rules.next_session_expiry_ms(now, settings.lease_ms, previous)
+            call = next(self._calls)
+            self._waiting[call] = sent
             try:
                 await asyncio.to_thread(
                     ctx.store.renew,
@@ -148,10 +177,13 @@ class Renewals:
                 holder.request_end(EndReason.LOST)
                 return
             except Exception as exc:  # StoreError, or a bug in a dependency: retry soon
+                self._unanswered_mono = time.monotonic()
                 self._retry(key, holder, exc)
                 return
             finally:
+                del self._waiting[call]
                 ctx.metrics.observe(RENEWAL_CALL_MS, (time.monotonic() - sent) * 1000.0)
+            self._answered_mono = time.monotonic()
             deadline = holder.extend(sent)
             if key not in self._holders:
                 return

@@ -1,10 +1,11 @@
-"""Secrets a stream's handshake headers refer to, read from AWS Secrets Manager when connecting.
+"""Secrets a stream's profile refers to, read from AWS Secrets Manager when connecting.
 
-A profile's header value ``secret:<name>`` (or ``{secret:<name>}`` inside a value) names a
-secret; its value is read just before a connection attempt through Powertools Parameters
-(``SecretsProvider.get`` with ``max_age``, on the worker's own boto3 client), which keeps it for
-:data:`CACHE_SECONDS` so a fleet of streams sharing one secret does not read it per stream. After
-the upstream refused a handshake the secret is read again at once (``force_fetch``), so a
+A profile's header value ``secret:<name>`` (or ``{secret:<name>}`` inside a header value or an
+open message) names a secret; its value is read just before a connection attempt through
+Powertools Parameters (``SecretsProvider.get`` with ``max_age``, on the worker's own boto3
+client), which keeps it for :data:`CACHE_SECONDS` so a fleet of streams sharing one secret does
+not read it per stream. After the upstream refused a handshake or an open message the secret is
+read again at once (``force_fetch``), so a
 rotated secret is picked up on the next attempt. A value is never logged, stored, put in an
 error text or returned to anyone but the caller that resolves it.
 
@@ -27,9 +28,9 @@ from botocore.exceptions import ClientError
 
 from streamlease import aws
 from streamlease.errors import UpstreamRejected
-from streamlease.profile import Profile, SecretRef
+from streamlease.profile import SecretRef
 from streamlease.settings import Settings
-from worker.stream.link import HeadersUnavailable
+from worker.stream.link import SecretsUnavailable
 
 if TYPE_CHECKING:
     from types_boto3_secretsmanager import SecretsManagerClient
@@ -39,7 +40,7 @@ CACHE_SECONDS: Final = 30
 _PERMANENT: Final = frozenset({"ResourceNotFoundException", "AccessDeniedException"})
 
 
-class SecretUnavailable(HeadersUnavailable):
+class SecretUnavailable(SecretsUnavailable):
     """A secret could not be read for now (throttled, unreachable): the connection attempt is
     retried with backoff."""
 
@@ -56,18 +57,12 @@ class Secrets:
         """References (their text) to read afresh on their next use: the upstream refused
         them."""
 
-    async def headers(self, profile: Profile) -> list[tuple[str, str]]:
-        """The profile's handshake headers with every secret resolved.
+    async def resolve(self, refs: Iterable[SecretRef]) -> dict[str, str]:
+        """Each reference's value by its text (``name`` or ``name#key``).
 
         Raises :class:`UpstreamRejected` for a reference that can never be read (missing,
         denied, outside the prefix, no such JSON key), :class:`SecretUnavailable` otherwise.
         """
-        resolved = await self.resolve(profile.secrets)
-        return [(name, value.render(resolved)) for name, value in profile.headers]
-
-    async def resolve(self, refs: Iterable[SecretRef]) -> dict[str, str]:
-        """Each reference's value by its text (``name`` or ``name#key``); raises as
-        :meth:`headers` does."""
         return {ref.text: await self._value(ref) for ref in refs}
 
     def forget(self, refs: Sequence[SecretRef]) -> None:

@@ -14,6 +14,21 @@ If one succeeds, nobody can have taken anything (a peer's tombstone needs ``hb``
 whole lease): delivery resumes. If the store says the session is EXPIRED or gone, every stream
 is lost: the worker writes nothing more under this id and starts a new session.
 
+**Gray failure.** Peers judge a session by its ``hb`` moving on the server; the worker judges it
+by the answers it receives. When renewals land but their answers do not come back in time, the
+session looks alive to everyone but its own worker, whose streams stay paused. So when a renewal
+goes unanswered past the deadline (about a lease after the last success; a worker that was
+merely frozen tries a renewal first), the thread reads the session item. If the store answers
+that read, the renewals are what fails: the thread stops renewing and *revokes* the session
+(``state = EXPIRED`` on condition it is live; a renewal still on its way lands on a tombstone
+and changes nothing, since EXPIRED never renews), retrying the revoke until it is answered, and
+the worker hands the streams over (:mod:`worker.session_keeper`). If the read is not answered
+either, the store is out of reach (or sick for everyone, when no peer could take anything):
+renewals go on, and the worker gives up only after
+:data:`~streamlease.rules.UNREACHABLE_LEASES` leases. The next session of a worker whose
+session was lost is on *probation*: it takes no streams and judges no peer until one of its own
+renewals succeeded.
+
 The thread never touches worker state directly: it hands each outcome to the event loop, which
 publishes the new deadline and records the lease event in the same step, so what holders obey
 and what the event log shows are one and the same.
@@ -54,6 +69,9 @@ class SessionState(StrEnum):
     LIVE = "live"
     EXPIRED = "expired"
     """The store refused a renewal: tombstoned or gone. Nothing more is written under it."""
+    REVOKED = "revoked"
+    """Given up by this worker: no renewal was answered for a lease (revoked in the store by
+    the renewal thread), or the worker gives up altogether. Nothing more is written under it."""
     ENDED = "ended"
     """This worker revoked it itself (after its drain)."""
 
@@ -78,12 +96,15 @@ class Session:
         on_expired: Callable[[Session], None],
         active_streams: Callable[[], int],
         observe: Callable[[str, float], None] | None = None,
+        probation: bool = False,
         count: Callable[[str], None] | None = None,
     ) -> None:
         """``store``: for the loop's own writes; ``renewal_store``: on the renewal thread's
         client. ``active_streams()`` is read by the loop only (the thread gets a copy).
         ``observe(metric, ms)`` records each renewal's lag and round trip (called in the loop);
-        ``count(metric)`` counts a lost checkpoint slot."""
+        ``count(metric)`` counts a lost checkpoint slot. ``probation``: not :meth:`healthy`
+        until a renewal succeeded (a worker that lost its previous session proves its renewals
+        get through before it takes streams again)."""
         self.worker_id = worker_id
         self.settings = settings
         self.state = SessionState.LIVE
@@ -108,6 +129,9 @@ class Session:
         """Until when holders may deliver (monotonic; published by the loop)."""
         self.last_success_sent_mono = 0.0
         """Send time of the last renewal that succeeded (or of the create)."""
+        self.last_renewed_mono = 0.0
+        """Send time of the last renewal that succeeded (0: none yet; the create not counted)."""
+        self.probation = probation
         self._last_sent_expiry_ms = 0
         self._renewed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,13 +185,20 @@ class Session:
         """Stop renewing (idempotent); the thread exits after a call in flight."""
         self._stop.set()
 
+    def give_up(self) -> None:
+        """Stop renewing and treat the session as lost now (the worker is leaving because it
+        reaches nothing): every stream attached to it ends without another write. The store
+        still says it is live; :meth:`revoke` may still write its tombstone."""
+        self.stop()
+        self._lost(SessionState.REVOKED)
+
     async def drain(self) -> None:
         """Mark the session DRAINING. Raises :class:`StoreError` / :class:`SessionExpired`."""
         await asyncio.to_thread(self._store.mark_draining, self.worker_id)
 
     async def revoke(self) -> bool:
-        """End the session: stop renewing and write the tombstone (etcd's revoke). True when
-        this call wrote it. Raises :class:`StoreError`."""
+        """End the session (live, or given up): stop renewing and write the tombstone (etcd's
+        revoke). True when this call wrote it. Raises :class:`StoreError`."""
         self.stop()
         expiry = await asyncio.to_thread(
             self._store.expire, self.worker_id, by=self.worker_id, seen_hb=None
@@ -194,9 +225,12 @@ class Session:
         return max(0.0, now - due)
 
     def healthy(self, now_mono: float | None = None) -> bool:
-        """Live, inside the deadline, and renewals not a whole heartbeat behind: only such a
-        session takes streams or judges others dead."""
+        """Live, inside the deadline, renewals not a whole heartbeat behind, and not on
+        probation without a renewal yet: only such a session takes streams or judges others
+        dead."""
         now = time.monotonic() if now_mono is None else now_mono
+        if self.probation and not self.last_renewed_mono:
+            return False
         return not self.fenced(now) and self.behind_seconds(now) <= self.settings.heartbeat_seconds
 
     async def wait_renewed(self, timeout_seconds: float | None = None) -> None:
@@ -248,7 +282,9 @@ class Session:
     def _renew_forever(self) -> None:
         settings = self.settings
         interval = settings.heartbeat_seconds
-        next_send = self.last_success_sent_mono + interval
+        last_success = self.last_success_sent_mono
+        next_send = last_success + interval
+        next_check = 0.0
         while not self._stop.wait(max(0.0, next_send - time.monotonic())):
             sent = time.monotonic()
             lag_ms = max(0.0, sent - next_send) * 1000.0
@@ -267,16 +303,60 @@ class Session:
                     checkpoints=self.slots.vector() if self.carries_checkpoints else None,
                 )
             except SessionExpired:
-                self._to_loop(self._expired)
+                self._to_loop(self._lost, SessionState.EXPIRED)
                 return
             except Exception as exc:  # StoreError, or a bug in a dependency: retry soon
                 logger.debug("session renewal unanswered", error=describe(exc))
-                self._to_loop(self._measured, lag_ms, (time.monotonic() - sent) * 1000.0)
+                now_mono = time.monotonic()
+                self._to_loop(self._measured, lag_ms, (now_mono - sent) * 1000.0)
+                deadline = rules.fence_deadline_mono(
+                    last_success, settings.lease_seconds, settings.fence_margin_seconds
+                )
+                if now_mono >= next_check and not rules.is_safe_to_deliver(now_mono, deadline):
+                    next_check = now_mono + interval  # one read per heartbeat while out of reach
+                    if self._revoked_unanswered():
+                        return
                 next_send = time.monotonic() + rules.retry_delay_seconds(interval, random.random())
                 continue
+            last_success = sent
             self._to_loop(self._measured, lag_ms, (time.monotonic() - sent) * 1000.0)
-            self._to_loop(self._publish, sent)
+            self._to_loop(self._renewed_at, sent)
             next_send = sent + interval
+
+    def _revoked_unanswered(self) -> bool:
+        """Past the deadline with no renewal answered: find out why (see the module docstring).
+        True when the session is over (revoked here, or expired by a peer); False to go on
+        renewing."""
+        try:
+            stored = self._renewal_store.read(self.worker_id)
+        except Exception as exc:  # the store does not answer this worker at all
+            logger.debug("session read unanswered", error=describe(exc))
+            return False
+        if stored is None or not stored.is_live:
+            self._to_loop(self._lost, SessionState.EXPIRED)
+            return True
+        # The store answers, the renewals do not get through: give the session up. Renewals
+        # stop first; one still on its way lands on the tombstone and changes nothing.
+        self._to_loop(self._lost, SessionState.REVOKED)
+        interval = self.settings.heartbeat_seconds
+        give_up_at = time.monotonic() + self.settings.lease_seconds
+        while True:
+            try:
+                expiry = self._renewal_store.expire(self.worker_id, by=self.worker_id, seen_hb=None)
+            except Exception as exc:
+                if time.monotonic() >= give_up_at:
+                    # Its hb no longer moves: peers judge it dead within a lease anyway.
+                    logger.warning("session not revoked", error=describe(exc))
+                    return True
+                if self._stop.wait(rules.retry_delay_seconds(interval, random.random())):
+                    return True
+                continue
+            logger.warning(
+                "session revoked: renewals unanswered",
+                stored_hb=stored.hb,
+                revoked=expiry.won,
+            )
+            return True
 
     def _to_loop(self, callback: Callable[..., Any], *args: Any) -> None:
         loop = self._loop
@@ -293,6 +373,12 @@ class Session:
         if self._observe is not None:
             self._observe(WorkerMetric.RENEWAL_LAG_MS, lag_ms)
             self._observe(RENEWAL_CALL_MS, call_ms)
+
+    def _renewed_at(self, sent_mono: float) -> None:
+        """A renewal sent at ``sent_mono`` succeeded."""
+        if self.live:
+            self.last_renewed_mono = max(self.last_renewed_mono, sent_mono)
+        self._publish(sent_mono)
 
     def _publish(self, sent_mono: float) -> None:
         """A renewal (or the create) sent at ``sent_mono`` succeeded: move the deadline."""
@@ -322,11 +408,12 @@ class Session:
         renewed, self._renewed = self._renewed, asyncio.Event()
         renewed.set()
 
-    def _expired(self) -> None:
+    def _lost(self, state: SessionState) -> None:
+        """The session is over (``state``: EXPIRED by the store, or REVOKED here)."""
         if not self.live:
             return
-        self.state = SessionState.EXPIRED
-        logger.error("session expired", worker_id=self.worker_id)
+        self.state = state
+        logger.error("session lost", worker_id=self.worker_id, state=state.value)
         renewed, self._renewed = self._renewed, asyncio.Event()
         renewed.set()
         self._on_expired(self)

@@ -18,6 +18,12 @@ conditional write, so sweepers racing each other take or free each stream once. 
 deleted by the first sweep that finds it empty at least :data:`KEEP_TOMBSTONE_LEASES` leases
 after it was written: a write to the session's streams still on its way (an acquire whose
 answer was lost) lands long before, and is swept up.
+
+Only streams attached to the session (those with a checkpoint slot) are swept: a per-stream
+lease has a deadline of its own, which no verdict on its worker's item can shorten, and lapses
+on its own. A per-stream fleet sweeps too, and frees every stream it finds (it cannot attach
+one to a session): the streams a fleet left on its sessions before a switch to per-stream
+leases become orphans, instead of staying held by sessions that are gone.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from streamlease import checkpoints, rules
 from streamlease.errors import StoreError
 from streamlease.lease_store import wall_ms
 from streamlease.model import LeaseView, WorkerInfo
-from streamlease.schema import DesiredState
+from streamlease.schema import DesiredState, Liveness
 from worker.acquisition import Acquirer, DeadHolding, Outcome
 from worker.context import WorkerContext
 from worker.fleet_view import FleetView
@@ -61,6 +67,7 @@ class Takeover:
         self._view = view
         self._busy: set[str] = set()
         self._parallel = asyncio.Semaphore(PARALLEL_STEPS)
+        self._sessions = ctx.settings.liveness is Liveness.SESSION
         self.settle: Callable[[], Awaitable[None]] | None = None
         """Set by the fleet watcher: waits, once per sweep, for a fresher fair share before
         streams this worker has no room for are freed (in a large fleet the share comes from
@@ -105,6 +112,10 @@ class Takeover:
             except StoreError as exc:
                 logger.info("sweep read failed", session=session_id, error=describe(exc))
                 return False
+            # Only what hangs on the session (a slot): a per-stream lease of the same worker
+            # (the item of a per-stream worker is its session too) has a deadline of its own
+            # that no verdict on the item shortens; it lapses and is taken by expiry.
+            views = [v for v in views if v.slot is not None]
             if not views:
                 empty += 1
                 if empty >= EMPTY_READS:
@@ -140,7 +151,7 @@ class Takeover:
         entry = entries[view.slot] if view.slot is not None and view.slot < len(entries) else None
         resume = rules.checkpoint_for(entry, view.stream_id, view.epoch)
         async with self._parallel:
-            if view.desired_state is DesiredState.STARTED and self._has_room():
+            if self._sessions and view.desired_state is DesiredState.STARTED and self._has_room():
                 outcome = await self._acquirer.try_acquire(
                     view.stream_id,
                     source="takeover",
@@ -161,24 +172,41 @@ class Takeover:
         return max(0, min(holdings.free, max(1, self._view.share) - holdings.count))
 
     async def _free(self, session_id: str, view: LeaseView, resume: int | None) -> str:
-        ctx = self._ctx
-        try:
-            stream = await asyncio.to_thread(
-                ctx.store.release_for,
-                view.stream_id,
-                session_id,
-                view.epoch,
-                resume,
-                last_error=f"worker {session_id} stopped renewing its session",
-            )
-        except StoreError as exc:
-            logger.info("release unanswered", stream_id=view.stream_id, error=describe(exc))
-            return "unanswered"
-        if stream is None:
-            return "gone"
-        if ctx.settings.handoff_on_release and stream.desired_state is DesiredState.STARTED:
-            await ctx.handoffs.send_handoff(view.stream_id, stream.generation)
-        return "freed"
+        return await free_and_hand_off(
+            self._ctx,
+            view.stream_id,
+            session_id,
+            view.epoch,
+            resume,
+            last_error=f"worker {session_id} stopped renewing its session",
+        )
+
+
+async def free_and_hand_off(
+    ctx: WorkerContext,
+    stream_id: str,
+    owner: str,
+    epoch: int,
+    resume: int | None,
+    *,
+    last_error: str,
+) -> str:
+    """Free a stream whose holder delivers no more (its session is dead, revoked or gone), at
+    exactly ``owner`` and ``epoch`` (a stream taken since is left alone), resuming at least at
+    ``resume``; then send its handoff if it is still wanted. Returns ``freed``, ``gone`` (not
+    that holding any more) or ``unanswered``; never raises for a DynamoDB failure."""
+    try:
+        stream = await asyncio.to_thread(
+            ctx.store.release_for, stream_id, owner, epoch, resume, last_error=last_error
+        )
+    except StoreError as exc:
+        logger.info("release unanswered", stream_id=stream_id, error=describe(exc))
+        return "unanswered"
+    if stream is None:
+        return "gone"
+    if ctx.settings.handoff_on_release and stream.desired_state is DesiredState.STARTED:
+        await ctx.handoffs.send_handoff(stream_id, stream.generation)
+    return "freed"
 
 
 def _decode(vector: bytes | None) -> list[checkpoints.Checkpoint | None]:

@@ -16,6 +16,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/streams"),
     ("GET", "/streams"),
     ("GET", "/streams/{id}"),
+    ("PATCH", "/streams/{id}"),
     ("DELETE", "/streams/{id}"),
     ("POST", "/streams/{id}/stop"),
     ("POST", "/streams/{id}/start"),

@@ -142,10 +142,11 @@ ROWS: Final[tuple[tuple[Graph, ...], ...]] = (
             ),
         ),
         Graph(
-            "Renewal lag (max, p99) and event-loop lag (p99), ms",
+            "Renewal lag (max, p99), renewal answer age (max), event-loop lag (p99), ms",
             (
                 _worker(WorkerMetric.RENEWAL_LAG_MS, "Maximum", "renewal lag max"),
                 _worker(WorkerMetric.RENEWAL_LAG_MS, "p99", "renewal lag p99"),
+                _worker(WorkerMetric.RENEWAL_ANSWER_AGE_MS, "Maximum", "answer age max"),
                 _worker(WorkerMetric.EVENT_LOOP_LAG_MS, "p99", "event-loop lag p99"),
             ),
             alarm="RenewalLag",

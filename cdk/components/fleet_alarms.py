@@ -92,7 +92,9 @@ class FleetAlarms(Construct):
     minimum). ``max_tasks`` and ``capacity_per_task``: the fleet at its maximum, or with less
     than one task of spare capacity, for :data:`HEADROOM_MINUTES` alarms.
     ``renewal_lag_limit_ms``: a renewal sent this late is near its holder's fencing deadline (see
-    ``DeploymentConfig.renewal_lag_alarm_ms``).
+    ``DeploymentConfig.renewal_lag_alarm_ms``). ``renewal_answer_age_limit_ms``: a worker whose
+    last answered renewal was sent this long ago is near it too, however punctually it sends
+    (``DeploymentConfig.renewal_answer_age_alarm_ms``).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class FleetAlarms(Construct):
         max_tasks: int,
         capacity_per_task: int,
         renewal_lag_limit_ms: int,
+        renewal_answer_age_limit_ms: int,
         email: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
@@ -234,6 +237,18 @@ class FleetAlarms(Construct):
             description=f"A worker sent renewals over {renewal_lag_limit_ms} ms late in 2 "
             "of 3 minutes: halfway to the point where it fences itself and pauses every "
             "stream. Check EventLoopLagMs and the tasks' CPU; DynamoDB latency and throttling.",
+        )
+        self._alarm(
+            "RenewalAnswerAge",
+            metrics.worker(WorkerMetric.RENEWAL_ANSWER_AGE_MS, statistic="Maximum"),
+            threshold=renewal_answer_age_limit_ms,
+            evaluation_periods=3,
+            datapoints_to_alarm=2,
+            description=f"A worker's last answered renewal was sent over "
+            f"{renewal_answer_age_limit_ms} ms before, in 2 of 3 minutes: its renewals go out "
+            "but no answer comes back (a gray failure; RenewalLagMs stays low), and it is halfway "
+            "to fencing itself. It revokes its session past the deadline and exits after four "
+            "leases; check the tasks' network path to DynamoDB and DynamoDB latency.",
         )
         self._alarm(
             "DeadLetters",

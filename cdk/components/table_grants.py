@@ -71,13 +71,14 @@ WORKER_TABLE: Final = TableAccess(
     indexes={
         FLEET.name: (QUERY,),
         BY_SHARD_EXPIRY.name: (QUERY, SCAN),
-        BY_OWNER.name: (QUERY,),
+        BY_OWNER.name: (QUERY, SCAN),
     },
 )
 """The worker: its session (created once with a conditional put, renewed, tombstoned), the
 fleet's tombstones deleted, every lease write, re-reads of lost answers, the fleet digest (read,
 claimed, written); orphans from the orphan index (sessions scan it, per-stream leases query
-it), its own streams from ``by-holder``."""
+it), its own streams from ``by-holder`` and, a page a round for the fleet, the streams held
+through sessions whose items may be gone."""
 PREVIOUS_WORKERS: Final = TableAccess(
     indexes={BY_STATE_EXPIRY.name: (QUERY,), LEGACY_BY_OWNER.name: (QUERY,)}
 )

@@ -209,6 +209,7 @@ class StatelessStack(Stack):
             max_tasks=config.max_tasks,
             capacity_per_task=config.capacity_per_worker,
             renewal_lag_limit_ms=config.renewal_lag_alarm_ms,
+            renewal_answer_age_limit_ms=config.renewal_answer_age_alarm_ms,
             email=config.alarm_email,
         )
         dashboard = FleetDashboard(

@@ -1,4 +1,4 @@
-"""``/streams`` routes: create, start, stop, get, list, delete (architecture §6).
+"""``/streams`` routes: create, start, stop, change, get, list, delete (architecture §6).
 
 Writes are conditional (see :mod:`lambdas.stream_repo`); after a write that wants the stream
 running, a START hint goes to SQS. Idempotent repeats answer 200 and change nothing: creating
@@ -20,9 +20,11 @@ from lambdas import runtime
 from lambdas.api_models import (
     STREAM_ID_PATTERN,
     STREAM_ID_RULE,
+    ChangeStream,
     CreateStream,
     ErrorBody,
     StreamList,
+    StreamProfile,
     StreamView,
 )
 from lambdas.commands import send_command, start_command
@@ -119,15 +121,7 @@ def create_stream(body: CreateStream) -> Response[Any]:
     """Create ``body.id`` with ``body.ws_url`` after the URL policy accepted the URL."""
     rt = runtime.current()
     parse_upstream_url(body.ws_url, rt.url_policy)
-    profile = None
-    if body.profile is not None:
-        try:
-            profile = parse_profile(
-                body.profile.model_dump(exclude_none=True),
-                secrets_prefix=rt.settings.secrets_prefix,
-            ).to_item()
-        except ProfileError as exc:
-            raise ApiError(HTTPStatus.BAD_REQUEST, "invalid_profile", str(exc), exc.field) from None
+    profile = None if body.profile is None else _stored_profile(body.profile)
     stream, created = rt.repo.create(
         body.id, body.ws_url, caller_identity(router.current_event), profile
     )
@@ -137,6 +131,61 @@ def create_stream(body: CreateStream) -> Response[Any]:
     if stream.desired_state is DesiredState.STARTED:
         _hint_start(stream)
     return _reply(HTTPStatus.CREATED if created else HTTPStatus.OK, stream)
+
+
+def _stored_profile(profile: StreamProfile) -> dict[str, Any]:
+    """The profile as stored, once the profile rules accepted it (a 400 naming the field
+    otherwise)."""
+    try:
+        return parse_profile(
+            profile.model_dump(exclude_none=True),
+            secrets_prefix=runtime.current().settings.secrets_prefix,
+        ).to_item()
+    except ProfileError as exc:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "invalid_profile", str(exc), exc.field) from None
+
+
+@router.patch(
+    "/streams/<id>",
+    summary="Change a stream's URL or profile in place",
+    description=(
+        "Replaces the ws_url and/or the whole connection profile (validated as on create) and "
+        "sets generation + 1 (200): the stream keeps its last_seq, and its holder reconnects "
+        "with the new settings from its checkpoint. The same settings again change nothing "
+        "(200, same generation)."
+    ),
+    operation_id="changeStream",
+    tags=["streams"],
+    responses={
+        **_stream_response(HTTPStatus.OK, "Changed, or already so"),
+        **_errors(
+            HTTPStatus.BAD_REQUEST,
+            HTTPStatus.NOT_FOUND,
+            HTTPStatus.CONFLICT,
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            HTTPStatus.SERVICE_UNAVAILABLE,
+        ),
+    },
+)
+def change_stream(id: StreamId, body: ChangeStream) -> Response[Any]:
+    """Change ``id``'s URL and/or profile."""
+    rt = runtime.current()
+    if body.ws_url is None and body.profile is None:
+        raise ApiError(
+            HTTPStatus.BAD_REQUEST, "invalid_request", "give ws_url, profile or both", "body"
+        )
+    if body.ws_url is not None:
+        parse_upstream_url(body.ws_url, rt.url_policy)
+    profile = None if body.profile is None else _stored_profile(body.profile)
+    stream, changed = rt.repo.change(
+        id, caller_identity(router.current_event), ws_url=body.ws_url, profile=profile
+    )
+    if changed:
+        logger.info("stream changed", stream_id=id, generation=stream.generation)
+        if stream.desired_state is DesiredState.STARTED and stream.owner is None:
+            _hint_start(stream)
+    return _reply(HTTPStatus.OK, stream)
 
 
 @router.post(

@@ -16,9 +16,11 @@ DEFAULT_RATE: Final = 10.0
 ALL_STREAMS: Final = "*"
 """Stream id for :meth:`UpstreamSimulator.set_fault` that applies to every stream."""
 
-_FLAGS: Final = ("subscribe", "ack", "binary", "noseq")
-_TEXTS: Final = frozenset({"bearer", "subprotocol", "seq_field"})
+_FLAGS: Final = ("subscribe", "ack", "binary", "noseq", "last_event_id")
+_TEXTS: Final = frozenset({"bearer", "subprotocol", "seq_field", "login"})
+_FLOATS: Final = frozenset({"rate", "ping_within"})
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # visible ASCII: sendable in a header as is
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _SUBPROTOCOL = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 
 
@@ -45,6 +47,20 @@ class Knobs:
     seq_field: str = SEQ_FIELD
     binary: bool = False
     noseq: bool = False
+    last_event_id: bool = False
+    """Resume after the ``Last-Event-ID`` handshake header when there is one (exclusive)."""
+    login: str | None = field(default=None, repr=False)
+    """The SHA-256 (hex) of a key the client must send as ``{"action":"auth","params":KEY}``
+    before anything is streamed; answered ``auth_success``, or ``auth_failed`` and close 1008.
+    A digest, so that the URL that carries the knob never carries the key itself."""
+    ping_within: float | None = None
+    """Close (4000) a connection that sent no message of its own for this many seconds
+    (WebSocket pings do not count); ``{"op":"ping"}`` is answered ``{"op":"pong"}``."""
+
+    @property
+    def interactive(self) -> bool:
+        """Whether the connection reads what the client says (a login, a subscribe, pings)."""
+        return self.subscribe or self.login is not None or self.ping_within is not None
 
     @classmethod
     def from_query(cls, query: str, resume_param: str, default_rate: float) -> Knobs:
@@ -53,6 +69,9 @@ class Knobs:
         names = {f.name for f in dataclasses.fields(cls)}
         for name, raw in parse_qsl(query, keep_blank_values=True):
             key = "from_seq" if name == resume_param else name
+            if key == "after":  # an exclusive resume: replay after K
+                values["from_seq"] = int(raw) + 1
+                continue
             if key not in names:
                 continue  # unknown parameters belong to the URL, not to the simulator
             values[key] = _parse(key, raw)
@@ -88,6 +107,14 @@ class Knobs:
         if not isinstance(self.seq_field, str):
             raise ValueError("seq_field must be a dotted path")
         check_seq_field(self.seq_field)
+        if self.login is not None and not (
+            isinstance(self.login, str) and _SHA256.fullmatch(self.login)
+        ):
+            raise ValueError("login must be the SHA-256 of the key, 64 hex digits")
+        if self.ping_within is not None and not (
+            math.isfinite(self.ping_within) and self.ping_within > 0
+        ):
+            raise ValueError("ping_within must be a positive number of seconds")
         if self.ack and not self.subscribe:
             raise ValueError("ack needs subscribe")
         if self.noseq and self.seq_field != SEQ_FIELD:
@@ -132,7 +159,15 @@ class StreamStats:
     subscriptions: list[int] = field(default_factory=list)
     """Where each subscription (``subscribe=1``) asked to start, in order."""
     ignored_messages: int = 0
-    """Client messages that started no subscription (``subscribe=1`` only)."""
+    """Client messages that started no subscription, login or ping (interactive only)."""
+    logins: int = 0
+    """Logins the simulator accepted (``login``)."""
+    login_failures: int = 0
+    """Logins refused (a wrong key, or a message before the login)."""
+    client_pings: int = 0
+    """``{"op":"ping"}`` messages from clients (each answered with a pong)."""
+    ping_timeouts: int = 0
+    """Connections closed (4000) for sending nothing within ``ping_within``."""
 
 
 def end_plan(knobs: Knobs) -> tuple[int | None, int | None]:
@@ -149,7 +184,7 @@ def end_plan(knobs: Knobs) -> tuple[int | None, int | None]:
 
 def _parse(key: str, raw: str) -> Any:
     """One query value as the knob's type. Raises ``ValueError`` when it does not parse."""
-    if key == "rate":
+    if key in _FLOATS:
         return float(raw)
     if key in _TEXTS:
         return raw

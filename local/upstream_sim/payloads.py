@@ -30,6 +30,7 @@ BINARY_MARKER: Final = b"\xff\xfe"
 SUBSCRIBE_TYPE: Final = "subscribe"
 SUBSCRIBED_TYPE: Final = "subscribed"
 SUBSCRIBE_FROM_KEY: Final = "from"
+SUBSCRIBE_AFTER_KEY: Final = "after"
 
 
 def _text_frame(text: bytes) -> bytes:
@@ -133,8 +134,9 @@ def subscription_start(message: str | bytes, default: int) -> int | None:
     """Where a client message subscribes from, or ``None`` if it is not a subscription.
 
     A subscription is a text message holding a JSON object with ``"type": "subscribe"``; its
-    ``"from"``, when present, must be an integer of at least 1 (else it is no subscription);
-    without ``"from"`` it starts at ``default``.
+    ``"from"``, when present, must be an integer of at least 1 (else it is no subscription),
+    or its ``"after"`` an integer of at least 0 (an exclusive resume: from ``after + 1``);
+    without either it starts at ``default``.
     """
     if not isinstance(message, str):
         return None
@@ -144,6 +146,9 @@ def subscription_start(message: str | bytes, default: int) -> int | None:
         return None
     if not isinstance(body, dict) or body.get("type") != SUBSCRIBE_TYPE:
         return None
+    after = body.get(SUBSCRIBE_AFTER_KEY)
+    if isinstance(after, int) and not isinstance(after, bool) and SUBSCRIBE_FROM_KEY not in body:
+        return after + 1 if after >= 0 else None
     start = body.get(SUBSCRIBE_FROM_KEY, default)
     if isinstance(start, bool) or not isinstance(start, int) or start < 1:
         return None

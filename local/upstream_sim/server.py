@@ -22,9 +22,10 @@ from websockets.headers import parse_subprotocol
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
+from local.upstream_sim.client_session import ClientSession
 from local.upstream_sim.emitter import Emitter, Pacer, send_flat_out
 from local.upstream_sim.knobs import ALL_STREAMS, DEFAULT_RATE, Fault, Knobs, StreamStats
-from local.upstream_sim.payloads import subscribed_message, subscription_start
+from local.upstream_sim.payloads import subscribed_message
 from worker.os_limits import raise_open_file_limit
 
 LISTEN_BACKLOG: Final = 4096
@@ -213,6 +214,8 @@ class UpstreamSimulator:
             if refusal is _AUTH_REFUSAL:
                 response.headers["WWW-Authenticate"] = "Bearer"
             return response
+        if knobs.last_event_id:
+            knobs = _resumed_after_header(knobs, request.headers)
         self._plans[connection] = (stream_id, knobs)
         return None
 
@@ -248,8 +251,8 @@ class UpstreamSimulator:
             stats.subprotocols.append(connection.subprotocol)
             self._open.setdefault(stream_id, set()).add(connection)
         try:
-            if knobs.subscribe:
-                await self._serve_subscriber(connection, stream_id, knobs, stats)
+            if knobs.interactive:
+                await self._serve_interactive(connection, stream_id, knobs, stats)
             else:
                 await self._stream(connection, stream_id, knobs, stats)
         finally:
@@ -280,19 +283,20 @@ class UpstreamSimulator:
         except (ConnectionError, RuntimeError):
             pass  # the client went away while a frame was on its way
 
-    async def _serve_subscriber(
+    async def _serve_interactive(
         self, connection: ServerConnection, stream_id: str, knobs: Knobs, stats: StreamStats
     ) -> None:
-        """``subscribe=1``: send nothing until a subscription, then (after the ``ack``) stream
-        from where it asked. Client messages are read (and counted) until the connection ends."""
-        subscribed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        """A client that logs in, subscribes or must ping (:mod:`client_session`): send nothing
+        until it may start, then (after the ``ack``) stream from where it asked. Client
+        messages are read until the connection ends."""
+        session = ClientSession(connection, knobs, stats, self._lock)
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._read_client(connection, knobs.from_seq, stats, subscribed))
-            waiters: list[asyncio.Future[Any]] = [subscribed, connection.connection_lost_waiter]
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            if not subscribed.done():
-                return  # gone before subscribing; the reader ends with the connection
-            start = subscribed.result()
+            tasks.create_task(session.read())
+            if knobs.ping_within is not None:
+                tasks.create_task(session.watch_pings())
+            start = await session.ready()
+            if start is None:
+                return  # gone (or refused) before it could start; the tasks end with it
             if knobs.ack:
                 try:
                     await connection.send(subscribed_message(start).decode())
@@ -301,28 +305,6 @@ class UpstreamSimulator:
             await self._stream(
                 connection, stream_id, dataclasses.replace(knobs, from_seq=start), stats
             )
-
-    async def _read_client(
-        self,
-        connection: ServerConnection,
-        default_start: int,
-        stats: StreamStats,
-        subscribed: asyncio.Future[int],
-    ) -> None:
-        """Read client messages until the connection ends: the first subscription resolves
-        ``subscribed``; every other message is counted in ``ignored_messages``."""
-        try:
-            async for message in connection:
-                start = None if subscribed.done() else subscription_start(message, default_start)
-                with self._lock:
-                    if start is None:
-                        stats.ignored_messages += 1
-                    else:
-                        stats.subscriptions.append(start)
-                if start is not None:
-                    subscribed.set_result(start)
-        except ConnectionClosed:
-            pass
 
     def _now(self) -> float:
         assert self._loop is not None
@@ -346,6 +328,14 @@ def _refusal(knobs: Knobs, headers: Headers) -> _Refusal | None:
     if knobs.subprotocol is not None and knobs.subprotocol not in _offered_subprotocols(headers):
         return _SUBPROTOCOL_REFUSAL
     return None
+
+
+def _resumed_after_header(knobs: Knobs, headers: Headers) -> Knobs:
+    """``last_event_id``: replay after the ``Last-Event-ID`` header's seq when it holds one."""
+    value = headers.get("Last-Event-ID", "")
+    if not value.isdigit():
+        return knobs
+    return dataclasses.replace(knobs, from_seq=int(value) + 1)
 
 
 def _bearer_matches(headers: Headers, token: str) -> bool:

@@ -100,6 +100,18 @@ class ApiClient:
         status, body = self.request("POST", f"/streams/{_segment(stream_id)}/start")
         return status == 202, body
 
+    def change_stream(
+        self, stream_id: str, *, ws_url: str | None = None, profile: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``PATCH /streams/{id}``: a new URL and/or whole profile; returns the stream (its
+        generation moved unless nothing changed)."""
+        request: dict[str, Any] = {}
+        if ws_url is not None:
+            request["ws_url"] = ws_url
+        if profile is not None:
+            request["profile"] = profile
+        return self.request("PATCH", f"/streams/{_segment(stream_id)}", body=request)[1]
+
     def get_stream(self, stream_id: str) -> dict[str, Any]:
         """``GET /streams/{id}``."""
         return self.request("GET", f"/streams/{_segment(stream_id)}")[1]

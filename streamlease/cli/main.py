@@ -36,12 +36,18 @@ from streamlease.cli.mutations import (
     error_data,
     run_mutation,
 )
-from streamlease.cli.profile_args import ProfileArgsError, add_profile_flags, profile_from_args
+from streamlease.cli.profile_args import (
+    ProfileArgsError,
+    add_profile_flags,
+    has_profile_flags,
+    profile_from_args,
+)
 from streamlease.cli.render import (
     WORKER_HEADERS,
     now_ms,
     stream_detail,
     stream_lines,
+    stream_summary,
     table,
     trouble_of,
     trouble_summary,
@@ -148,6 +154,14 @@ def build_parser() -> _Parser:
                 metavar="SECONDS",
                 help=f"how long --wait waits per stream (default {DEFAULT_WAIT_SECONDS:g})",
             )
+    change = command(
+        "set",
+        "change a stream's URL or connection profile in place (it keeps its last seq; the "
+        "holder reconnects with the new settings)",
+    )
+    change.add_argument("id", help="stream id")
+    change.add_argument("--url", metavar="URL", help="the new upstream WebSocket URL")
+    add_profile_flags(change)
     command("get", "show one stream").add_argument("id", help="stream id")
     ls = command("ls", "list streams")
     ls.add_argument(
@@ -288,7 +302,10 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
             as_json=io.as_json,
             waiting=_waiting(args),
         )
-    if command == "get":
+    if command == "set":
+        stream = _change(args, client)
+        _emit(io, stream, [f"changed {stream_summary(stream)}"])
+    elif command == "get":
         if not args.id:
             raise UsageError("a stream id must not be empty")
         stream = client.get_stream(args.id)
@@ -324,6 +341,23 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
             colour=config.colour,
         )
     return EXIT_OK
+
+
+def _change(args: argparse.Namespace, client: ApiClient) -> dict[str, Any]:
+    """``set``: the flags applied to the stream's current profile (``--profile`` replaces it),
+    then one PATCH."""
+    if not args.id:
+        raise UsageError("a stream id must not be empty")
+    if args.url is None and not has_profile_flags(args):
+        raise UsageError("set needs --url or a profile flag (--header, --profile, ...)")
+    profile = None
+    if has_profile_flags(args):
+        current = None if args.profile is not None else client.get_stream(args.id).get("profile")
+        try:
+            profile = profile_from_args(args, current)
+        except ProfileArgsError as exc:
+            raise UsageError(str(exc)) from None
+    return client.change_stream(args.id, ws_url=args.url, profile=profile)
 
 
 def _waiting(args: argparse.Namespace) -> Waiting | None:

@@ -1,6 +1,7 @@
-"""``streamlease start``'s connection-profile flags: how to talk to a real feed.
+"""The connection-profile flags of ``streamlease start`` and ``set``: how to talk to a real feed.
 
-The flags build the ``profile`` object of ``POST /streams`` (see :mod:`streamlease.profile`)::
+The flags build the ``profile`` object of ``POST /streams`` and ``PATCH /streams/{id}`` (see
+:mod:`streamlease.profile`)::
 
     streamlease start feed wss://feed.example/ws \\
         --header 'Authorization=Bearer {secret:streamlease/feed#token}' \\
@@ -10,7 +11,8 @@ The flags build the ``profile`` object of ``POST /streams`` (see :mod:`streamlea
 replace the keys they name; ``--open-message @FILE`` reads the message from a file. The API
 checks the profile and names the field it refuses; here only the shape of the flags is
 checked. Every stream of the command gets the profile, except lines of ``-f`` that carry their
-own ``"profile"``.
+own ``"profile"``. ``set`` applies the flags to the stream's current profile (``--profile``
+replaces it whole).
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from typing import Any, Final
 
 from streamlease.errors import StreamleaseError
 
-PROFILE_FLAGS: Final = ("profile", "header", "subprotocol", "open_message", "seq_path", "resume")
+PROFILE_FLAGS: Final = (
+    "profile",
+    "header",
+    "query",
+    "subprotocol",
+    "open_message",
+    "seq_path",
+    "resume",
+)
 
 
 class ProfileArgsError(StreamleaseError):
@@ -29,7 +39,7 @@ class ProfileArgsError(StreamleaseError):
 
 
 def add_profile_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the profile flags to ``start``."""
+    """Add the profile flags to ``start`` or ``set``."""
     group = parser.add_argument_group(
         "connection profile (how to talk to the upstream; default: JSON frames with an "
         "integer seq, resumed by the from_seq query parameter)"
@@ -45,6 +55,13 @@ def add_profile_flags(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="a handshake header (repeatable); credentials only as a secret reference: "
         "'secret:NAME' or 'Bearer {secret:NAME}' (NAME#KEY for a JSON secret's key)",
+    )
+    group.add_argument(
+        "--query",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a query parameter added on every connect (repeatable); {next_seq} or {last_seq} "
+        "in VALUE carries the resume point (--query 'after={last_seq}': replay after it)",
     )
     group.add_argument(
         "--subprotocol", action="append", metavar="NAME", help="offer this subprotocol (repeatable)"
@@ -64,41 +81,56 @@ def add_profile_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--resume",
-        choices=("query", "open_message", "none"),
-        help="how a reconnect asks for the next message (default: query)",
+        choices=("query", "header", "open_message", "none"),
+        help="where a reconnect states its resume point (default: query)",
     )
 
 
-def profile_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The profile the flags describe, or None when none was given.
+def has_profile_flags(args: argparse.Namespace) -> bool:
+    """Whether any profile flag was given."""
+    return any(getattr(args, name, None) is not None for name in PROFILE_FLAGS)
+
+
+def profile_from_args(
+    args: argparse.Namespace, base: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The profile the flags describe — applied to ``base`` (a stream's current profile)
+    unless ``--profile`` replaces it — or None when no flag was given.
 
     Raises :class:`ProfileArgsError` for a flag that cannot be read.
     """
-    if all(getattr(args, name, None) is None for name in PROFILE_FLAGS):
+    if not has_profile_flags(args):
         return None
-    profile: dict[str, Any] = {}
+    profile: dict[str, Any] = dict(base or {})
     if args.profile is not None:
         loaded = _json(_value(args.profile, "--profile"), "--profile")
         if not isinstance(loaded, dict):
             raise ProfileArgsError("--profile must be a JSON object")
-        profile.update(loaded)
-    if args.header:
-        headers = dict(profile.get("headers") or {})
-        for raw in args.header:
-            name, equals, value = raw.partition("=")
-            if not equals or not name.strip():
-                raise ProfileArgsError(f"--header {raw!r}: expected NAME=VALUE")
-            headers[name.strip()] = value
-        profile["headers"] = headers
+        profile = dict(loaded)
+    for flag, key in (("header", "headers"), ("query", "query")):
+        pairs = getattr(args, flag)
+        if pairs:
+            profile[key] = {**(profile.get(key) or {}), **_pairs(pairs, f"--{flag}")}
     if args.subprotocol:
         profile["subprotocols"] = list(args.subprotocol)
     if args.open_message is not None:
+        profile.pop("open_messages", None)
         profile["open_message"] = _value(args.open_message, "--open-message").rstrip("\n")
     if args.seq_path is not None:
         profile["seq"] = args.seq_path
     if args.resume is not None:
         profile["resume"] = args.resume
     return profile
+
+
+def _pairs(raws: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for raw in raws:
+        name, equals, value = raw.partition("=")
+        if not equals or not name.strip():
+            raise ProfileArgsError(f"{flag} {raw!r}: expected NAME=VALUE")
+        out[name.strip()] = value
+    return out
 
 
 def _value(text: str, flag: str) -> str:

@@ -8,6 +8,7 @@ a field is missing the text is ``-``, as for any other value an API does not sen
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -388,6 +389,22 @@ def stream_detail(
             lines.append(f"{'connection:':<15}{connection_detail(stream, at, colour)}")
             lines.append(f"{'progress:':<15}{progress_detail(stream, at)}")
             lines.append(f"{'last message:':<15}{last_message_detail(stream, at)}")
+    lines += profile_detail(stream)
+    return lines
+
+
+def profile_detail(stream: Mapping[str, Any]) -> list[str]:
+    """The connection profile, one ``profile:`` line per field (secrets by reference, as the
+    API shows them; ``default`` without one), and the failover note when there is one."""
+    profile = stream.get("profile") or {}
+    lines = [] if profile else [f"{'profile:':<15}default"]
+    for index, (key, value) in enumerate(sorted(profile.items())):
+        label = "profile:" if index == 0 else ""
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        lines.append(f"{label:<15}{key} {text}")
+    note = stream.get("failover_note")
+    if note:
+        lines.append(f"{'failover:':<15}{note}")
     return lines
 
 
@@ -399,6 +416,8 @@ def progress_detail(stream: Mapping[str, Any], at_ms: int) -> str:
     text = ", ".join(
         f"{label} {cell(stream.get(key))}" for label, key in zip(labels, PROGRESS_KEYS, strict=True)
     )
+    if stream.get("frames_control"):
+        text += f", control {cell(stream.get('frames_control'))}"
     age = age_ms(stream.get("progress_at"), at_ms)
     return text if age is None else f"{text} (reported {seconds_text(age)} ago)"
 

@@ -29,6 +29,7 @@ EXPECTED_ROUTES = {
     ("POST", "/streams"),
     ("GET", "/streams"),
     ("GET", "/streams/{id}"),
+    ("PATCH", "/streams/{id}"),
     ("DELETE", "/streams/{id}"),
     ("POST", "/streams/{id}/stop"),
     ("POST", "/streams/{id}/start"),

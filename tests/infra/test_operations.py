@@ -51,6 +51,7 @@ ALARM_IDS = (
     "SinkErrors",
     "SinkThrottling",
     "RenewalLag",
+    "RenewalAnswerAge",
     "DeadLetters",
     "LeasesLost",
     "ApiServerErrors",
@@ -186,6 +187,24 @@ def test_renewal_lag_alarm_is_halfway_to_the_fencing_deadline(
     assert alarm["TreatMissingData"] == "notBreaching"
 
 
+def test_renewal_answer_age_alarm_sees_a_gray_failure_halfway_to_the_fencing_deadline(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    """Max RenewalAnswerAgeMs above heartbeat + (lease − fence margin − heartbeat) / 2 in 2 of 3
+    minutes: 11.5 s at the defaults, halfway from a healthy age (a heartbeat) to the fencing
+    deadline (18 s), where renewals sent on time leave RenewalLagMs low."""
+    alarm = _alarm(stateless_json, "AlarmsRenewalAnswerAge")
+    assert (alarm["MetricName"], alarm["Statistic"]) == (
+        WorkerMetric.RENEWAL_ANSWER_AGE_MS,
+        "Maximum",
+    )
+    healthy_ms = config.heartbeat_seconds * 1000
+    fenced_ms = (config.lease_seconds - Settings().fence_margin_seconds) * 1000
+    assert alarm["Threshold"] == (healthy_ms + fenced_ms) / 2 == 11500
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (60, 3, 2)
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
 def test_the_alarms_are_these(stateless_json: TemplateJson) -> None:
     """One alarm of each name (room for more: the list is not exhaustive of the future)."""
     for name in ALARM_IDS:
@@ -304,6 +323,7 @@ def _dashboard_body(template: TemplateJson) -> str:
         WorkerMetric.RECONNECTS,
         WorkerMetric.SINK_ERRORS,
         WorkerMetric.RENEWAL_LAG_MS,
+        WorkerMetric.RENEWAL_ANSWER_AGE_MS,
         WorkerMetric.MALFORMED_FRAMES,
         WorkerMetric.CHECKPOINT_SLOTS_LOST,
         WorkerMetric.SESSION_ROLLOVERS,

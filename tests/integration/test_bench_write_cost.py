@@ -52,12 +52,14 @@ def test_a_per_stream_worker_renews_every_stream_and_moves_its_index_entry(
     moto_server: MotoProcess, tmp_path: Path
 ) -> None:
     """Per-stream: every held stream is renewed in the window, and each renewal moved the
-    by-shard-expiry index entry (delete + insert) on top of its table write."""
+    by-shard-expiry index entry (delete + insert) on top of its table write. A stream's
+    progress counters may go alone once in the window (their first write is due at a random
+    point of ``progress_seconds``): such a write moves no index entry."""
     ctx = context(moto_server, tmp_path)
     [window] = write_cost.measure(ctx, PER_STREAM, (STREAMS,), HEARTBEATS, scale=DEFAULT_SCALE)
     counts = window.counts
     renewals = counts["by_target"].get(write_cost.STREAM_WRITE, 0)
     assert renewals >= STREAMS * (HEARTBEATS - 1), counts
     units = counts["write_units"]
-    assert units.get(BY_SHARD_EXPIRY.name, 0) >= 2 * renewals, counts
+    assert units.get(BY_SHARD_EXPIRY.name, 0) >= 2 * (renewals - STREAMS), counts
     assert window.held == STREAMS

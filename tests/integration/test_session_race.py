@@ -9,6 +9,10 @@ together by a go signal:
   session may be tombstoned once; the winner's ``hb`` must be the last renewal that took effect
   (no renewal succeeds after a tombstone), and every renewal the holder was told succeeded is
   counted in the stored ``hb``.
+- **revoke vs late renewals**: a gray failure: every renewal of a few sessions lands a second
+  after its client gave up, while the holder keeps renewing; then the holder revokes each
+  session (condition: still live). Renewals still on their way land after the revoke: none may
+  take effect, so each session stays EXPIRED with the ``hb`` it had when revoked.
 - **takeover vs release**: the dead session's worker releases its streams while taker
   processes take them over (``take_from``) or free them (``release_for``) at its epoch. At most
   one taker wins a stream; a stream someone took is never freed by the old holder, and ends
@@ -51,6 +55,7 @@ from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
 from streamlease.schema import SESSION_HELD_MS, DesiredState, Liveness, StreamAttr, WorkerState
 from streamlease.session_store import SessionStore
+from streamlease.settings import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -161,6 +166,94 @@ def test_a_tombstone_and_a_renewal_never_both_win(aws_settings):
             assert stored.state is WorkerState.EXPIRED
             assert wins[session_id] == [stored.hb], "a renewal succeeded after the tombstone"
             assert session_id in holder["expired_seen"]
+
+
+# --- revoke vs late renewals ---------------------------------------------------------------------
+
+LATE_SECONDS = 1.0
+"""How late each renewal of the revoke race lands..."""
+RENEWAL_TIMEOUT_SECONDS = 0.3
+"""... long after its client gave up."""
+
+
+def run_revoke_race(endpoint: str, table: str, *, holders: int, duration: float) -> list[Any]:
+    sessions = SessionStore(aws.client("dynamodb", race_settings(endpoint)), table)
+    now = wall_ms()
+    for process in range(holders):
+        for index in range(SESSIONS):
+            sessions.create(
+                WorkerInfo(
+                    f"g{process}-{index}", WorkerState.RUNNING, now, now + 60_000, 0, 1, "h", 1
+                )
+            )
+    common = ["revoke", f"--endpoint={endpoint}", f"--table={table}", f"--duration={duration}"]
+    arguments = [[*common, "--role=holder", f"--process={p}"] for p in range(holders)]
+    return run_racers(arguments, duration + 60, script=RACER)
+
+
+def revoke_racer(args: argparse.Namespace) -> dict[str, Any]:
+    sessions, _ = _stores(args.endpoint, args.table)
+    fast = Settings(
+        aws_endpoint_url=args.endpoint, dynamodb_timeout_seconds=RENEWAL_TIMEOUT_SECONDS
+    )
+    renewals = SessionStore(aws.client("dynamodb", fast, max_attempts=1), args.table)
+    lock = threading.Lock()
+    report: dict[str, Any] = {"sent": {}, "answered": 0, "revoked": {}}
+    end = time.monotonic() + args.duration
+
+    def hold(index: int) -> None:
+        session_id = f"g{args.process}-{index}"
+        expires, sent, answered = wall_ms() + 60_000, 0, 0
+        while time.monotonic() < end:
+            expires += 1
+            sent += 1
+            try:
+                renewals.renew(
+                    session_id, expires_at_ms=expires, now_ms=wall_ms(), active_streams=0
+                )
+                answered += 1
+            except StoreError:
+                continue  # the gray failure: the answer never comes back in time
+        expiry = sessions.expire(session_id, by=session_id, seen_hb=None)
+        stored = sessions.read(session_id)
+        with lock:
+            report["sent"][session_id] = sent
+            report["answered"] += answered
+            report["revoked"][session_id] = [expiry.won, None if stored is None else stored.hb]
+
+    wait_for_go()
+    run_threads(hold, SESSIONS)
+    return report
+
+
+def test_a_revoke_and_renewals_that_land_after_it_never_both_take_effect(aws_settings):
+    """Renewals held by the store and applied a second after their clients gave up, sent until
+    the moment each session is revoked by its own holder: every revoke wins, and the renewals
+    still on their way when it did land on a tombstone and change nothing."""
+    # Here, not at the top: the racers run this file as a script, without the repository root.
+    from local.moto_process import held_writes, hold_dynamodb_writes, stop_holding_writes
+    from local.polling import wait_until
+
+    endpoint, table = aws_settings.aws_endpoint_url, aws_settings.table_name
+    applied_before = held_writes(endpoint)["applied"]
+    hold_dynamodb_writes(endpoint, ["UpdateItem", "WORKER#g", "#hb + :one"], LATE_SECONDS, 100_000)
+    try:
+        reports = run_revoke_race(endpoint, table, holders=2, duration=2.0)
+        late = held_writes(endpoint)
+        wait_until(lambda: held_writes(endpoint)["waiting"] == 0, 30, "the held renewals landed")
+    finally:
+        stop_holding_writes(endpoint)
+    assert late["waiting"] > 0, "no renewal was still on its way at the revoke: no race"
+    assert held_writes(endpoint)["applied"] > applied_before
+    sessions = SessionStore(aws.client("dynamodb", race_settings(endpoint)), table)
+    for report in reports:
+        assert report["answered"] == 0, "a held renewal was answered in time: no gray failure"
+        for session_id, (won, hb_at_revoke) in report["revoked"].items():
+            stored = sessions.read(session_id)
+            assert won, f"{session_id}: the revoke lost"
+            assert stored is not None and stored.state is WorkerState.EXPIRED, session_id
+            assert stored.hb == hb_at_revoke, f"{session_id}: a renewal took effect after it"
+            assert 0 < stored.hb < report["sent"][session_id], session_id
 
 
 # --- takeover vs release ---------------------------------------------------------------------
@@ -319,7 +412,7 @@ def test_streams_found_through_the_orphan_index_are_never_won_twice(aws_settings
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description="a racer process of the session races")
-    parser.add_argument("race", choices=["tombstone", "release", "orphans"])
+    parser.add_argument("race", choices=["tombstone", "release", "revoke", "orphans"])
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--table", required=True)
     parser.add_argument("--process", type=int, required=True)
@@ -327,7 +420,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--streams", type=int, default=0)
     parser.add_argument("--duration", type=float, default=4.0)
     args = parser.parse_args(argv)
-    racers = {"tombstone": tombstone_racer, "release": release_racer, "orphans": orphan_racer}
+    racers = {
+        "tombstone": tombstone_racer,
+        "release": release_racer,
+        "revoke": revoke_racer,
+        "orphans": orphan_racer,
+    }
     report = racers[args.race](args)
     print(json.dumps(report), flush=True)
 

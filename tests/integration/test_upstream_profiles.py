@@ -5,6 +5,7 @@ the resume point, the seq in another field, binary frames and frames without a s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,11 +44,11 @@ def profile(**fields: Any) -> Profile:
     return parse_profile(fields, secrets_prefix=None)
 
 
-def fixed_headers(*pairs: tuple[str, str]) -> Any:
-    async def headers() -> list[tuple[str, str]]:
-        return list(pairs)
+def fixed_secrets(**values: str) -> Any:
+    async def secrets() -> dict[str, str]:
+        return dict(values)
 
-    return headers
+    return secrets
 
 
 def at(document: Any, path: str) -> Any:
@@ -57,16 +58,16 @@ def at(document: Any, path: str) -> Any:
 
 
 async def test_a_bearer_token_from_the_headers_opens_the_feed(sim: UpstreamSimulator) -> None:
-    """The headers the resolver gives are sent in the handshake; a wrong token is a 401 that
-    makes the stream rejected, naming the status and nothing of the token."""
+    """The secrets the resolver gives are put into the handshake's headers; a wrong token is a
+    401 that makes the stream rejected, naming the status and nothing of the token."""
     url = sim.url_for("auth", rate=0, bearer="s3cr3t-token")
     auth = profile(headers={"Authorization": "Bearer {secret:feed}"})
-    good = fixed_headers(("Authorization", "Bearer s3cr3t-token"))
-    async with LinkRun("auth", url, SETTINGS, profile=auth, headers=good) as run:
+    good = fixed_secrets(feed="s3cr3t-token")
+    async with LinkRun("auth", url, SETTINGS, profile=auth, secrets=good) as run:
         assert [r.seq for r in await run.take(3)] == [1, 2, 3]
 
-    wrong = fixed_headers(("Authorization", "Bearer old"))
-    async with LinkRun("auth", url, SETTINGS, profile=auth, headers=wrong) as refused:
+    wrong = fixed_secrets(feed="old")
+    async with LinkRun("auth", url, SETTINGS, profile=auth, secrets=wrong) as refused:
         rejected = await refused.event(UpstreamEventKind.REJECTED)
     assert "401" in rejected.error
     assert "old" not in rejected.error and "s3cr3t" not in rejected.error
@@ -148,3 +149,60 @@ async def test_without_a_profile_frames_without_a_seq_are_undeliverable(
         await asyncio.sleep(0.2)
     assert run.records == []
     assert run.sequencer.undeliverable is Undeliverable.NO_SEQ
+
+
+async def test_a_feed_that_wants_client_pings_keeps_a_link_that_sends_them(
+    sim: UpstreamSimulator,
+) -> None:
+    """``ping_within``: without the profile's ping the feed closes the connection (4000, a
+    retry); with it the connection stays, and the pongs are control frames, not malformed."""
+    url = sim.url_for("pg", rate=0, until_seq=1, ping_within=1.5)
+    async with LinkRun("pg", url, SETTINGS) as silent:
+        closed = await silent.event(UpstreamEventKind.RETRYING)
+    assert closed.close_code == 4000
+    pinging = profile(
+        ping={"send": '{"op":"ping"}', "interval_seconds": 1}, control=[{"op": "pong"}]
+    )
+    before = sim.stats("pg")
+    async with LinkRun("pg", url, SETTINGS, profile=pinging) as run:
+        await run.take(1)
+        await asyncio.sleep(3.2)
+        assert run.link.connects == 1
+    stats = sim.stats("pg")
+    assert stats.ping_timeouts == before.ping_timeouts
+    assert stats.client_pings - before.client_pings >= 2
+    assert run.sequencer.control >= 2 and run.sequencer.malformed == 0
+
+
+async def test_a_login_and_an_exclusive_subscription_through_the_link(
+    sim: UpstreamSimulator,
+) -> None:
+    """The simulator's login feed: the key (its digest in the URL) goes in the auth message,
+    the subscription resumes after the checkpoint; a wrong key rejects the stream."""
+    digest = hashlib.sha256(b"k3y").hexdigest()
+    url = sim.url_for("li", rate=200, login=digest, subscribe=1)
+    login = profile(
+        open_messages=[
+            {
+                "send": '{"action":"auth","params":"{secret:k}"}',
+                "expect": {"status": "auth_success"},
+                "refuse": {"status": "auth_failed"},
+            },
+            '{"type":"subscribe","after":{last_seq}}',
+        ],
+        resume="open_message",
+    )
+    async with LinkRun(
+        "li", url, SETTINGS, last_seq=40, profile=login, secrets=fixed_secrets(k="k3y")
+    ) as run:
+        await run.take(5)
+        sim.disconnect("li")
+        await run.until(lambda: run.link.connects == 2 and len(run.records) >= 10)
+    seqs = run.seqs
+    assert seqs == list(range(41, 41 + len(seqs)))
+    assert sim.stats("li").subscriptions[0] == 41
+    async with LinkRun(
+        "li", url, SETTINGS, profile=login, secrets=fixed_secrets(k="wrong")
+    ) as refused:
+        rejected = await refused.event(UpstreamEventKind.REJECTED)
+    assert rejected.error == "upstream refused open message 1"

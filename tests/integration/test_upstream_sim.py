@@ -4,6 +4,7 @@ subscribe, seq field, binary, no seq) and its three ways of running."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -380,3 +381,66 @@ async def test_a_bad_mode_is_answered_with_400(
         async with connect(sim.url_for("s", **query)):
             pass
     assert refused.value.response.status_code == 400
+
+
+# --- feeds that resume after K, log in, and want pings ---------------------------------------
+
+
+async def test_after_resumes_exclusively(sim: UpstreamSimulator) -> None:
+    """``after=K`` replays from K + 1 (the feed's own "after" parameter)."""
+    async with connect(sim.url_for("ex", rate=0, after=6, until_seq=7)) as ws:
+        assert json.loads(await ws.recv())["seq"] == 7
+    assert sim.stats("ex").from_seqs == [7]
+
+
+async def test_last_event_id_resumes_after_the_header(sim: UpstreamSimulator) -> None:
+    """``last_event_id=1``: the handshake's Last-Event-ID header is the last seq seen."""
+    url = sim.url_for("hdr", rate=0, last_event_id=1, until_seq=9)
+    async with connect(url, additional_headers={"Last-Event-ID": "8"}) as ws:
+        assert json.loads(await ws.recv())["seq"] == 9
+    async with connect(url) as ws:  # no header: from the start
+        assert json.loads(await ws.recv())["seq"] == 1
+    assert sim.stats("hdr").from_seqs == [9, 1]
+
+
+async def test_a_login_by_message_is_answered_before_the_subscription(
+    sim: UpstreamSimulator,
+) -> None:
+    """``login=KEY``: a greeting, the auth answer, then the subscription starts the stream
+    (``after`` in it is exclusive); a wrong key is answered auth_failed and closed 1008."""
+    digest = hashlib.sha256(b"k3y").hexdigest()
+    url = sim.url_for("li", rate=0, login=digest, subscribe=1, until_seq=6)
+    async with connect(url) as ws:
+        assert "connected" in await ws.recv()
+        await ws.send('{"type":"subscribe","from":1}')  # before the login: ignored
+        await ws.send(json.dumps({"action": "auth", "params": "k3y"}))
+        assert "auth_success" in await ws.recv()
+        await ws.send(json.dumps({"type": "subscribe", "after": 4}))
+        assert [json.loads(await ws.recv())["seq"] for _ in range(2)] == [5, 6]
+    async with connect(url) as refused:
+        await refused.recv()
+        await refused.send(json.dumps({"action": "auth", "params": "wrong"}))
+        assert "auth_failed" in await refused.recv()
+        with pytest.raises(ConnectionClosedError):
+            await refused.recv()
+    assert refused.close_code == 1008
+    stats = sim.stats("li")
+    assert (stats.logins, stats.login_failures, stats.subscriptions) == (1, 1, [5])
+    assert "k3y" not in repr(stats) and "k3y" not in repr(sim)
+
+
+async def test_a_client_that_does_not_ping_is_closed(sim: UpstreamSimulator) -> None:
+    """``ping_within``: a client message within the interval keeps the connection (pings are
+    answered with pongs); silence closes it with 4000 — WebSocket pings do not count."""
+    url = sim.url_for("pg", rate=0, ping_within=0.3, until_seq=1)
+    async with connect(url, ping_interval=0.05) as ws:
+        assert json.loads(await ws.recv())["seq"] == 1
+        for _ in range(3):
+            await asyncio.sleep(0.15)
+            await ws.send('{"op":"ping"}')
+            assert json.loads(await ws.recv()) == {"op": "pong"}
+        with pytest.raises(ConnectionClosedError):
+            await ws.recv()
+    assert ws.close_code == 4000
+    stats = sim.stats("pg")
+    assert (stats.client_pings, stats.ping_timeouts) == (3, 1)

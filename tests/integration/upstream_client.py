@@ -32,7 +32,7 @@ class LinkRun:
         profile: Profile = DEFAULT_PROFILE,
         **options: Any,
     ) -> None:
-        self.sequencer = Sequencer(profile.seq_path, last_seq)
+        self.sequencer = Sequencer(profile.seq_path, last_seq, profile.control)
         self.records: list[SinkRecord] = []
         self.batches: list[int] = []
         self.events: list[UpstreamEvent] = []

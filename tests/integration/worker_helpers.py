@@ -122,6 +122,32 @@ class Streams:
         if command:
             self.send(Command(CommandType.START, stream_id, 1).to_json())
 
+    def put_held(
+        self, stream_id: str, ws_url: str, *, session: str, epoch: int, last_seq: int
+    ) -> None:
+        """A STARTED stream item attached to ``session`` (slot 0) at ``epoch``, checkpoint
+        ``last_seq``: what an acquire through that session wrote."""
+        self.put(stream_id, ws_url, command=False)
+        self.dynamodb.update_item(
+            TableName=self.settings.table_name,
+            Key={PK: {"S": stream_key(stream_id)}},
+            UpdateExpression="SET #o = :o, #x = :x, #e = :e, #s = :s, #q = :q",
+            ExpressionAttributeNames={
+                "#o": StreamAttr.LEASE_OWNER,
+                "#x": StreamAttr.LEASE_EXPIRES_AT_MS,
+                "#e": StreamAttr.LEASE_EPOCH,
+                "#s": StreamAttr.LEASE_SLOT,
+                "#q": StreamAttr.LAST_SEQ,
+            },
+            ExpressionAttributeValues={
+                ":o": {"S": session},
+                ":x": {"N": str(SESSION_HELD_MS)},
+                ":e": {"N": str(epoch)},
+                ":s": {"N": "0"},
+                ":q": {"N": str(last_seq)},
+            },
+        )
+
     def send(self, body: str) -> None:
         """Put a raw message body on the command queue."""
         self.sqs.send_message(QueueUrl=self.settings.queue_url, MessageBody=body)

@@ -70,3 +70,74 @@ def test_a_malformed_profile_is_a_400_naming_the_field(api: Api) -> None:
     bad_path = create(api, {"seq": "data..u"})
     assert wrong_type.status == 400 and "profile" in (wrong_type.error["field"] or "")
     assert (bad_path.status, bad_path.error["field"]) == (400, "profile.seq")
+
+
+LOGIN_PROFILE: dict[str, Any] = {
+    "open_messages": [
+        {
+            "send": '{"action":"auth","params":"{secret:streamlease/polygon#key}"}',
+            "expect": {"status": "auth_success"},
+            "refuse": {"status": "auth_failed"},
+        },
+        '{"action":"subscribe","after":{last_seq}}',
+    ],
+    "resume": "open_message",
+    "ping": {"send": '{"op":"ping"}', "interval_seconds": 20},
+    "control": [{"ev": "status"}],
+}
+
+
+def test_a_login_profile_is_stored_and_shown_with_its_secret_by_reference(api: Api) -> None:
+    assert create(api, LOGIN_PROFILE).status == 201
+    assert api("GET", "/streams/p1").body["profile"] == LOGIN_PROFILE
+
+
+def test_a_credential_written_into_an_open_message_is_refused_and_never_echoed(api: Api) -> None:
+    refused = create(api, {"open_messages": ['{"action":"auth","params":"PKs3cr3t"}']})
+    assert (refused.status, refused.error["field"]) == (400, "profile.open_messages.0")
+    assert "PKs3cr3t" not in str(refused.body)
+    assert api("GET", "/streams/p1").status == 404
+
+
+def test_a_change_in_place_keeps_the_checkpoint_and_bumps_the_generation(
+    api: Api, store: LeaseStore
+) -> None:
+    """PATCH replaces the URL and the whole profile; last_seq, epoch and desired state stay;
+    the same change again is a no-op (same generation)."""
+    assert create(api).status == 201
+    lease = store.acquire("p1", "w-1", 20_000)
+    store.renew("p1", "w-1", lease.epoch, 41, 20_000)
+    before = api("GET", "/streams/p1").body
+    new_url = "wss://feed-2.example.com/v1"
+    changed = api(
+        "PATCH",
+        "/streams/p1",
+        body={"ws_url": new_url, "profile": {"query": {"after": "{last_seq}"}}},
+    )
+    assert changed.status == 200
+    after = changed.body
+    assert (after["ws_url"], after["profile"]) == (new_url, {"query": {"after": "{last_seq}"}})
+    assert after["generation"] == before["generation"] + 1
+    assert (after["last_seq"], after["epoch"], after["owner"]) == (41, lease.epoch, "w-1")
+    again = api("PATCH", "/streams/p1", body={"ws_url": new_url})
+    assert (again.status, again.body["generation"]) == (200, after["generation"])
+    reset = api("PATCH", "/streams/p1", body={"profile": {}})
+    assert (reset.body["profile"], reset.body["generation"]) == (None, after["generation"] + 1)
+    assert store.read("p1").ws_url == new_url  # type: ignore[union-attr]
+
+
+def test_a_change_is_validated_as_a_create_is(api: Api) -> None:
+    assert create(api).status == 201
+    generation = api("GET", "/streams/p1").body["generation"]
+    literal = api(
+        "PATCH", "/streams/p1", body={"profile": {"headers": {"Authorization": "Bearer s3cr3t"}}}
+    )
+    assert (literal.status, literal.error["field"]) == (400, "profile.headers.Authorization")
+    assert "s3cr3t" not in str(literal.body)
+    bad_url = api("PATCH", "/streams/p1", body={"ws_url": "http://feed.example.com/"})
+    assert bad_url.status == 400
+    empty = api("PATCH", "/streams/p1", body={})
+    assert empty.status == 400
+    missing = api("PATCH", "/streams/nope", body={"ws_url": URL})
+    assert missing.status == 404
+    assert api("GET", "/streams/p1").body["generation"] == generation

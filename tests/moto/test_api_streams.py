@@ -48,6 +48,7 @@ STREAM_FIELDS = {
     "frames_received",
     "frames_delivered",
     "frames_malformed",
+    "frames_control",
     "seq_gaps",
     "progress_at",
     "last_message_at",

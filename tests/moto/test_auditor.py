@@ -196,6 +196,19 @@ def test_streams_of_a_dead_session_are_orphans_aged_from_its_expiry(
     assert audit.live_workers == 1
 
 
+def test_streams_of_a_session_that_is_gone_are_orphans_aged_from_their_last_write(
+    control_plane: runtime.Runtime, dynamodb: Any
+) -> None:
+    """A stream held through a session whose item is gone (deleted while the stream hung on
+    it) is an orphan whose age counts from its holder's last write: never 0 for ever."""
+    table = control_plane.settings.table_name
+    put_stream(
+        dynamodb, table, "stuck", owner="gone", expires_ms=SESSION_HELD_MS, updated_ms=NOW - 40_000
+    )
+    audit = auditor.run_audit(control_plane, NOW)
+    assert (audit.orphaned_streams, audit.oldest_orphan_age_seconds) == (1, 40.0)
+
+
 def test_owned_streams_are_counted_by_connection_state(
     control_plane: runtime.Runtime, dynamodb: Any
 ) -> None:

@@ -62,7 +62,8 @@ async def test_a_secret_put_through_the_local_stack_is_what_the_worker_reads(
         {"headers": {"Authorization": f"Bearer {{secret:{name}#token}}"}},
         secrets_prefix=settings.secrets_prefix,
     )
-    assert await Secrets(settings).headers(profile) == [("Authorization", "Bearer t2")]
+    resolved = await Secrets(settings).resolve(profile.secrets)
+    assert [(n, v.render(resolved)) for n, v in profile.headers] == [("Authorization", "Bearer t2")]
 
 
 def test_an_api_that_is_no_local_stack_and_not_aws_is_refused() -> None:

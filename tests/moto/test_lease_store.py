@@ -400,7 +400,13 @@ def raw_item(dynamodb: Any, table: str, stream_id: str) -> dict[str, Any]:
 
 
 PROGRESS = StreamProgress(
-    received=120, delivered=100, malformed=20, gaps=1, last_message_at_ms=NOW - 5, at_ms=NOW
+    received=125,
+    delivered=100,
+    malformed=20,
+    gaps=1,
+    last_message_at_ms=NOW - 5,
+    at_ms=NOW,
+    control=5,
 )
 
 
@@ -513,6 +519,26 @@ def test_owned_by_lists_what_a_worker_holds(store, seed):
     assert sorted(v.stream_id for v in store.owned_by("w1")) == ["a", "b"]
     assert [v.stream_id for v in store.owned_by("w2")] == ["c"]
     assert store.owned_by("w9") == []
+
+
+def test_held_through_sessions_walks_every_session_held_stream_page_by_page(store, seed):
+    """Only STARTED streams attached to a session, each once, in pages of the limit; the last
+    page says there is no next one."""
+    for n in range(5):
+        seed(f"held{n}", owner=f"w{n % 2}", expires_ms=SESSION_HELD_MS, epoch=n + 1)
+    seed("per-stream", owner="w0", expires_ms=NOW + LEASE_MS)
+    seed("free")
+    seed("stopped", owner="w0", expires_ms=SESSION_HELD_MS, state=DesiredState.STOPPED)
+    seen: dict[str, tuple[str | None, int]] = {}
+    cursor = None
+    for _ in range(5):
+        page, cursor = store.held_through_sessions(limit=2, start=cursor)
+        assert len(page) <= 2
+        seen.update((v.stream_id, (v.owner, v.epoch)) for v in page)
+        if cursor is None:
+            break
+    assert cursor is None
+    assert seen == {f"held{n}": (f"w{n % 2}", n + 1) for n in range(5)}
 
 
 def set_state(dynamodb: Any, table: str, stream_id: str, state: DesiredState) -> None:

@@ -13,6 +13,7 @@ import pytest
 from stream_items import put_stream
 
 from streamlease.lease_store import LeaseStore
+from streamlease.model import Stream
 from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
 from worker.holder import EndReason
 from worker.own_leases import OwnLeases
@@ -27,7 +28,9 @@ class FakeHolder:
     stream_id: str
     epoch: int
     owner: str = OWNER
+    generation: int = 1
     ended: list[EndReason] = field(default_factory=list)
+    changes: list[Stream] = field(default_factory=list)
 
     @property
     def is_active(self) -> bool:
@@ -35,6 +38,10 @@ class FakeHolder:
 
     def request_end(self, reason: EndReason) -> None:
         self.ended.append(reason)
+
+    def change(self, stream: Stream) -> bool:
+        self.changes.append(stream)
+        return True
 
 
 class FakeHoldings:
@@ -216,3 +223,54 @@ async def test_a_session_left_with_less_than_half_its_capacity_asks_to_roll_over
         await own.poll_once()
         assert rollovers == ([] if slot < 3 else ["rollover"])
         cast(Any, own)._ctx.session.retiring = bool(rollovers)
+
+
+def change(dynamodb: Any, table: str, stream_id: str, url: str) -> None:
+    """What PATCH /streams/{id} writes: a new URL, generation + 1, the lease untouched."""
+    dynamodb.update_item(
+        TableName=table,
+        Key={PK: {"S": stream_key(stream_id)}},
+        UpdateExpression="SET #u = :u, #g = #g + :one",
+        ExpressionAttributeNames={"#u": StreamAttr.WS_URL, "#g": StreamAttr.GENERATION},
+        ExpressionAttributeValues={":u": {"S": url}, ":one": {"N": "1"}},
+    )
+
+
+def test_a_stream_changed_in_place_comes_back_with_the_stopped_ones(
+    store: LeaseStore, seed: Any, dynamodb: Any, aws_settings: Any
+) -> None:
+    """Above the lowest generation held: the changed stream; the others stay unparsed."""
+    for n in range(5):
+        seed(f"s{n}")
+        store.acquire(f"s{n}", OWNER, LEASE_MS, slot=n)
+    change(dynamodb, aws_settings.table_name, "s2", "wss://feed-2.example.com/x")
+    stop(dynamodb, aws_settings.table_name, "s4")
+
+    owned = store.stopped_of(OWNER, above_generation=1)
+
+    assert (owned.count, [v.stream_id for v in owned.stopped]) == (5, ["s4"])
+    assert [(v.stream_id, v.generation) for v in owned.changed] == [("s2", 2)]
+    assert store.stopped_of(OWNER).changed == ()
+
+
+async def test_a_change_reaches_the_holder_of_that_epoch_with_the_new_settings(
+    store: LeaseStore, seed: Any, dynamodb: Any, aws_settings: Any
+) -> None:
+    """The holder gets the stream as read after the change; a holder of another epoch, or one
+    already at that generation, gets nothing."""
+    holdings, handoffs = FakeHoldings(), Handoffs()
+    for n, stream_id in enumerate(("a", "b", "c")):
+        seed(stream_id)
+        lease = store.acquire(stream_id, OWNER, LEASE_MS, slot=n)
+        holdings.by_id[stream_id] = FakeHolder(stream_id, lease.epoch)
+    holdings.by_id["b"].epoch += 1
+    holdings.by_id["c"].generation = 2
+    for stream_id in ("a", "b", "c"):
+        change(dynamodb, aws_settings.table_name, stream_id, "wss://feed-2.example.com/x")
+
+    assert await poller(store, holdings, handoffs).poll_once() == []
+
+    (seen,) = holdings.by_id["a"].changes
+    assert (seen.ws_url, seen.generation, seen.owner) == ("wss://feed-2.example.com/x", 2, OWNER)
+    assert holdings.by_id["b"].changes == holdings.by_id["c"].changes == []
+    assert all(not h.ended for h in holdings)

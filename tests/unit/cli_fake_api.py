@@ -92,7 +92,7 @@ def serve_fake_api() -> Iterator[FakeApi]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_DELETE = _answer
+        do_GET = do_POST = do_PATCH = do_DELETE = _answer
 
         def log_message(self, *args: Any) -> None:
             pass

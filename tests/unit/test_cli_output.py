@@ -267,6 +267,33 @@ def _query(path: str) -> list[tuple[str, str]]:
     return parse_qsl(urlsplit(path).query)
 
 
+def test_get_shows_the_profile_by_reference_and_the_failover_note(api: FakeApi) -> None:
+    """The profile as the API holds it (secrets by reference only), and what a failover costs
+    a feed without a sequence; a stream without one says ``default``."""
+    profile = {
+        "headers": {"Authorization": "Bearer {secret:streamlease/feed#token}"},
+        "seq": "none",
+        "resume": "none",
+    }
+    note = "the upstream has no sequence: a failover can lose or repeat"
+    api.routes[("GET", "/streams/s1")] = (
+        200,
+        {**STREAM, "profile": profile, "failover_note": note},
+    )
+    code, out, _ = run("--api", api.url, "get", "s1")
+    assert code == 0
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("profile:"))
+    assert lines[start].endswith(
+        'headers {"Authorization":"Bearer {secret:streamlease/feed#token}"}'
+    )
+    assert lines[start + 1].split() == ["resume", "none"]
+    assert lines[start + 2].split() == ["seq", "none"]
+    assert f"failover:      {note}" in lines
+    api.routes[("GET", "/streams/s1")] = (200, {**STREAM, "profile": None})
+    assert "profile:       default" in run("--api", api.url, "get", "s1")[1].splitlines()
+
+
 def test_the_local_apis_hint_for_an_unknown_route_is_shown(api: FakeApi) -> None:
     """A wrong base path locally: the 403 carries which routes there are, and the CLI says it."""
     hint = "no route for GET /v1/streams; the routes are GET /streams, ..."

@@ -166,3 +166,65 @@ def test_stop_takes_no_profile_flags(api: FakeApi) -> None:
     code, _, err = run("--api", api.url, "stop", "s1", "--seq-path", "u")
     assert code == 2
     assert "unrecognized arguments" in err
+
+
+CURRENT: dict[str, Any] = {
+    "id": "s1",
+    "generation": 3,
+    "desired_state": "STARTED",
+    "owner": "w-1",
+    "profile": {"headers": {"X-Client": "ops"}, "seq": "data.u"},
+}
+
+
+def changed(request: Recorded) -> tuple[int, Any]:
+    body = json.loads(request.body)
+    profile = body.get("profile", CURRENT["profile"])
+    return 200, {**CURRENT, "generation": 4, "profile": profile or None}
+
+
+def test_set_adds_a_header_to_the_current_profile_in_one_patch(api: FakeApi) -> None:
+    """``set --header`` keeps the rest of the stream's profile (read first); the URL too."""
+    api.routes[("GET", "/streams/s1")] = (200, CURRENT)
+    api.routes[("PATCH", "/streams/s1")] = changed
+    code, out, err = run(
+        "--api",
+        api.url,
+        "set",
+        "s1",
+        "--url",
+        "wss://feed-2.example/1",
+        "--header",
+        "Last-Event-ID={last_seq}",
+        "--resume",
+        "header",
+    )
+    assert code == 0, err
+    patch = [r for r in api.requests if r.method == "PATCH"]
+    assert len(patch) == 1
+    assert json.loads(patch[0].body) == {
+        "ws_url": "wss://feed-2.example/1",
+        "profile": {
+            "headers": {"X-Client": "ops", "Last-Event-ID": "{last_seq}"},
+            "seq": "data.u",
+            "resume": "header",
+        },
+    }
+    assert "changed s1" in out and "generation 4" in out
+
+
+def test_set_with_a_whole_profile_replaces_it_and_reads_nothing(api: FakeApi) -> None:
+    api.routes[("PATCH", "/streams/s1")] = changed
+    code, _, err = run(
+        "--api", api.url, "set", "s1", "--profile", '{"query":{"after":"{last_seq}"}}'
+    )
+    assert code == 0, err
+    assert [r.method for r in api.requests] == ["PATCH"]
+    assert json.loads(api.requests[0].body) == {"profile": {"query": {"after": "{last_seq}"}}}
+
+
+def test_set_without_a_change_is_a_usage_error(api: FakeApi) -> None:
+    code, _, err = run("--api", api.url, "set", "s1")
+    assert code == 2
+    assert "--url" in err
+    assert api.requests == []

@@ -37,6 +37,7 @@ def worker_flush(log: Path, held: int, **counts: int) -> None:
     for name, count in counts.items():
         metrics.incr(name, count)
     metrics.observe(WorkerMetric.RENEWAL_LAG_MS, 4.0)
+    metrics.observe(WorkerMetric.RENEWAL_ANSWER_AGE_MS, 1000.0 * held)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         EmfPublisher("Streamlease").publish(metrics.take_snapshot())
@@ -89,6 +90,7 @@ def test_workers_and_the_auditor_are_read_as_cloudwatch_aggregates_them(tmp_path
     assert lines["minimum per task"] == 4
     assert lines[AuditorMetric.STARTED_STREAMS] == 10 and lines[AuditorMetric.OWNED_STREAMS] == 9
     assert lines["renewal lag p99"] == 4.0
+    assert lines["answer age max"] == 6000.0  # the worst worker's: a gray failure shows
     assert data["period_seconds"] == PERIOD
 
 

@@ -12,6 +12,7 @@ ROUTES = {
     ("post", "/streams"),
     ("get", "/streams"),
     ("get", "/streams/{id}"),
+    ("patch", "/streams/{id}"),
     ("delete", "/streams/{id}"),
     ("post", "/streams/{id}/stop"),
     ("post", "/streams/{id}/start"),

@@ -43,7 +43,72 @@ def test_a_market_data_profile_round_trips_through_the_item() -> None:
 
 def test_the_open_message_places_the_resume_point() -> None:
     profile = parse({"open_message": '{"from":{next_seq},"after":{last_seq}}'})
-    assert profile.open_message_for(41) == '{"from":42,"after":41}'
+    (message,) = profile.open_messages
+    assert message.send.render({}, 41) == '{"from":42,"after":41}'
+
+
+def test_an_exclusive_resume_puts_the_checkpoint_itself_in_any_query_parameter() -> None:
+    profile = parse({"query": {"after": "{last_seq}", "channel": "trades"}})
+    assert profile.query_for(41, "from_seq") == [("after", "41"), ("channel", "trades")]
+    assert profile.to_item() == {"query": {"after": "{last_seq}", "channel": "trades"}}
+
+
+def test_the_query_shorthand_still_asks_for_the_next_seq() -> None:
+    assert parse({}).query_for(41, "from_seq") == [("from_seq", "42")]
+    assert parse({"resume_param": "offset"}).query_for(41, "x") == [("offset", "42")]
+    assert parse({"resume": "none"}).query_for(41, "from_seq") == []
+
+
+def test_a_header_carries_the_resume_point() -> None:
+    profile = parse({"headers": {"Last-Event-ID": "{last_seq}"}, "resume": "header"})
+    assert [(n, v.render({}, 9)) for n, v in profile.headers] == [("Last-Event-ID", "9")]
+    assert profile.query_for(9, "from_seq") == []
+
+
+def test_a_login_then_subscribe_sequence_round_trips_and_resolves_its_secrets() -> None:
+    data = {
+        "open_messages": [
+            {
+                "send": '{"action":"auth","params":"{secret:streamlease/feed#key}"}',
+                "expect": {"status": "auth_success"},
+                "refuse": {"status": "auth_failed"},
+                "timeout_seconds": 5,
+            },
+            '{"action":"subscribe","after":{last_seq}}',
+        ],
+        "resume": "open_message",
+        "ping": {"send": '{"op":"ping"}', "interval_seconds": 20},
+        "control": [{"op": "pong"}, {"ev": "status"}],
+    }
+    profile = parse(data)
+    assert profile.to_item() == data
+    assert Profile.from_item(profile.to_item()) == profile
+    assert profile.secrets == (SecretRef("streamlease/feed", "key"),)
+    login, subscribe = profile.open_messages
+    # JSON-escaped: a quote in the secret cannot change the message.
+    assert login.send.render({"streamlease/feed#key": 'k"1'}, 0) == (
+        '{"action":"auth","params":"k\\"1"}'
+    )
+    assert subscribe.send.render({}, 7) == '{"action":"subscribe","after":7}'
+    assert login.expect is not None
+    assert login.expect.matches([{"ev": "status", "status": "auth_success"}])
+    assert not login.expect.matches({"status": "connected"})
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        '{"action":"auth","params":"PKXYZ123"}',
+        '{"action":"auth","key":"PKXYZ123","secret":"{secret:streamlease/a}"}',
+        '{"type":"hello","api_key":"abc"}',
+        '{"op":"login","args":[{"passphrase":"p"}]}',
+        "AUTH token=abcdef",
+    ],
+)
+def test_a_literal_credential_in_an_open_message_is_refused(message: str) -> None:
+    with pytest.raises(ProfileError, match="credential") as refused:
+        parse({"open_messages": [message]})
+    assert refused.value.field == "profile.open_messages.0"
 
 
 def test_secrets_are_rendered_into_header_values() -> None:
@@ -81,6 +146,31 @@ def test_secrets_are_rendered_into_header_values() -> None:
         ({"resume": "none", "resume_param": "from"}, "profile.resume_param"),
         ({"open_message": "x" * 5000}, "profile.open_message"),
         ({"colour": "blue"}, "profile.colour"),
+        ({"resume": "header"}, "profile.headers"),
+        ({"resume": "open_message", "open_messages": ["x"]}, "profile.open_messages"),
+        ({"open_message": "a", "open_messages": ["b"]}, "profile.open_message"),
+        ({"open_messages": ["m"] * 6}, "profile.open_messages"),
+        ({"open_messages": [{"send": "m", "refuse": {"a": 1}}]}, "profile.open_messages.0"),
+        (
+            {"open_messages": [{"send": "m", "expect": {"a": 1}, "timeout_seconds": 0}]},
+            "profile.open_messages.0.timeout_seconds",
+        ),
+        ({"open_messages": [{"send": "m", "expect": {}}]}, "profile.open_messages.0.expect"),
+        (
+            {"open_messages": [{"send": "m", "expect": {"a": 1.5}}]},
+            "profile.open_messages.0.expect",
+        ),
+        ({"open_messages": ["{secret:other/x}"]}, "profile.open_messages.0"),
+        ({"query": {"after": "{last_seq}"}, "resume_param": "x"}, "profile.resume_param"),
+        ({"query": {"token": "x"}}, "profile.query.token"),
+        ({"query": {"a": "{secret:streamlease/x}"}}, "profile.query.a"),
+        ({"query": {"a": "b&c=d"}}, "profile.query.a"),
+        ({"seq": "none", "query": {"after": "{last_seq}"}}, "profile.resume"),
+        ({"ping": {"send": "p"}}, "profile.ping"),
+        ({"ping": {"send": "p", "interval_seconds": 0}}, "profile.ping.interval_seconds"),
+        ({"ping": {"send": "{secret:streamlease/x}", "interval_seconds": 5}}, "profile.ping.send"),
+        ({"control": []}, "profile.control"),
+        ({"control": [{"a": [1]}]}, "profile.control.0"),
     ],
 )
 def test_a_bad_profile_is_refused_naming_the_field(data: dict[str, object], field: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 from websockets.frames import BINARY, TEXT, Frame
 
 from streamlease.schema import PayloadEncoding
+from streamlease.templates import Condition
 from worker.stream.progress import explain
 from worker.stream.sequence import Sequencer, Undeliverable
 
@@ -135,3 +136,25 @@ def test_without_a_seq_every_frame_is_the_next_message() -> None:
     ]
     assert (sequencer.malformed, sequencer.undeliverable) == (1, Undeliverable.TEXT_NOT_UTF8)
     assert sequencer.seq_name == "none"
+
+
+def test_control_frames_are_skipped_and_counted_apart_from_malformed_ones() -> None:
+    """A pong, or a heartbeat that even carries a seq, is not data; a frame without a seq that
+    matches no condition is still malformed."""
+    sequencer = Sequencer(("seq",), 0, (Condition({"op": "pong"}), Condition({"type": "hb"})))
+    batch = [
+        frame(1),
+        text('{"op":"pong"}'),
+        text('{"type":"hb","seq":2}'),
+        text('{"op":"other"}'),
+        frame(2),
+    ]
+    assert [r.seq for r in sequencer.take(batch, NOW)] == [1, 2]
+    assert (sequencer.control, sequencer.malformed, sequencer.gaps) == (2, 1, 0)
+
+
+def test_a_feed_without_seq_does_not_number_its_control_frames() -> None:
+    sequencer = Sequencer(None, 10, (Condition({"event": "heartbeat"}),))
+    batch = [text('{"event":"heartbeat"}'), text("hello"), Frame(BINARY, bytearray(b"\x00"))]
+    assert [r.seq for r in sequencer.take(batch, NOW)] == [11, 12]
+    assert sequencer.control == 1

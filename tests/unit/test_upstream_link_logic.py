@@ -19,7 +19,7 @@ from streamlease.errors import UrlRejected
 from streamlease.profile import parse_profile
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
-from worker.stream.link import HeadersUnavailable, UpstreamEvent, UpstreamEventKind, UpstreamLink
+from worker.stream.link import SecretsUnavailable, UpstreamEvent, UpstreamEventKind, UpstreamLink
 from worker.stream.transport import CloseBy, Closed, UpstreamHandler
 
 SETTINGS = Settings(
@@ -90,12 +90,22 @@ class FakeUpstream:
 
     outcomes: list[FakeTransport | BaseException]
     from_seqs: list[int] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)
+    queries: list[list[tuple[str, str]]] = field(default_factory=list)
     headers: list[Any] = field(default_factory=list)
 
     async def connect(
-        self, url: str, settings: Settings, handler: UpstreamHandler, *, from_seq: int, **kw: Any
+        self,
+        url: str,
+        settings: Settings,
+        handler: UpstreamHandler,
+        *,
+        query: list[tuple[str, str]],
+        **kw: Any,
     ) -> Any:
-        self.from_seqs.append(from_seq)
+        self.from_seqs.append(int(dict(query).get(settings.resume_param, "-1")))
+        self.urls.append(url)
+        self.queries.append(list(query))
         self.headers.append(kw.get("headers"))
         outcome = self.outcomes.pop(0) if self.outcomes else ConnectionRefusedError(111, "x")
         if isinstance(outcome, BaseException):
@@ -288,17 +298,21 @@ async def test_a_rejection_carries_no_upstream_response(upstream: Any) -> None:
     assert all("s3cr3t" not in e.error for e in stream.events)
 
 
-async def test_headers_not_available_yet_are_retried(upstream: Any) -> None:
-    """A secret that cannot be read for now: back off and try again, no connect meanwhile."""
+async def test_secrets_not_available_yet_are_retried(upstream: Any) -> None:
+    """A secret that cannot be read for now: back off and try again, no connect meanwhile;
+    then its value goes into the header that refers to it."""
     fake = upstream(FakeTransport([[1]]))
-    answers: list[Any] = [HeadersUnavailable("secret streamlease/x not readable (throttled)")]
+    answers: list[Any] = [SecretsUnavailable("secret streamlease/x not readable (throttled)")]
 
-    async def headers() -> list[tuple[str, str]]:
+    async def secrets() -> dict[str, str]:
         if answers:
             raise answers.pop()
-        return [("Authorization", "Bearer t")]
+        return {"streamlease/x": "t"}
 
-    stream = Stream(headers=headers)
+    auth = parse_profile(
+        {"headers": {"Authorization": "Bearer {secret:streamlease/x}"}}, secrets_prefix=None
+    )
+    stream = Stream(secrets=secrets, profile=auth)
     await run_until(stream, 1)
     assert fake.headers == [[("Authorization", "Bearer t")]]
     assert "throttled" in stream.kinds(UpstreamEventKind.RETRYING)[0].error
@@ -414,3 +428,45 @@ async def test_connect_attempts_are_traced_until_the_first_connection_opened(
     await run_until(stream, 2)
     assert spans == [(1, "failed"), (2, "ok")]
     assert stream.link.connects == 2
+
+
+async def test_a_change_of_settings_reconnects_at_once_with_them_from_the_last_seq(
+    upstream: Any,
+) -> None:
+    """The open connection is closed (1000, ours), the next one goes to the new URL with the
+    new profile's resume point right away — no backoff, no failure reported."""
+    first, second = FakeTransport([[1, 2]]), FakeTransport([[3]])
+    fake = upstream(first, second)
+    slow = Settings(allow_insecure_ws=True, backoff_base_seconds=60, backoff_max_seconds=60)
+    stream = Stream(settings=slow)
+    after = parse_profile({"query": {"after": "{last_seq}"}}, secrets_prefix=None)
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(stream.link.run())
+        await stream.until(2)
+        stream.link.change("ws://upstream-2.example/s", after, None, None)
+        await stream.until(3)
+        await stream.link.close(1000)
+    assert first.closed_with == 1000
+    assert fake.urls == [URL, "ws://upstream-2.example/s"]
+    assert fake.queries == [[("from_seq", "1")], [("after", "2")]]
+    assert stream.kinds(UpstreamEventKind.RETRYING) == []
+
+
+async def test_a_change_ends_the_wait_of_a_parked_stream(upstream: Any) -> None:
+    """A stream parked after a refusal (say, a wrong header) tries the new settings at once,
+    not after the parking delay."""
+    refused = InvalidStatus(Response(403, "Forbidden", Headers(), b""))
+    fake = upstream(refused, FakeTransport([[1]]))
+    slow = Settings(allow_insecure_ws=True, backoff_base_seconds=60, backoff_max_seconds=60)
+    stream = Stream(settings=slow)
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(stream.link.run())
+        async with asyncio.timeout(5):
+            while not stream.kinds(UpstreamEventKind.REJECTED):  # noqa: ASYNC110 - a fake
+                await asyncio.sleep(0.01)
+        stream.link.change(
+            "ws://upstream-2.example/s", parse_profile({}, secrets_prefix=None), None, None
+        )
+        await stream.until(1)
+        await stream.link.close(1000)
+    assert fake.urls == [URL, "ws://upstream-2.example/s"]

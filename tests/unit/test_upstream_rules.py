@@ -15,7 +15,7 @@ from websockets.http11 import Response
 
 from worker.stream.transport import CloseBy
 from worker.stream.websocket import closed_from
-from worker.upstream import describe_close, describe_connect_error, with_resume_param
+from worker.upstream import describe_close, describe_connect_error, with_query
 
 SECRET = "token=s3cr3t"
 
@@ -27,30 +27,31 @@ def _status(code: int) -> InvalidStatus:
 # --- resume parameter ------------------------------------------------------------------------
 
 
-def test_resume_param_is_added_to_a_resource_without_query() -> None:
+def test_the_resume_parameter_is_added_to_a_resource_without_query() -> None:
     """A bare path gains ``?from_seq=n``."""
-    assert with_resume_param("/s1", "from_seq", 42) == "/s1?from_seq=42"
+    assert with_query("/s1", [("from_seq", "42")]) == "/s1?from_seq=42"
 
 
-def test_resume_param_replaces_an_existing_one_and_keeps_the_rest_byte_for_byte() -> None:
+def test_a_parameter_replaces_an_existing_one_and_keeps_the_rest_byte_for_byte() -> None:
     """Other parameters keep their order and their exact encoding; the old value goes."""
     resource = "/s?a=b%20c&from_seq=3&x&d=%2F"
-    assert with_resume_param(resource, "from_seq", 9) == "/s?a=b%20c&x&d=%2F&from_seq=9"
+    assert with_query(resource, [("from_seq", "9")]) == "/s?a=b%20c&x&d=%2F&from_seq=9"
 
 
-def test_resume_param_spelled_with_percent_escapes_is_still_replaced() -> None:
+def test_a_parameter_spelled_with_percent_escapes_is_still_replaced() -> None:
     """``from%5Fseq`` is the same parameter name as ``from_seq``."""
-    assert with_resume_param("/s?from%5Fseq=1", "from_seq", 5) == "/s?from_seq=5"
+    assert with_query("/s?from%5Fseq=1", [("from_seq", "5")]) == "/s?from_seq=5"
 
 
-def test_custom_resume_param_name() -> None:
-    """``Settings.resume_param`` names the parameter."""
-    assert with_resume_param("/s?k=v", "offset", 7) == "/s?k=v&offset=7"
+def test_several_parameters_are_added_in_order_and_values_escaped() -> None:
+    """An exclusive resume with a channel: both in order; a space cannot split the query."""
+    params = [("after", "7"), ("channel", "a b&c")]
+    assert with_query("/s?k=v", params) == "/s?k=v&after=7&channel=a%20b%26c"
 
 
-def test_empty_resume_param_leaves_the_resource_alone() -> None:
+def test_no_parameters_leave_the_resource_alone() -> None:
     """An upstream without replay gets the URL as stored."""
-    assert with_resume_param("/s?k=v", "", 7) == "/s?k=v"
+    assert with_query("/s?k=v", []) == "/s?k=v"
 
 
 # --- handshake failures ----------------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 
 from streamlease.lease_events import LeaseEventKind
 from streamlease.telemetry import WORKER_SERVICE, WorkerMetric
-from worker.health import is_fresh, touch
+from worker.health import is_fresh, mark_unhealthy, reset, touch, unhealthy_reason
+from worker.health import main as health_main
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import COUNTERS, MAX_EMF_VALUES, EmfPublisher, WorkerMetrics, summarize
 
@@ -32,6 +33,7 @@ def test_every_metric_is_emitted_even_when_nothing_happened(
         WorkerMetric.ACTIVE_CONNECTIONS,
         WorkerMetric.RENEWAL_LAG_MS,
         WorkerMetric.EVENT_LOOP_LAG_MS,
+        WorkerMetric.RENEWAL_ANSWER_AGE_MS,
     }
     assert declared == expected
     assert all(doc[name] == [0.0] for name in COUNTERS)
@@ -102,3 +104,21 @@ def test_the_health_file_is_fresh_only_while_touched(tmp_path: Path) -> None:
     assert not is_fresh(path, 30.0)
     touch(path)
     assert is_fresh(path, 30.0)
+
+
+def test_a_health_file_that_says_why_fails_the_check_however_fresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m worker.health``: a freshly touched file passes; one the worker wrote a
+    reason into fails with that reason, touched or not; a new process starts it empty."""
+    path = str(tmp_path / "health")
+    monkeypatch.setenv("STREAMLEASE_HEALTH_FILE", path)
+    reset(path)
+    assert health_main() == 0
+    mark_unhealthy(path, "no session renewal answered for 81 s")
+    touch(path)
+    assert health_main() == 1
+    assert "unhealthy: no session renewal answered for 81 s" in capsys.readouterr().err
+    reset(path)
+    assert unhealthy_reason(path) is None
+    assert health_main() == 0

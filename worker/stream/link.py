@@ -9,13 +9,17 @@ failed connect or a close means.
 * **Connect** (:func:`~worker.upstream.connect_upstream`): the URL passes the URL policy again,
   every address the host resolves to is checked, and the socket goes to a checked address while
   TLS's SNI and ``Host`` keep the URL's name. No proxy, no redirects, no compression.
-* **Resume**: each connect asks for the next seq the stream wants (``resume_from() + 1``), by the
-  profile's means (a query parameter, or the open message sent right after the handshake).
+* **Resume**: each connect states where the stream is (``resume_from()``, the last seq taken in)
+  where the profile puts it — a query parameter, a header, an open message — and sends the
+  profile's open messages in order, each awaiting its answer when it asks to
+  (:mod:`worker.stream.opening`), with secrets resolved by ``secrets()`` just before. The
+  profile's application ping is sent every interval while the connection is open.
 * **Reconnect**: exponential backoff with full jitter that resets only after a connection stayed
   up ``settings.stable_seconds`` (an upstream that accepts and drops would see a tight loop).
 * **Outcomes** (README, "each outcome has one meaning"): close 1000 from the upstream ends the
   link (the stream is finished, :attr:`UpstreamLink.upstream_ended`); a 4xx at the handshake
-  (except 408/425/429), a redirect or a refused address is a *rejection*: reported, then the
+  (except 408/425/429), a redirect, a refused address, or a refused (or unanswered) open
+  message is a *rejection*: reported, then the
   stream is parked — tried again every ``backoff_max_seconds`` with its secrets read afresh,
   not handed around the fleet; everything else (1001, 1006, 1011-1014, 5xx, refused, timeouts,
   DNS) is retried with backoff. Every outcome is reported to ``on_event`` with a short message
@@ -28,7 +32,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -43,7 +47,14 @@ from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
 from worker.stream.keepalive import Keepalive
-from worker.stream.transport import Closed, UpstreamTransport
+from worker.stream.opening import (
+    AppPinger,
+    Connection,
+    OpenInterrupted,
+    OpenRefused,
+    open_connection,
+)
+from worker.stream.transport import UpstreamTransport
 from worker.stream.websocket import CLOSE_TIMEOUT_SECONDS
 from worker.upstream.connection import (
     Failure,
@@ -81,32 +92,18 @@ class UpstreamEvent:
     """Consecutive failures so far (``RETRYING``); connections so far (``CONNECTED``)."""
 
 
-class HeadersUnavailable(Exception):
-    """The handshake headers cannot be had for now (a secret not readable yet): retry later.
-    Its text is safe to store and log."""
+class SecretsUnavailable(Exception):
+    """The secrets a connect needs cannot be had for now (throttled, unreachable): retry
+    later. Its text is safe to store and log."""
 
 
-HeadersSource = Callable[[], Awaitable[Sequence[tuple[str, str]]]]
-"""Gives the handshake headers before each connect (secrets resolved). May raise
-:class:`UpstreamRejected`, or :class:`HeadersUnavailable` to be retried."""
+SecretsSource = Callable[[], Awaitable[Mapping[str, str]]]
+"""Gives the values of the profile's secrets (reference text → value) before each connect.
+May raise :class:`UpstreamRejected`, or :class:`SecretsUnavailable` to be retried."""
 
 ConnectSpan = Callable[[int], AbstractContextManager[object]]
 """Wraps one connect attempt (its number given) until the first connection opened: the stream
 start's ``stream.connect`` span (:class:`~worker.tracing.StreamTrace`)."""
-
-
-class _Connection:
-    """The handler of one connection: its messages go to the owner, its close to the link."""
-
-    __slots__ = ("closed", "messages_received")
-
-    def __init__(self, on_messages: Callable[[list[Frame]], None]) -> None:
-        self.messages_received = on_messages
-        self.closed: asyncio.Future[Closed] = asyncio.get_running_loop().create_future()
-
-    def connection_closed(self, closed: Closed) -> None:
-        if not self.closed.done():
-            self.closed.set_result(closed)
 
 
 class UpstreamLink:
@@ -131,19 +128,23 @@ class UpstreamLink:
         "_closed",
         "_connect_span",
         "_connected_at",
+        "_connected_version",
         "_failures",
         "_forget_secrets",
-        "_headers",
         "_keepalive",
+        "_nudge",
         "_on_event",
         "_on_messages",
         "_paused",
+        "_pinger",
         "_policy",
         "_profile",
         "_rand",
         "_resolver",
         "_resume_from",
+        "_secrets",
         "_settings",
+        "_settings_version",
         "_transport",
         "_url",
         "connects",
@@ -163,7 +164,7 @@ class UpstreamLink:
         resume_from: Callable[[], int],
         on_event: Callable[[UpstreamEvent], None] | None = None,
         profile: Profile = DEFAULT_PROFILE,
-        headers: HeadersSource | None = None,
+        secrets: SecretsSource | None = None,
         forget_secrets: Callable[[], None] | None = None,
         keepalive: Keepalive | None = None,
         connect_span: ConnectSpan | None = None,
@@ -185,7 +186,8 @@ class UpstreamLink:
         self._resume_from = resume_from
         self._on_event = on_event
         self._profile = profile
-        self._headers = headers
+        self._secrets = secrets
+        self._pinger: AppPinger | None = None
         self._forget_secrets = forget_secrets
         self._keepalive = keepalive
         self._connect_span = connect_span
@@ -198,6 +200,11 @@ class UpstreamLink:
         self._failures = 0  # consecutive, drives the backoff
         self._connected_at = 0.0
         self._close_requested = asyncio.Event()
+        self._settings_version = 0
+        """Counts :meth:`change` calls: a connection made with older settings is replaced."""
+        self._connected_version = 0
+        self._nudge = asyncio.Event()
+        """Set by :meth:`close` and :meth:`change`: a wait for the next attempt ends early."""
         self._close_code = 1000
 
     @property
@@ -214,8 +221,13 @@ class UpstreamLink:
                 return
             closed = await asyncio.shield(connected.closed)
             self._transport = None
+            if self._pinger is not None:
+                self._pinger.cancel()
+                self._pinger = None
             if self._close_requested.is_set():
                 return
+            if self._connected_version != self._settings_version:
+                continue  # closed for the new settings: connect with them at once
             failure = describe_close(closed)
             if failure.fatal:
                 self.upstream_ended = True
@@ -240,6 +252,27 @@ class UpstreamLink:
         if self._transport is not None:
             self._transport.resume_reading()
 
+    def change(
+        self,
+        url: str,
+        profile: Profile,
+        secrets: SecretsSource | None,
+        forget_secrets: Callable[[], None] | None,
+    ) -> None:
+        """Use ``url`` and ``profile`` from the next connect on, and reconnect now: the open
+        connection is closed (1000), a wait for the next attempt (a backoff, a parked
+        rejection) ends at once. The resume point is ``resume_from()`` as ever."""
+        self._url = url
+        self._profile = profile
+        self._secrets = secrets
+        self._forget_secrets = forget_secrets
+        self._failures = 0
+        self._settings_version += 1
+        transport = self._transport
+        if transport is not None:
+            transport.close(1000, "settings changed")
+        self._nudge.set()
+
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Stop the link and close the connection with ``code`` (1000: the stream stopped;
         1001: this worker is going away), waiting at most a little longer than the closing
@@ -247,6 +280,7 @@ class UpstreamLink:
         if not self._close_requested.is_set():
             self._close_code = code
             self._close_requested.set()
+            self._nudge.set()
         if self.end_reason is None:
             self.end_reason = f"closed by the owner (close code {self._close_code})"
         transport = self._transport
@@ -261,30 +295,33 @@ class UpstreamLink:
 
     # --- internals -----------------------------------------------------------------------
 
-    async def _connect(self) -> _Connection | None:
+    async def _connect(self) -> Connection | None:
         """The next open connection (retrying as the outcomes say), or None once closing."""
         settings = self._settings
         while not self._close_requested.is_set():
+            profile, version = self._profile, self._settings_version
             try:
-                headers = await self._headers() if self._headers is not None else ()
+                secrets = await self._secrets() if self._secrets is not None else {}
                 last_seq = self._resume_from()
-                connection = _Connection(self._on_messages)
+                connection = Connection(
+                    self._on_messages, holding=Connection.holds_for(profile.open_messages)
+                )
                 with self._span_of_attempt():
                     transport = await connect_upstream(
                         self._url,
                         settings,
                         connection,
-                        from_seq=last_seq + 1,
+                        query=profile.query_for(last_seq, settings.resume_param),
                         policy=self._policy,
                         resolver=self._resolver,
-                        profile=self._profile,
-                        headers=headers,
+                        profile=profile,
+                        headers=[(n, v.render(secrets, last_seq)) for n, v in profile.headers],
                         keepalive=self._keepalive,
                     )
             except (UrlRejected, UpstreamRejected) as exc:
                 await self._park(Failure(True, str(exc)))
                 continue
-            except HeadersUnavailable as exc:
+            except SecretsUnavailable as exc:
                 await self._back_off(UpstreamEventKind.RETRYING, Failure(False, str(exc)))
                 continue
             except (OSError, WebSocketException) as exc:
@@ -294,25 +331,53 @@ class UpstreamLink:
                 else:
                     await self._back_off(UpstreamEventKind.RETRYING, failure)
                 continue
-            opening = self._profile.open_message_for(last_seq)
-            if opening is not None:
-                try:
-                    transport.send_text(opening)
-                except ConnectionError:
-                    transport.abort()  # not kept: its keepalive would hold it open otherwise
-                    failure = Failure(False, "upstream closed before the open message was sent")
-                    await self._back_off(UpstreamEventKind.RETRYING, failure)
-                    continue
+            refused = await self._open(transport, connection, profile, secrets, last_seq)
+            if refused is not None:
+                transport.abort()  # not kept: its keepalive would hold it open otherwise
+                if refused.fatal:
+                    await self._park(refused)
+                else:
+                    await self._back_off(UpstreamEventKind.RETRYING, refused)
+                continue
             if self._close_requested.is_set():
                 transport.close(self._close_code)
                 return None
+            if version != self._settings_version:  # changed meanwhile: connect anew
+                transport.abort()
+                continue
+            self._connected_version = version
             self._transport = transport
             if self._paused:
                 transport.pause_reading()
+            if profile.ping is not None:
+                self._pinger = AppPinger(transport, profile.ping)
             self._connected_at = self._clock()
             self.connects += 1
             self._emit(UpstreamEventKind.CONNECTED, attempt=self.connects)
             return connection
+        return None
+
+    async def _open(
+        self,
+        transport: UpstreamTransport,
+        connection: Connection,
+        profile: Profile,
+        secrets: Mapping[str, str],
+        last_seq: int,
+    ) -> Failure | None:
+        """Send the open messages (awaiting answers); None when the connection is ready for
+        data, else how it failed."""
+        messages = profile.open_messages
+        if not messages:
+            return None
+        try:
+            await open_connection(transport, connection, messages, secrets, last_seq)
+        except ConnectionError:
+            return Failure(False, "upstream closed before the open message was sent")
+        except OpenRefused as exc:
+            return Failure(True, str(exc))
+        except OpenInterrupted as exc:
+            return Failure(False, str(exc), close_code=exc.closed.code)
         return None
 
     def _span_of_attempt(self) -> AbstractContextManager[object]:
@@ -358,10 +423,11 @@ class UpstreamLink:
         await self._wait(delay)
 
     async def _wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` unless :meth:`close` is called first."""
+        """Sleep ``seconds`` unless :meth:`close` or :meth:`change` is called first."""
+        self._nudge.clear()
         try:
             async with asyncio.timeout(seconds):
-                await self._close_requested.wait()
+                await self._nudge.wait()
         except TimeoutError:
             return
 

@@ -108,6 +108,7 @@ class ProgressWatch:
             delivered=self.delivered,
             malformed=sequencer.malformed,
             gaps=sequencer.gaps,
+            control=sequencer.control,
             last_message_at_ms=self.last_message_at_ms,
             at_ms=wall_ms(),
         )

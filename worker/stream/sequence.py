@@ -4,7 +4,9 @@ A :class:`Sequencer` turns the messages of one read into sink records: it reads 
 sequence number where the stream's profile says (one ``orjson`` parse), drops those at or below
 the last one delivered (a replay overlap), counts gaps, and counts and skips what cannot be
 delivered (:class:`Undeliverable`: not JSON, no seq, a seq that is not an integer or outside
-``0 .. MAX_SEQ`` — :mod:`streamlease.seqs`: such a seq never becomes ``last_seq``). A feed
+``0 .. MAX_SEQ`` — :mod:`streamlease.seqs`: such a seq never becomes ``last_seq``). Frames
+that match one of the profile's control conditions (pongs, heartbeats) are skipped first and
+counted apart (:attr:`Sequencer.control`); a profile without any pays nothing for them. A feed
 without sequence numbers (profile ``seq: none``) is numbered here, from the checkpoint on, text
 and binary frames alike (text must be UTF-8).
 """
@@ -20,6 +22,7 @@ from websockets.frames import BINARY, TEXT, Frame
 
 from streamlease.schema import PayloadEncoding
 from streamlease.seqs import MAX_SEQ
+from streamlease.templates import Condition
 from worker.sinks.base import SinkRecord
 
 try:
@@ -54,11 +57,14 @@ class Sequencer:
     """The sequence of one stream under one holding (see the module docstring).
 
     ``seq_path``: the profile's path to the seq (``("seq",)``, ``("data", "u")``), or None (the
-    sequencer numbers messages). ``last_seq``: the checkpoint it continues from. Counters only
-    grow; :attr:`undeliverable` is the cause of the latest message skipped as undeliverable.
+    sequencer numbers messages). ``last_seq``: the checkpoint it continues from. ``control``:
+    conditions of the frames to skip as control frames. Counters only grow;
+    :attr:`undeliverable` is the cause of the latest message skipped as undeliverable.
     """
 
     __slots__ = (
+        "control",
+        "control_conditions",
         "duplicates",
         "gaps",
         "last_seq",
@@ -68,8 +74,15 @@ class Sequencer:
         "undeliverable",
     )
 
-    def __init__(self, seq_path: tuple[str, ...] | None, last_seq: int) -> None:
+    def __init__(
+        self,
+        seq_path: tuple[str, ...] | None,
+        last_seq: int,
+        control: tuple[Condition, ...] = (),
+    ) -> None:
         self.seq_path = seq_path
+        self.control_conditions = control
+        self.control = 0
         self.last_seq = last_seq
         self.duplicates = 0
         self.gaps = 0
@@ -85,6 +98,8 @@ class Sequencer:
     def take(self, messages: list[Frame], received_at_ms: int) -> list[SinkRecord]:
         """The records of ``messages`` (received at ``received_at_ms``), in order; messages
         that are replays or undeliverable are counted and left out."""
+        if self.control_conditions:
+            messages = self._without_control(messages)
         path = self.seq_path
         if path is None:
             return self._number(messages, received_at_ms)
@@ -139,6 +154,22 @@ class Sequencer:
             records.append(_new(SinkRecord, (last, received_at_ms, data, encoding)))
         self.last_seq = last
         return records
+
+    def _without_control(self, messages: list[Frame]) -> list[Frame]:
+        """``messages`` without the control frames (counted)."""
+        conditions = self.control_conditions
+        kept = []
+        for message in messages:
+            try:
+                document = _loads(message.data)
+            except Exception:  # not JSON: not a control frame (maybe data, maybe malformed)
+                kept.append(message)
+                continue
+            if any(condition.matches(document) for condition in conditions):
+                self.control += 1
+            else:
+                kept.append(message)
+        return kept
 
     def _skip(self, cause: Undeliverable) -> None:
         self.malformed += 1

@@ -3,7 +3,7 @@
 :func:`connect_upstream` opens one connection (:mod:`worker.stream.transport`) to an address
 the URL policy checked after DNS; the pure parts classify failed connects
 (:func:`describe_connect_error`) and closes (:func:`describe_close`) and put the resume point
-into the URL (:func:`with_resume_param`). The reconnecting link of a stream is
+into the URL (:func:`with_query`). The reconnecting link of a stream is
 :mod:`worker.stream.link`.
 """
 
@@ -16,7 +16,7 @@ from worker.upstream.connection import (
     connect_upstream,
     describe_close,
     describe_connect_error,
-    with_resume_param,
+    with_query,
 )
 
 __all__ = [
@@ -28,5 +28,5 @@ __all__ = [
     "connect_upstream",
     "describe_close",
     "describe_connect_error",
-    "with_resume_param",
+    "with_query",
 ]

@@ -1,6 +1,6 @@
 """Opening one upstream WebSocket connection safely, and classifying how connections fail.
 
-Pure parts (:func:`with_resume_param`, :func:`describe_connect_error`, :func:`describe_close`) are
+Pure parts (:func:`with_query`, :func:`describe_connect_error`, :func:`describe_close`) are
 separate from the one function that touches the network, :func:`connect_upstream`.
 """
 
@@ -15,7 +15,7 @@ from urllib.parse import quote, unquote_plus
 
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
-from streamlease.profile import DEFAULT_PROFILE, RESUME_QUERY, Profile
+from streamlease.profile import DEFAULT_PROFILE, Profile
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy, check_address, parse_upstream_url
 from worker.stream.transport import CloseBy, Closed, Target, UpstreamHandler, UpstreamTransport
@@ -29,6 +29,9 @@ closure" — the meeting ended, the feed is done. 1001 ("going away": a server r
 every other code are retried with backoff."""
 RETRYABLE_4XX: Final = frozenset({408, 425, 429})
 """Handshake statuses below 500 that are transient (timeout, too early, too many requests)."""
+
+_QUERY_SAFE: Final = ":@!$'()*,;=/?"
+"""Characters a query value keeps as written (besides letters, digits and ``-._~``)."""
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """``(host, port) -> IP addresses``; the default asks the event loop's ``getaddrinfo``."""
@@ -46,16 +49,20 @@ class Failure(NamedTuple):
 # --- pure parts ------------------------------------------------------------------------------
 
 
-def with_resume_param(resource: str, param: str, from_seq: int) -> str:
-    """``resource`` (``/path?query``) asking for ``from_seq``: any existing ``param`` is replaced,
-    other parameters are kept byte for byte and in order. An empty ``param`` leaves it alone."""
-    if not param:
+def with_query(resource: str, params: Sequence[tuple[str, str]]) -> str:
+    """``resource`` (``/path?query``) with ``params`` (name, value) appended in order: any
+    parameter of the same name already there is replaced, the others are kept byte for byte
+    and in order. No ``params``: the resource as it is."""
+    if not params:
         return resource
+    names = {name for name, _ in params}
     path, _, query = resource.partition("?")
     kept = [
-        part for part in query.split("&") if part and unquote_plus(part.partition("=")[0]) != param
+        part
+        for part in query.split("&")
+        if part and unquote_plus(part.partition("=")[0]) not in names
     ]
-    kept.append(f"{quote(param, safe='')}={from_seq}")
+    kept += [f"{quote(name, safe='')}={quote(value, safe=_QUERY_SAFE)}" for name, value in params]
     return f"{path}?{'&'.join(kept)}"
 
 
@@ -124,19 +131,19 @@ async def connect_upstream(
     settings: Settings,
     handler: UpstreamHandler,
     *,
-    from_seq: int,
+    query: Sequence[tuple[str, str]] = (),
     policy: UrlPolicy | None = None,
     resolver: Resolver | None = None,
     profile: Profile = DEFAULT_PROFILE,
     headers: Sequence[tuple[str, str]] = (),
     keepalive: KeepaliveRegistry | None = None,
 ) -> UpstreamTransport:
-    """Open one WebSocket connection to ``url`` asking for ``from_seq``; no retries. Its messages
-    and its close go to ``handler``; ``keepalive`` (if given) watches it while it is open.
+    """Open one WebSocket connection to ``url`` with the ``query`` parameters added (the resume
+    point among them, as the profile places it); no retries. Its messages and its close go to
+    ``handler``; ``keepalive`` (if given) watches it while it is open.
 
-    The stream's ``profile`` decides how ``from_seq`` is asked for (a query parameter: its
-    ``resume_param``, else ``settings.resume_param``; otherwise not in the URL) and which
-    subprotocols are offered; ``headers`` are extra handshake headers, secrets resolved.
+    The stream's ``profile`` says which subprotocols are offered; ``headers`` are extra
+    handshake headers, placeholders filled.
 
     Every address the host resolves to must pass the URL policy (default: from ``settings``);
     the socket goes to a checked address — tried in resolver order until one accepts TCP — while
@@ -148,10 +155,7 @@ async def connect_upstream(
     """
     policy = policy or UrlPolicy.from_settings(settings)
     upstream = parse_upstream_url(url, policy)
-    resource = upstream.resource
-    if profile.resume == RESUME_QUERY:
-        param = profile.resume_param or settings.resume_param
-        resource = with_resume_param(resource, param, from_seq)
+    resource = with_query(upstream.resource, query)
     uri = f"{upstream.scheme}://{upstream.netloc}{resource}"
     async with asyncio.timeout(settings.connect_timeout_seconds):
         if upstream.literal_ip is not None:

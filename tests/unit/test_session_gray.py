@@ -1,0 +1,148 @@
+"""A session whose renewals go unanswered (architecture §4a, gray failure): the renewal thread
+against a scripted store, at a lease of 0.4 s.
+
+The store's answers are scripted, not the timing: the thread revokes only when a read of the
+session is answered while its renewals are not, never renews after deciding to, and a session
+on probation takes nothing until one of its renewals succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from streamlease import rules
+from streamlease.errors import StoreError
+from streamlease.model import WorkerInfo
+from streamlease.schema import WorkerState
+from streamlease.session_store import Expiry
+from streamlease.settings import Settings
+from worker.identity import Identity
+from worker.lease_event_log import LeaseEventLog
+from worker.session import Session, SessionState
+
+SETTINGS = Settings(lease_seconds=0.4, heartbeat_seconds=0.1, fence_margin_seconds=0.1)
+ME = "w1/1-abcd"
+
+
+class ScriptedStore:
+    """The renewal thread's store: renewals answer or not, the session read answers with the
+    item in ``read_state`` (None: gone), or not at all."""
+
+    def __init__(self, *, renewals: bool, read: bool, read_state: WorkerState | None) -> None:
+        self.renewals_answer = renewals
+        self.read_answers = read
+        self.read_state = read_state
+        self.calls: list[str] = []
+        self._lock = threading.Lock()
+
+    def _call(self, name: str) -> None:
+        with self._lock:
+            self.calls.append(name)
+
+    def create(self, info: WorkerInfo) -> None:
+        self._call("create")
+
+    def renew(self, worker_id: str, **_: Any) -> None:
+        self._call("renew")
+        if not self.renewals_answer:
+            raise StoreError("read timeout")
+
+    def read(self, worker_id: str, *, consistent: bool = True) -> WorkerInfo | None:
+        self._call("read")
+        if not self.read_answers:
+            raise StoreError("read timeout")
+        if self.read_state is None:
+            return None
+        return WorkerInfo(worker_id, self.read_state, 0, 0, 0, 10, "h", 1, hb=7)
+
+    def expire(self, worker_id: str, *, by: str, seen_hb: int | None) -> Expiry:
+        self._call(f"expire by {by} seen {seen_hb}")
+        return Expiry(True, None)
+
+
+def make_session(store: ScriptedStore, lost: list[SessionState], *, probation: bool) -> Session:
+    identity = Identity(worker_id=ME, task_arn="", host="h", pid=1, version="test")
+    session = Session(
+        ME,
+        SETTINGS,
+        identity,
+        store,  # type: ignore[arg-type]
+        store,  # type: ignore[arg-type]
+        LeaseEventLog("", ME),
+        on_expired=lambda s: lost.append(s.state),
+        active_streams=lambda: 0,
+        probation=probation,
+    )
+    return session
+
+
+async def run_for(session: Session, seconds: float, healthy_at_start: list[bool]) -> None:
+    """Open ``session`` (its create answers), renew for ``seconds``, stop."""
+    await session.open()
+    healthy_at_start.append(session.healthy())
+    session.start()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        session.stop()
+
+
+def test_renewals_unanswered_while_the_store_answers_a_read_revoke_the_session() -> None:
+    """Past the deadline the thread reads the session; the store answers, so the renewals are
+    what fails: the session is lost (REVOKED) and its tombstone written with no hb condition,
+    by the worker itself; no renewal is sent after that."""
+    store = ScriptedStore(renewals=False, read=True, read_state=WorkerState.RUNNING)
+    lost: list[SessionState] = []
+    session = make_session(store, lost, probation=False)
+    asyncio.run(run_for(session, 3 * SETTINGS.lease_seconds, []))
+    assert lost == [SessionState.REVOKED]
+    assert session.state is SessionState.REVOKED
+    assert store.calls.count(f"expire by {ME} seen None") == 1
+    after = store.calls[store.calls.index("read") :]
+    assert "renew" not in after, "a renewal was sent after the decision to revoke"
+
+
+def test_renewals_and_reads_unanswered_go_on_renewing() -> None:
+    """The store answers nothing (an outage, a brownout for everyone): no revoke; the thread
+    keeps renewing, so the session resumes the moment a renewal gets through."""
+    store = ScriptedStore(renewals=False, read=False, read_state=WorkerState.RUNNING)
+    lost: list[SessionState] = []
+    session = make_session(store, lost, probation=False)
+    asyncio.run(run_for(session, 3 * SETTINGS.lease_seconds, []))
+    assert lost == []
+    assert session.live
+    assert not any(c.startswith("expire") for c in store.calls)
+    last_read = len(store.calls) - store.calls[::-1].index("read")
+    assert "renew" in store.calls[last_read:]
+
+
+def test_a_session_expired_by_a_peer_is_lost_without_a_revoke() -> None:
+    """The read shows the session tombstoned already: it is lost, nothing is written."""
+    store = ScriptedStore(renewals=False, read=True, read_state=WorkerState.EXPIRED)
+    lost: list[SessionState] = []
+    session = make_session(store, lost, probation=False)
+    asyncio.run(run_for(session, 3 * SETTINGS.lease_seconds, []))
+    assert lost == [SessionState.EXPIRED]
+    assert not any(c.startswith("expire") for c in store.calls)
+
+
+@pytest.mark.parametrize("renewals", [True, False], ids=["renewed", "unanswered"])
+def test_a_session_on_probation_is_healthy_only_after_a_renewal(renewals: bool) -> None:
+    """A worker's next session after a lost one takes nothing and judges no peer until one of
+    its own renewals succeeded (its create is not enough)."""
+    store = ScriptedStore(renewals=renewals, read=False, read_state=None)
+    session = make_session(store, [], probation=True)
+    healthy_at_start: list[bool] = []
+    asyncio.run(run_for(session, 2 * SETTINGS.heartbeat_seconds, healthy_at_start))
+    assert healthy_at_start == [False]
+    assert session.healthy() is renewals
+
+
+def test_a_worker_is_unreachable_after_four_leases_without_an_answer() -> None:
+    """The give-up bound counts from the last renewal answered."""
+    assert not rules.is_unreachable(100.0, 100.0 - 3.9 * 20, 20.0)
+    assert rules.is_unreachable(100.0, 100.0 - rules.UNREACHABLE_LEASES * 20, 20.0)

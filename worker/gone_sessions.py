@@ -1,0 +1,89 @@
+"""Streams held by sessions that are gone: freed, so that they become orphans (architecture §4a).
+
+A stream attached to a session has no expiry of its own: it is freed when its session's
+tombstone is swept (:mod:`worker.takeover`) or by the reaper. If the session item itself is
+gone while streams still hang on it — deleted by a fleet that ran per-stream leases before
+those swept sessions, or by hand — nothing would ever sweep them, and they would stay owned by
+nobody alive for good. So the fleet walks the streams held through sessions (a paged Scan of
+``by-holder`` keeping those with a checkpoint slot; with per-stream leases only what a mode
+switch left behind, so a page is usually empty), one page per reconcile round: each round a
+worker reads its next page with probability ``1 / live workers``, so the fleet as a whole reads
+about one page a round, whatever its size (with sessions every stream is such a stream, and a page
+per worker per round would cost as much as the sessions themselves). A fleet of up to
+:func:`~worker.reconciler.query_limit` streams is covered every round; a larger one in as many
+rounds as it has pages. Each owner on the page is read consistently (a page holds the streams
+of a few sessions; its acquire could have come from a session created a moment ago, which an
+eventually consistent read could miss; the worker's role has no batch read, and needs none),
+and each stream of an owner that is gone is freed (condition: that owner and epoch, so a stream
+taken since is left alone) and handed off.
+
+Nothing in the protocol leaves streams on a deleted session (a session is deleted only once
+sweeps found it empty, long after its tombstone); this is the net under what did anyway: an
+older version's mode switch, a session deleted by hand.
+
+An owner that exists is none of this module's business: a live session keeps its streams, a
+dead one is proven dead by its peers, an EXPIRED one is swept (:mod:`worker.fleet`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from streamlease.errors import StoreError
+from worker.context import WorkerContext
+from worker.fleet_view import FleetView
+from worker.logs import describe, logger
+from worker.rebalancer import jittered
+from worker.reconciler import query_limit
+from worker.takeover import free_and_hand_off
+
+
+class GoneSessions:
+    """Walks the streams held through sessions and frees those whose session is gone."""
+
+    def __init__(self, ctx: WorkerContext, view: FleetView) -> None:
+        self._ctx = ctx
+        self._view = view
+        self._cursor: Mapping[str, Any] | None = None
+
+    async def free_periodically(self) -> None:
+        """Every ``reconcile_seconds`` (±20 %), this worker's turn with probability
+        ``1 / live workers``: one page. Until cancelled."""
+        while True:
+            if random.random() * max(1, self._view.live_workers) < 1:
+                try:
+                    await self.free_once()
+                except StoreError as exc:  # the next round tries again
+                    logger.info("gone sessions not read", error=describe(exc))
+            await asyncio.sleep(jittered(self._ctx.settings.reconcile_seconds, random.random()))
+
+    async def free_once(self) -> int:
+        """Read the next page; returns how many streams of gone sessions it freed. Raises
+        :class:`StoreError` when the page or the owners cannot be read."""
+        ctx = self._ctx
+        page, self._cursor = await asyncio.to_thread(
+            ctx.store.held_through_sessions,
+            limit=query_limit(ctx.settings.capacity),
+            start=self._cursor,
+        )
+        owners = {v.owner for v in page if v.owner is not None and v.owner != ctx.worker_id}
+        if not owners:
+            return 0
+        gone = [o for o in owners if await asyncio.to_thread(ctx.sessions.read, o) is None]
+        freed = 0
+        for view in page:
+            if view.owner in gone:
+                freed += await self._free(view.stream_id, view.owner, view.epoch)
+        return freed
+
+    async def _free(self, stream_id: str, owner: str, epoch: int) -> int:
+        outcome = await free_and_hand_off(
+            self._ctx, stream_id, owner, epoch, None, last_error=f"worker {owner}'s session is gone"
+        )
+        if outcome != "freed":
+            return 0
+        logger.warning("stream of a gone session freed", stream_id=stream_id, session=owner)
+        return 1
