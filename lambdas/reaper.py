@@ -10,7 +10,7 @@ STARTED: failover costs about a second instead of a lease. Per-stream leases
 Which workers ran in the task: session ids continue the ECS task id (the last segment of the
 task ARN) after a separator (:func:`streamlease.schema.belongs_to_task`); sessions whose
 ``task_arn`` is the stopped task add any that do not. The leases are found in the sparse
-``by-owner`` index, one query per session: a session item outlives its last stream (the fleet's
+``by-holder`` index, one query per session: a session item outlives its last stream (the fleet's
 sweeps delete a tombstone only once it owns nothing, leases after it was written), so the whole
 index is scanned (at a million streams, every lease read for one stopped task) only when no
 session of the task can be read at all. The tombstones stay for the workers' sweeps, which
@@ -252,7 +252,7 @@ def _reap_lease(
 
 
 def _leases_of(rt: runtime.Runtime, worker_ids: set[str], task_id: str) -> list[LeaseView]:
-    """Leases whose owner is one of the task's sessions: one ``by-owner`` query per session.
+    """Leases whose owner is one of the task's sessions: one ``by-holder`` query per session.
     Only when no session item of the task can be read at all (deleted, or not yet visible to
     the fleet index) are the owners looked for by their id, in a scan of the index."""
     if worker_ids:

@@ -2,7 +2,7 @@
 "Stop").
 
 A session's streams have no per-stream renewal that could fail with "STOPPED", so the worker
-asks the ``by-owner`` index for its own streams every heartbeat: one query per worker and
+asks the ``by-holder`` index for its own streams every heartbeat: one query per worker and
 heartbeat, a read (a fifth of a write's price) whatever the number of streams, whose filter
 returns only the streams asked to stop (and counts the rest), so thousands of held streams cost
 the worker no parsing. A stop reaches its holder within one heartbeat plus the index's

@@ -1,7 +1,7 @@
 """Taking over a dead session's streams (architecture §4a), and sweeping what is left of one.
 
 The worker that wrote a session's tombstone got its checkpoint vector with it. It lists the
-session's streams in the ``by-owner`` index — eventually consistent, so until the list came back
+session's streams in the ``by-holder`` index — eventually consistent, so until the list came back
 empty twice — and for each stream, at exactly the dead owner and epoch:
 
 - takes it (epoch + 1, resuming at the larger of the item's ``last_seq`` and the vector's entry
@@ -47,9 +47,9 @@ from worker.logs import describe, logger
 PARALLEL_STEPS: Final = 8
 """Streams taken or freed at once during one takeover."""
 EMPTY_READS: Final = 2
-"""How many empty ``by-owner`` reads in a row end a sweep (the index is eventually consistent)."""
+"""How many empty ``by-holder`` reads in a row end a sweep (the index is eventually consistent)."""
 REREAD_SECONDS: Final = 0.2
-"""Pause between ``by-owner`` reads of one sweep."""
+"""Pause between ``by-holder`` reads of one sweep."""
 MAX_ROUNDS: Final = 50
 """A sweep gives up after this many reads (it is tried again on the next fleet read)."""
 KEEP_TOMBSTONE_LEASES: Final = 2.0

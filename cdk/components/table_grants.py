@@ -58,7 +58,7 @@ REAPER_TABLE: Final = TableAccess(
     indexes={FLEET.name: (QUERY,), BY_OWNER.name: (QUERY, SCAN)},
 )
 """The reaper: the fleet's sessions, tombstones (updates) and their re-reads, the dead task's
-leases from ``by-owner`` (one query per session; a scan when none of its sessions can be
+leases from ``by-holder`` (one query per session; a scan when none of its sessions can be
 read), and their releases."""
 AUDITOR_TABLE: Final = TableAccess(
     items=(BATCH_GET,),
