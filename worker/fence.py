@@ -26,6 +26,8 @@ from streamlease.checkpoints import Checkpoint
 from streamlease.settings import Settings
 from worker.session import Session, SessionState
 
+_new = tuple.__new__
+
 
 class Deadline(Protocol):
     """A fencing deadline as whoever must not act past it sees it (sinks, before they send).
@@ -229,9 +231,10 @@ class SessionFence:
 
     def checkpoint(self, seq: int) -> None:
         # Once per acknowledged batch: the slot entry is replaced whole, as SlotTable.hold does.
+        # The entry is built without Checkpoint's generated __new__ (a Python call per batch).
         session = self.session
         if not self._finished and session.state is SessionState.LIVE:
-            session.slots.hold(self.slot, Checkpoint(self._epoch, seq, self._tag))
+            session.slots.hold(self.slot, _new(Checkpoint, (self._epoch, seq, self._tag)))
 
     def stop_renewing(self) -> None:
         return  # the session renews on; the slot keeps the checkpoint until the release

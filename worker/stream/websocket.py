@@ -238,6 +238,13 @@ class WebSocketTransport(asyncio.Protocol):
         self.active = True
         # Once open, every event is a frame (typing.cast would cost a call per read).
         frames: list[Frame] = events if self._opened is None else self._handshake(events)  # type: ignore[assignment]
+        if protocol.close_sent is not None and self._timer is None:
+            self._closing()  # the library failed the connection (1009, 1002, 1007), or answered
+        if len(frames) == 1:  # the common read at moderate rates: one whole message, as it is
+            frame = frames[0]
+            if (frame.opcode is TEXT or frame.opcode is BINARY) and frame.fin:
+                self._handler.messages_received(frames)
+                return
         batch: list[Frame] = []
         for frame in frames:
             opcode = frame.opcode
@@ -257,8 +264,6 @@ class WebSocketTransport(asyncio.Protocol):
             elif opcode is CLOSE:
                 self._closing()
             # PING: the protocol queued the pong (sent above); PONG: ``active`` says enough.
-        if protocol.close_sent is not None and self._timer is None:
-            self._closing()  # the library failed the connection (1009, 1002, 1007)
         if batch:
             self._handler.messages_received(batch)
 
