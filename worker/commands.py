@@ -221,6 +221,11 @@ class CommandPoller:
         except Exception as exc:  # leave the message; it comes back after the visibility timeout
             logger.warning("command failed", stream_id=command.stream_id, error=describe(exc))
             return
+        except asyncio.CancelledError:
+            # The worker is stopping mid-acquire: the next owner should not wait out the
+            # visibility timeout (shielded: the return itself must not be cut short).
+            await asyncio.shield(self._queue.give_back(receipt))
+            raise
         if outcome.decided:
             await self._queue.delete(receipt)
         elif outcome is Outcome.NO_ROOM or self._ctx.shutdown_requested.is_set():
