@@ -142,3 +142,46 @@ async def test_a_worker_that_passed_a_rebalance_handoff_on_stays_out_of_the_queu
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert (len(queue.receives) == 1) is pauses
+
+
+class StallingAcquirer(FakeAcquirer):
+    """An acquire whose answer never comes (a worker's stop cancels it), or that comes back
+    unanswered."""
+
+    def __init__(self, outcome: Outcome | None) -> None:
+        super().__init__()
+        self._outcome = outcome
+
+    async def try_acquire(
+        self, stream_id: str, *, source: str, trace_header: str | None = None
+    ) -> Outcome:
+        self.tried.append(stream_id)
+        if self._outcome is None:
+            await asyncio.Event().wait()
+        return cast(Outcome, self._outcome)
+
+
+async def test_a_command_whose_acquire_a_stop_cancelled_goes_straight_back() -> None:
+    """The next owner does not wait out the visibility timeout for a stopping worker."""
+    handler, queue, _ = poller(held=0, share=9)
+    handler._acquirer = cast(Any, StallingAcquirer(None))
+    task = asyncio.create_task(handler._handle(message(START)))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert queue.calls == ["give back"]
+
+
+@pytest.mark.parametrize(("stopping", "calls"), [(True, ["give back"]), (False, [])])
+async def test_an_unanswered_acquire_goes_straight_back_only_from_a_stopping_worker(
+    stopping: bool, calls: list[str]
+) -> None:
+    """A running worker leaves it to the visibility timeout (its acquire may still land and
+    settle it); a stopping one will not try again."""
+    handler, queue, _ = poller(held=0, share=9)
+    handler._acquirer = cast(Any, StallingAcquirer(Outcome.UNANSWERED))
+    if stopping:
+        handler._ctx.shutdown_requested.set()
+    await handler._handle(message(START))
+    assert queue.calls == calls
