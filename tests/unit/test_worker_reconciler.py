@@ -9,13 +9,14 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from streamlease import rules
+from streamlease.errors import StoreError
 from streamlease.model import LeaseView
 from streamlease.schema import INDEX_SHARDS, Liveness
 from streamlease.settings import Settings
 from worker.acquisition import Outcome
 from worker.fleet_view import FleetView
 from worker.holdings import Holdings
-from worker.reconciler import Reconciler
+from worker.reconciler import SWEEP_EVERY_ROUNDS, Reconciler
 
 RELEASED = LeaseView("released", None, 3, expires_at_ms=0)
 """Freed by its holder (a rebalance or a drain): its handoff command is on the way."""
@@ -28,10 +29,23 @@ class Store:
         self.views = views
         self.scans: list[tuple[int, int]] = []
         self.queries = 0
+        self.sweeps = 0
+        self.left: list[LeaseView] = []
+        self.unanswered = 0
+        """How many reads of those shards go unanswered before one is answered."""
+        """Free streams in a session fleet's other shards: the next sweep finds them."""
 
     def expiring_before(self, bound_ms: int, *, limit: int) -> list[LeaseView]:
         self.queries += 1
         return list(self.views)
+
+    def left_in_session_shards(self, cutoff_ms: int, *, limit: int) -> list[LeaseView]:
+        self.sweeps += 1
+        if self.unanswered:
+            self.unanswered -= 1
+            raise StoreError("no answer")
+        left, self.left = self.left, []
+        return left
 
     def orphans(
         self, cutoff_ms: int, *, limit: int, segment: int = 0, segments: int = 1
@@ -123,3 +137,48 @@ async def test_per_stream_leases_query_their_one_shard_by_expiry() -> None:
     rounds, _, store = reconciler(held=0, share=5, views=[EXPIRED], liveness=Liveness.STREAM)
     await rounds.reconcile_once()
     assert store.queries == 1 and store.scans == []
+
+
+async def test_per_stream_leases_read_the_session_shards_at_start_and_every_few_rounds() -> None:
+    """What a session fleet freed into its other shards is found without any command: at the
+    first round, then every ``SWEEP_EVERY_ROUNDS``; no other round pays for it."""
+    rounds, _, store = reconciler(held=0, share=5, views=[], liveness=Liveness.STREAM)
+    for _ in range(2 * SWEEP_EVERY_ROUNDS + 1):
+        await rounds.reconcile_once()
+    assert store.sweeps == 3 and store.queries == 2 * SWEEP_EVERY_ROUNDS + 1
+
+
+async def test_streams_left_in_the_session_shards_are_taken_and_looked_for_again() -> None:
+    """Found there, they are orphans like any other; the next round reads those shards again
+    (one not taken at once is still there)."""
+    rounds, acquirer, store = reconciler(held=0, share=5, views=[], liveness=Liveness.STREAM)
+    store.left = [RELEASED]
+    await rounds.reconcile_once()
+    assert acquirer.tried == ["released"]
+    await rounds.reconcile_once()
+    await rounds.reconcile_once()
+    assert store.sweeps == 2
+
+
+async def test_a_worker_at_its_share_takes_a_left_stream_the_round_after() -> None:
+    """A drained session fleet's stream looks just released; no handoff is coming for it."""
+    rounds, acquirer, store = reconciler(held=5, share=5, views=[], liveness=Liveness.STREAM)
+    store.left = [RELEASED]
+    await rounds.reconcile_once()
+    assert acquirer.tried == []
+    store.left = [RELEASED]
+    await rounds.reconcile_once()
+    assert acquirer.tried == ["released"]
+
+
+async def test_an_unanswered_read_of_the_session_shards_costs_neither_the_round_nor_the_retry() -> (
+    None
+):
+    """The round still takes what its own shard shows; the next round reads those shards again."""
+    rounds, acquirer, store = reconciler(held=0, share=5, views=[EXPIRED], liveness=Liveness.STREAM)
+    store.unanswered, store.left = 1, [RELEASED]
+    await rounds.reconcile_once()
+    assert acquirer.tried == ["expired"]
+    store.views = []
+    await rounds.reconcile_once()
+    assert store.sweeps == 2 and acquirer.tried == ["expired", "released"]
