@@ -5,6 +5,8 @@ processes against the moto server.
   health check and exits, so that ECS replaces it (and the reaper frees what it held).
 - A stream attached to a session whose item no longer exists is freed and taken by a worker of
   either liveness mode, instead of staying held by nobody alive for good.
+- Free streams a session fleet left in its shards of the orphan index, with no command on the
+  way, are taken by a per-stream fleet (which writes one shard) all the same.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from local.moto_process import hold_dynamodb_writes, stop_holding_writes
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import REPO_ROOT, WorkerProcess, child_env
 from streamlease import rules
-from streamlease.schema import Liveness, belongs_to_task, worker_key
+from streamlease.schema import Liveness, belongs_to_task, expiry_shard, worker_key
 from streamlease.settings import Settings
 from worker.session_keeper import EXIT_UNREACHABLE
 
@@ -117,3 +119,32 @@ def test_a_stream_held_by_a_session_that_is_gone_is_freed_and_taken(
     assert stream.owner is not None and belongs_to_task(stream.owner, worker.worker_id)
     fleet.wait_seq(stream_id, 10)
     assert_no_gap(fleet.seqs(stream_id), first=6)
+
+
+def test_free_streams_a_session_fleet_left_in_its_shards_are_taken_by_a_per_stream_worker(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """Freed by a session fleet's drain into its shards of the orphan index, their handoff
+    commands gone (consumed by a worker that stopped, or answered by one that still held the
+    stream): a per-stream worker, which writes and queries one shard, owns every one anyway
+    and delivers from the start."""
+    ids = [
+        s
+        for s in new_ids(60)
+        if expiry_shard(s, Liveness.SESSION) != expiry_shard(s, Liveness.STREAM)
+    ][:6]
+    for stream_id in ids:
+        streams.put(
+            stream_id,
+            upstream.url_for(stream_id),
+            command=False,
+            shard=expiry_shard(stream_id, Liveness.SESSION),
+        )
+    worker = fleet.start(liveness=Liveness.STREAM)
+    fleet.wait_owned(ids, START_TIMEOUT)
+    for stream_id in ids:
+        owner = streams.read(stream_id).owner
+        assert owner is not None and belongs_to_task(owner, worker.worker_id)
+    for stream_id in ids:
+        fleet.wait_seq(stream_id, 5)
+        assert_no_gap(fleet.seqs(stream_id))

@@ -90,12 +90,14 @@ class Streams:
         command: bool = True,
         profile: dict[str, Any] | None = None,
         held: tuple[str, int, int, int] | None = None,
+        shard: str | None = None,
     ) -> None:
         """A new STARTED stream item (never owned, with ``profile`` as the API stores it), then
         a START command unless told not to.
 
         ``held``: ``(session, epoch, slot, last_seq)``: the item as a session holding the
-        stream left it (no command is sent)."""
+        stream left it (no command is sent). ``shard``: its orphan-index entry
+        (``expiry_shard``), as a writer of that fleet's mode keys it (none if not given)."""
         item: dict[str, Any] = {
             PK: {"S": stream_key(stream_id)},
             StreamAttr.STREAM_ID: {"S": stream_id},
@@ -106,6 +108,8 @@ class Streams:
             StreamAttr.LAST_SEQ: {"N": "0"},
             StreamAttr.GENERATION: {"N": "1"},
         }
+        if shard is not None:
+            item[StreamAttr.EXPIRY_SHARD] = {"S": shard}
         if profile is not None:
             item[StreamAttr.PROFILE] = TypeSerializer().serialize(profile)
         if held is not None:
