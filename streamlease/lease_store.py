@@ -32,7 +32,6 @@ from streamlease.model import Lease, LeaseView, Stream, StreamProgress, is_tombs
 from streamlease.schema import (
     BY_OWNER,
     BY_SHARD_EXPIRY,
-    INDEX_SHARDS,
     PK,
     SESSION_HELD_MS,
     ConnectionState,
@@ -576,27 +575,6 @@ class LeaseStore:
         lapsed); with :func:`rules.suspect_bound_ms` they also include leases that missed
         heartbeats.
         """
-        return self._expiring_in(shard_key(0), bound_ms, limit)
-
-    def left_in_session_shards(self, cutoff_ms: int, *, limit: int) -> list[LeaseView]:
-        """Per-stream leases: STARTED streams nobody holds (``lease_expires_at_ms <
-        cutoff_ms``) that a session fleet left in its shards of ``by-shard-expiry`` other than
-        the per-stream fleet's one (a switch of liveness mode; a write by a control plane still
-        configured for sessions), at most ``limit``, shard by shard.
-
-        One Query per such shard (``INDEX_SHARDS - 1`` of them): 0.5 read units each when the
-        shard is empty, as it is once every such stream was taken (an acquire moves its entry
-        to the per-stream shard), so 15.5 read units a call."""
-        found: list[LeaseView] = []
-        for shard in range(1, INDEX_SHARDS):
-            if len(found) >= limit:
-                break
-            found += self._expiring_in(shard_key(shard), cutoff_ms, limit - len(found))
-        return found
-
-    def _expiring_in(self, shard: str, bound_ms: int, limit: int) -> list[LeaseView]:
-        """STARTED streams of one ``shard`` of ``by-shard-expiry`` expiring before
-        ``bound_ms``, soonest first, at most ``limit``."""
         if limit <= 0:
             return []
         query: QueryInputTypeDef = {
@@ -604,7 +582,9 @@ class LeaseStore:
             "IndexName": BY_SHARD_EXPIRY.name,
             "KeyConditionExpression": "#shard = :shard AND #exp < :bound",
             "ExpressionAttributeNames": _names("#shard", "#exp"),
-            "ExpressionAttributeValues": dynamo.serialize({":shard": shard, ":bound": bound_ms}),
+            "ExpressionAttributeValues": dynamo.serialize(
+                {":shard": shard_key(0), ":bound": bound_ms}  # per-stream: one shard
+            ),
         }
         return [LeaseView.from_item(item) for item in self._query(query, limit)]
 
@@ -637,7 +617,12 @@ class LeaseStore:
         """Sessions: STARTED streams nobody holds (``lease_expires_at_ms < cutoff_ms``: free,
         or a per-stream lease that lapsed), from one ``segment`` of ``segments`` of a Scan of
         ``by-shard-expiry`` (:func:`rules.scan_segments`): one request reads a small fleet's
-        every orphan; a large fleet's workers each read a part. At most ``limit``."""
+        every orphan; a large fleet's workers each read a part. At most ``limit``.
+
+        Per-stream leases read it whole now and then, for the free streams a session fleet left
+        in the shards such a fleet never queries (:mod:`worker.reconciler`). The Scan reads
+        every entry (eventually consistent: half a read unit per 4 KB): with per-stream leases
+        every STARTED stream has one, about 150 bytes, so some 0.02 read units per stream."""
         if limit <= 0:
             return []
         scan: ScanInputTypeDef = {

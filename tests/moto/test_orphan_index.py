@@ -161,8 +161,8 @@ def test_a_per_stream_fleet_finds_what_a_session_fleet_left_in_its_other_shards(
     dynamodb: Any, table: str
 ):
     """Free streams a session fleet keyed into its 32 shards: the per-stream query of its one
-    shard sees only those in that shard, the read of the others every other one (free, not a
-    live lease, up to the limit); an acquire moves an entry into the per-stream shard."""
+    shard sees only those in that shard, a whole read every free one (not a live lease, up to
+    the limit); an acquire moves an entry into the per-stream shard."""
     ids = [f"s{n}" for n in range(100)]  # a few of them hash to the per-stream shard
     for s in ids:
         put_stream(dynamodb, table, s)  # keyed for sessions, as their drain left them
@@ -171,14 +171,14 @@ def test_a_per_stream_fleet_finds_what_a_session_fleet_left_in_its_other_shards(
     elsewhere = {s for s in ids if expiry_shard(s, Liveness.SESSION) != per_stream}
     assert elsewhere and len(elsewhere) < len(ids)
     store = LeaseStore(dynamodb, table, liveness=Liveness.STREAM)
-    queried = {v.stream_id for v in store.expiring_before(CUTOFF, limit=100)}
+    queried = {v.stream_id for v in store.expiring_before(CUTOFF, limit=200)}
     assert queried == set(ids) - elsewhere
-    assert {v.stream_id for v in store.left_in_session_shards(CUTOFF, limit=100)} == elsewhere
-    assert len(store.left_in_session_shards(CUTOFF, limit=3)) == 3
+    assert {v.stream_id for v in store.orphans(CUTOFF, limit=200)} == set(ids)
+    assert len(store.orphans(CUTOFF, limit=3)) == 3
     taken = sorted(elsewhere)[0]
     store.acquire(taken, "w1", LEASE_MS, now_ms=NOW)
     assert indexed(dynamodb, table)[taken] == per_stream
-    assert taken not in {v.stream_id for v in store.left_in_session_shards(CUTOFF, limit=100)}
+    assert taken not in {v.stream_id for v in store.orphans(CUTOFF, limit=200)}
 
 
 def test_the_backfill_gives_every_stream_the_entry_its_state_calls_for(

@@ -16,7 +16,7 @@ from streamlease.settings import Settings
 from worker.acquisition import Outcome
 from worker.fleet_view import FleetView
 from worker.holdings import Holdings
-from worker.reconciler import SWEEP_EVERY_ROUNDS, Reconciler
+from worker.reconciler import SWEEP_EVERY_ROUNDS, Reconciler, query_limit
 
 RELEASED = LeaseView("released", None, 3, expires_at_ms=0)
 """Freed by its holder (a rebalance or a drain): its handoff command is on the way."""
@@ -29,29 +29,25 @@ class Store:
         self.views = views
         self.scans: list[tuple[int, int]] = []
         self.queries = 0
-        self.sweeps = 0
         self.left: list[LeaseView] = []
+        """Free in a session fleet's shards: found by the next whole read, not by a query."""
         self.unanswered = 0
-        """How many reads of those shards go unanswered before one is answered."""
+        """How many whole reads go unanswered before one is answered."""
         """Free streams in a session fleet's other shards: the next sweep finds them."""
 
     def expiring_before(self, bound_ms: int, *, limit: int) -> list[LeaseView]:
         self.queries += 1
         return list(self.views)
 
-    def left_in_session_shards(self, cutoff_ms: int, *, limit: int) -> list[LeaseView]:
-        self.sweeps += 1
-        if self.unanswered:
-            self.unanswered -= 1
-            raise StoreError("no answer")
-        left, self.left = self.left, []
-        return left
-
     def orphans(
         self, cutoff_ms: int, *, limit: int, segment: int = 0, segments: int = 1
     ) -> list[LeaseView]:
         self.scans.append((segment, segments))
-        return [v for v in self.views if v.expires_at_ms < cutoff_ms]
+        if self.unanswered:
+            self.unanswered -= 1
+            raise StoreError("no answer")
+        left, self.left = self.left, []
+        return [v for v in self.views + left if v.expires_at_ms < cutoff_ms]
 
 
 class Acquirer:
@@ -133,19 +129,21 @@ async def test_a_large_session_fleet_scans_one_segment_and_counts_the_rest() -> 
 
 
 async def test_per_stream_leases_query_their_one_shard_by_expiry() -> None:
-    """Suspects need the expiry order: a query, not a scan."""
+    """Suspects need the expiry order: a query; past start-up, no scan."""
     rounds, _, store = reconciler(held=0, share=5, views=[EXPIRED], liveness=Liveness.STREAM)
     await rounds.reconcile_once()
-    assert store.queries == 1 and store.scans == []
+    store.scans.clear()
+    await rounds.reconcile_once()
+    assert store.queries == 2 and store.scans == []
 
 
 async def test_per_stream_leases_read_the_session_shards_at_start_and_every_few_rounds() -> None:
-    """What a session fleet freed into its other shards is found without any command: at the
-    first round, then every ``SWEEP_EVERY_ROUNDS``; no other round pays for it."""
+    """What a session fleet freed into its other shards is found without any command: a whole
+    read at the first round, then every ``SWEEP_EVERY_ROUNDS``; no other round pays for one."""
     rounds, _, store = reconciler(held=0, share=5, views=[], liveness=Liveness.STREAM)
     for _ in range(2 * SWEEP_EVERY_ROUNDS + 1):
         await rounds.reconcile_once()
-    assert store.sweeps == 3 and store.queries == 2 * SWEEP_EVERY_ROUNDS + 1
+    assert len(store.scans) == 3 and store.queries == 2 * SWEEP_EVERY_ROUNDS + 1
 
 
 async def test_streams_left_in_the_session_shards_are_taken_and_looked_for_again() -> None:
@@ -157,7 +155,7 @@ async def test_streams_left_in_the_session_shards_are_taken_and_looked_for_again
     assert acquirer.tried == ["released"]
     await rounds.reconcile_once()
     await rounds.reconcile_once()
-    assert store.sweeps == 2
+    assert len(store.scans) == 2
 
 
 async def test_a_worker_at_its_share_takes_a_left_stream_the_round_after() -> None:
@@ -181,4 +179,16 @@ async def test_an_unanswered_read_of_the_session_shards_costs_neither_the_round_
     assert acquirer.tried == ["expired"]
     store.views = []
     await rounds.reconcile_once()
-    assert store.sweeps == 2 and acquirer.tried == ["expired", "released"]
+    assert len(store.scans) == 2 and acquirer.tried == ["expired", "released"]
+
+
+async def test_a_query_cut_at_its_limit_does_not_make_every_round_a_whole_read() -> None:
+    """More orphans in its own shard than a query returns: the whole read finds the rest, which
+    are not a session fleet's leftovers; the next whole read waits its turn."""
+    many = [LeaseView(f"lapsed-{n}", "dead-worker", 2, expires_at_ms=5) for n in range(300)]
+    rounds, _, store = reconciler(held=0, share=5, views=[], liveness=Liveness.STREAM)
+    limit = query_limit(Settings().capacity)
+    store.views, store.left = many[:limit], many[limit:]
+    await rounds.reconcile_once()
+    await rounds.reconcile_once()
+    assert len(store.scans) == 1
