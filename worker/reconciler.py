@@ -92,7 +92,7 @@ class Reconciler:
         self._released_seen: set[str] = set()
         """Released streams (no owner, expiry 0) the last round found unowned."""
         self._rounds_to_sweep = 0
-        """Per-stream leases: rounds until the next read of the session fleet's shards."""
+        """Per-stream leases: rounds until the next whole read of the orphan index."""
         self._wake = asyncio.Event()
         self._parallel = asyncio.Semaphore(MAX_PARALLEL_ACQUIRES)
 
@@ -183,7 +183,7 @@ class Reconciler:
         try:
             every = await asyncio.to_thread(self._ctx.store.orphans, cutoff_ms, limit=limit)
         except StoreError as exc:  # the round goes on with its own shard; the next one retries
-            logger.info("session shards not read", error=describe(exc))
+            logger.info("orphan index not read whole", error=describe(exc))
             return []
         known = {v.stream_id for v in queried}
         left = [v for v in every if v.stream_id not in known]
