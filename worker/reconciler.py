@@ -192,7 +192,7 @@ class Reconciler:
         again = bool(left) and len(queried) < limit
         self._rounds_to_sweep = 0 if again else SWEEP_EVERY_ROUNDS - 1
         if left:
-            logger.info("streams found in the session fleet's shards", streams=len(left))
+            logger.info("orphans found beyond the query", streams=len(left))
         return left
 
     def _candidates(self, views: list[LeaseView]) -> list[str]:
