@@ -125,9 +125,9 @@ def test_free_streams_a_session_fleet_left_in_its_shards_are_taken_by_a_per_stre
     fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
 ) -> None:
     """Freed by a session fleet's drain into its shards of the orphan index, their handoff
-    commands gone (consumed by a worker that stopped, or answered by one that still held the
-    stream): a per-stream worker, which writes and queries one shard, owns every one anyway
-    and delivers from the start."""
+    commands gone (received by a worker that stopped before it put them back): a per-stream
+    worker, which writes and queries one shard, owns every one anyway and delivers from the
+    start."""
     ids = [
         s
         for s in new_ids(60)
