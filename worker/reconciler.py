@@ -23,7 +23,8 @@ if the worker exited before it could put it back, and a handoff whose send faile
 So a per-stream reconcile also reads the whole index (one Scan:
 :meth:`~streamlease.lease_store.LeaseStore.orphans`) at start-up, every
 :data:`SWEEP_EVERY_ROUNDS` rounds, and every round after one that found free streams outside its
-shard (until they were taken: an acquire moves a stream's entry into the per-stream shard).
+shard (until they were taken: an acquire moves a stream's entry into the per-stream shard). It
+takes such a stream only when the read before found it too: most have their command on its way.
 
 How many to take (:func:`room_for`): up to the room under the fair share, but at least this
 worker's proportional part of the orphans, and never beyond capacity. A worker not below its
@@ -93,6 +94,8 @@ class Reconciler:
         """Released streams (no owner, expiry 0) the last round found unowned."""
         self._rounds_to_sweep = 0
         """Per-stream leases: rounds until the next whole read of the orphan index."""
+        self._left_seen: set[str] = set()
+        """Per-stream leases: what the last whole read found beyond the query."""
         self._wake = asyncio.Event()
         self._parallel = asyncio.Semaphore(MAX_PARALLEL_ACQUIRES)
 
@@ -191,9 +194,13 @@ class Reconciler:
         # orphans of its own shard that look the same, and those need no whole reads.
         again = bool(left) and len(queried) < limit
         self._rounds_to_sweep = 0 if again else SWEEP_EVERY_ROUNDS - 1
+        seen, self._left_seen = self._left_seen, {v.stream_id for v in left}
         if left:
             logger.info("orphans found beyond the query", streams=len(left))
-        return left
+        # Most have a handoff command on its way (a drained fleet's): taking them at once as
+        # well would double the new fleet's first acquires. One still here a read later is not
+        # coming by command soon.
+        return [v for v in left if v.stream_id in seen]
 
     def _candidates(self, views: list[LeaseView]) -> list[str]:
         return [
