@@ -21,21 +21,18 @@ records into a provisioned stream sized from the measured bytes, Container Insig
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
-import random
 import statistics
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 from bench import cost_model, upstream_throughput, worker_scale, write_cost
 from bench import prices as p
 from bench.common import Table
 from bench.context import PER_STREAM, SESSIONS, BenchContext
+from bench.cost_logs import largest_flush_emf_bytes, production_log_rate
 from bench.cost_model import DynamoCost, Fleet, Measured
 from bench.throughput import _rss_kib, _wait_started
 from local.worker_process import PRODUCTION_LEASE_SECONDS, WorkerProcess, scaled_settings
@@ -43,7 +40,7 @@ from streamlease import aws
 from streamlease.kinesis_records import StreamMessage, read_record
 from streamlease.settings import Settings
 from streamlease.telemetry import AuditorMetric, WorkerMetric
-from worker.metrics import LATENCIES, MAX_EMF_VALUES, EmfPublisher, WorkerMetrics
+from worker.metrics import MAX_EMF_VALUES
 from worker.os_limits import raise_open_file_limit
 from worker.sinks import BatchHeader, SinkRecord, encode_record
 from worker.sinks.kinesis import partition_key
@@ -121,40 +118,6 @@ def _kinesis_window(
                 messages += inside
             iterator = page.get("NextShardIterator") if page["Records"] else None
     return messages, records, size, latency
-
-
-def largest_flush_emf_bytes() -> int:
-    """Bytes of the largest EMF document a worker's flush writes: every latency metric at
-    :data:`~worker.metrics.MAX_EMF_VALUES` samples (a 60 s flush carries ~60 answer-age and
-    loop-lag samples and a renewal every heartbeat; the cap bounds them), written by the
-    worker's own publisher."""
-    draw = random.Random(7)
-    metrics = WorkerMetrics()
-    for name in LATENCIES:
-        for _ in range(MAX_EMF_VALUES):
-            metrics.observe(name, draw.uniform(0.0, 5000.0))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        EmfPublisher(Settings().metrics_namespace).publish(metrics.take_snapshot())
-    return len(out.getvalue().encode())
-
-
-def production_log_rate(log: Path, span: tuple[int, int], seconds: float) -> float:
-    """Log bytes per worker-second in production from a steady window of the worker's log
-    (``span``: its byte offsets, ``seconds`` long): the lines other than a metrics flush as
-    measured, plus one flush per production interval at its largest (the summary line as
-    measured, the EMF document by :func:`largest_flush_emf_bytes`)."""
-    with open(log, "rb") as f:
-        f.seek(span[0])
-        lines = f.read(span[1] - span[0]).splitlines(keepends=True)
-    summaries = [len(line) for line in lines if b'"metrics flushed"' in line]
-    other = sum(
-        len(line)
-        for line in lines
-        if b'"metrics flushed"' not in line and not line.startswith(b'{"_aws"')
-    )
-    flush = max(summaries, default=0) + largest_flush_emf_bytes()
-    return other / seconds + flush / Settings().metrics_flush_seconds
 
 
 def sink_run(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import math
 import re
-from pathlib import Path
 
 import pytest
 
@@ -96,18 +95,3 @@ def test_the_inputs_have_a_row_per_rate_with_messages_and_log_bytes(tables: list
         messages, log_bytes_per_second = row[1], row[8]
         assert isinstance(messages, int) and messages > 0, row
         assert isinstance(log_bytes_per_second, float) and log_bytes_per_second > 0, row
-
-
-def test_a_flush_at_its_largest_is_priced_from_the_workers_own_publisher(tmp_path: Path) -> None:
-    """The production log rate counts one largest flush per interval on top of what else the
-    window logged, never the EMF lines of the bench's own (shorter) flushes."""
-    log = tmp_path / "worker.log"
-    other = b'{"level":"INFO","message":"upstream connected"}\n'
-    summary = b'{"level":"INFO","message":"metrics flushed","active_connections":3}\n'
-    emf = b'{"_aws":{"Timestamp":1}}\n'
-    log.write_bytes(other + emf + summary + emf + summary)
-    rate = cost.production_log_rate(log, (0, log.stat().st_size), 2.0)
-    largest = cost.largest_flush_emf_bytes()
-    assert largest > 1000
-    interval = cost.Settings().metrics_flush_seconds
-    assert rate == pytest.approx(len(other) / 2.0 + (len(summary) + largest) / interval)
