@@ -5,17 +5,18 @@ timers) holds N streams (1,000; ``--quick``: 100) of the upstream simulator and 
 ``kinesis`` sink, aggregation on, on the local moto server, into a stream of four shards (an
 on-demand stream's first size). Over a steady window: the worker's CPU (``/proc``), its memory
 growth per held stream, the bytes it writes to stdout and stderr (its JSON logs and EMF metrics:
-what CloudWatch Logs ingests); then every Kinesis record of the window is read back and
-deaggregated: records and bytes per message, and each message's time from the worker receiving
-it to Kinesis storing it (the sink's added latency). The JSON record each message would be with
-aggregation off is encoded from the same messages. DynamoDB request units per worker-hour come
-from the write-cost section (this run's, or measured here at two sizes) as a line
-``fixed + per stream × streams``.
+what CloudWatch Logs ingests, priced at production's flush interval); then every Kinesis record
+of the window is read back and deaggregated: records and bytes per message, and each message's
+time from the worker receiving it to Kinesis storing it (the sink's added latency). The JSON
+record each message would be with aggregation off is encoded from the same messages. DynamoDB
+request units per worker-hour come from the write-cost section (this run's, or measured here at
+two sizes) as a line ``fixed + per stream × streams``.
 
 :mod:`bench.cost_model` turns that into the bill of today's defaults (x86 0.5 vCPU / 1 GB tasks
 of 100 streams, one Kinesis record of JSON per message, on demand) and of the recommended
 configuration (arm64 0.25 vCPU / 0.5 GB tasks sized from the measured CPU and memory, aggregated
-records into a provisioned stream sized from the measured bytes), with :mod:`bench.prices`.
+records into a provisioned stream sized from the measured bytes, Container Insights off), with
+:mod:`bench.prices`.
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ from bench import cost_model, upstream_throughput, worker_scale, write_cost
 from bench import prices as p
 from bench.common import Table
 from bench.context import PER_STREAM, SESSIONS, BenchContext
+from bench.cost_logs import largest_flush_emf_bytes, production_log_rate
 from bench.cost_model import DynamoCost, Fleet, Measured
 from bench.throughput import _rss_kib, _wait_started
-from local.worker_process import WorkerProcess
+from local.worker_process import PRODUCTION_LEASE_SECONDS, WorkerProcess, scaled_settings
 from streamlease import aws
 from streamlease.kinesis_records import StreamMessage, read_record
 from streamlease.settings import Settings
 from streamlease.telemetry import AuditorMetric, WorkerMetric
+from worker.metrics import MAX_EMF_VALUES
 from worker.os_limits import raise_open_file_limit
 from worker.sinks import BatchHeader, SinkRecord, encode_record
 from worker.sinks.kinesis import partition_key
@@ -48,11 +51,29 @@ GOALS: Final = {1.0: 60.0, 10.0: 150.0}
 """Recommended configuration, public networking: $ a month per 1,000 streams at each rate."""
 RECORDS_PER_MESSAGE_GOAL: Final = 0.05
 OVERHEAD_GOAL_BYTES: Final = 40
-CONTAINER_INSIGHTS_METRICS: Final = 30
-"""Custom metrics Container Insights (standard) bills for one cluster with one service."""
 ALARMS: Final = 12
 INTERFACE_ENDPOINTS: Final = 6
 TODAY: Final = Fleet("today's defaults", 0.5, 1.0, arm64=False, capacity=100, aggregation=False)
+
+
+@dataclass(frozen=True)
+class Size:
+    """How much the section measures: streams on the worker, seconds of each steady window,
+    the worker's metrics flush interval, and the write-cost sizes and window (heartbeats) of
+    the DynamoDB line when the write-cost section did not run."""
+
+    streams: int
+    seconds: float
+    flush_seconds: float = worker_scale.FLUSH_SECONDS
+    dynamo_sizes: tuple[int, ...] = write_cost.QUICK_SIZES
+    dynamo_heartbeats: int = write_cost.QUICK_WINDOW_HEARTBEATS
+    timer_scale: float | None = None
+    """None: the sink runs at production's timers (what the figures are for) and the DynamoDB
+    line at the write-cost section's scale; a number: both at that scale (a smoke run)."""
+
+
+FULL: Final = Size(1000, 30.0)
+QUICK: Final = Size(100, 10.0)
 
 
 @dataclass
@@ -99,10 +120,22 @@ def _kinesis_window(
     return messages, records, size, latency
 
 
-def sink_run(ctx: BenchContext, port: int, streams: int, rate: float, seconds: float) -> SinkRun:
-    """One worker holding ``streams`` at ``rate`` msg/s into an aggregating Kinesis sink."""
+def sink_run(
+    ctx: BenchContext,
+    port: int,
+    streams: int,
+    rate: float,
+    seconds: float,
+    flush_seconds: float = worker_scale.FLUSH_SECONDS,
+    timer_scale: float | None = None,
+) -> SinkRun:
+    """One worker holding ``streams`` at ``rate`` msg/s into an aggregating Kinesis sink,
+    flushing its metrics every ``flush_seconds`` (the windows end on flushes), at production's
+    timers or at ``timer_scale`` of them."""
     name = f"cost{rate:g}"
     settings = ctx.resources(name)
+    if timer_scale is not None:
+        settings = scaled_settings(settings, PRODUCTION_LEASE_SECONDS * timer_scale)
     kinesis = aws.client("kinesis", settings)
     stream = f"{settings.kinesis_stream_name}-{SHARDS}"
     kinesis.create_stream(StreamName=stream, ShardCount=SHARDS)
@@ -116,7 +149,7 @@ def sink_run(ctx: BenchContext, port: int, streams: int, rate: float, seconds: f
         kinesis_aggregation=True,
         allow_insecure_ws=True,
         allow_loopback_upstreams=True,
-        metrics_flush_seconds=worker_scale.FLUSH_SECONDS,
+        metrics_flush_seconds=flush_seconds,
         health_file=str(ctx.work_dir / f"{name}.health"),
     )
     log = ctx.work_dir / f"{name}.log"
@@ -128,22 +161,17 @@ def sink_run(ctx: BenchContext, port: int, streams: int, rate: float, seconds: f
         ids = [f"c{rate:g}-{i:05d}" for i in range(streams)]
         worker_scale.seed(settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={rate:g}")
         ctx.progress.update(f"{streams} streams at {rate:g} msg/s, kinesis sink", force=True)
-        log_start = log.stat().st_size
-        start_ms = int(time.time() * 1000)
         window = worker_scale.measure(
             worker,
             streams,
             seconds,
-            settle_seconds=worker_scale.FLUSH_SECONDS,
+            settle_seconds=flush_seconds,
             ramp_timeout_seconds=60 + streams * 0.1,
         )
         end_ms = int(time.time() * 1000)
-        log_bytes = log.stat().st_size - log_start
         rss_full = _rss_kib(worker.pid)
     finally:
         worker.stop(settings.shutdown_budget_seconds + 10)
-    # The log grew over the ramp and settle too; the window is the steady part, so scale by it.
-    log_seconds = (end_ms - start_ms) / 1000
     start_ms = end_ms - int(window.seconds * 1000)
     messages, records, size, latency = _kinesis_window(settings, start_ms, end_ms - 2000)
     if not messages:
@@ -169,26 +197,23 @@ def sink_run(ctx: BenchContext, port: int, streams: int, rate: float, seconds: f
         bytes_per_message=size / len(messages),
         json_bytes_per_message=statistics.fmean(json_sizes),
         payload_bytes=statistics.fmean(len(m.payload) for m in messages),
-        # Its logs are mostly per metrics flush: every 5 s here, every 60 s in production.
-        log_bytes_per_worker_second=log_bytes
-        / max(1.0, log_seconds)
-        * worker_scale.FLUSH_SECONDS
-        / Settings().metrics_flush_seconds,
+        log_bytes_per_worker_second=production_log_rate(log, window.log_span, window.seconds),
     )
     return SinkRun(measured, latency, len(messages), records)
 
 
-def dynamo_cost(ctx: BenchContext) -> tuple[DynamoCost, float, str]:
+def dynamo_cost(ctx: BenchContext, size: Size = FULL) -> tuple[DynamoCost, float, str]:
     """Sessions' units per worker-hour as a line through two sizes, and the seed design's
-    (per-stream) $ a month per 1,000 streams; from the write-cost section if it ran."""
+    (per-stream) $ a month per 1,000 streams; from the write-cost section if it ran, else
+    measured at ``size``'s write-cost sizes."""
     windows = ctx.shared.get("write_cost_windows")
     source = "the write-cost section of this run"
     if windows is None:
         source = "measured here (write-cost method, two sizes)"
-        beats = write_cost.QUICK_WINDOW_HEARTBEATS
+        sizes, beats = size.dynamo_sizes, size.dynamo_heartbeats
         windows = {
-            SESSIONS: write_cost.measure(ctx, SESSIONS, write_cost.QUICK_SIZES, beats),
-            PER_STREAM: write_cost.measure(ctx, PER_STREAM, write_cost.QUICK_SIZES[:1], beats),
+            SESSIONS: write_cost.measure(ctx, SESSIONS, sizes, beats, size.timer_scale),
+            PER_STREAM: write_cost.measure(ctx, PER_STREAM, sizes[:1], beats, size.timer_scale),
         }
     small, large = windows[SESSIONS][0], windows[SESSIONS][-1]
 
@@ -207,24 +232,40 @@ def dynamo_cost(ctx: BenchContext) -> tuple[DynamoCost, float, str]:
 def recommended(measured: Measured) -> Fleet:
     """The recommended configuration at ``measured``'s rate."""
     capacity = cost_model.capacity_for(measured, 0.25, 0.5)
-    return Fleet("recommended", 0.25, 0.5, arm64=True, capacity=capacity, provisioned_sink=True)
+    return Fleet(
+        "recommended",
+        0.25,
+        0.5,
+        arm64=True,
+        capacity=capacity,
+        provisioned_sink=True,
+        container_insights=False,
+    )
 
 
-def run(ctx: BenchContext) -> list[Table]:
-    """The cost section: measure at 1 and 10 msg/s, then price both configurations."""
-    streams = 100 if ctx.quick else 1000
-    seconds = 10.0 if ctx.quick else 30.0
+def run(ctx: BenchContext, size: Size | None = None) -> list[Table]:
+    """The cost section: measure at 1 and 10 msg/s, then price both configurations.
+    ``size``: :data:`QUICK` with ``--quick``, else :data:`FULL`."""
+    size = size or (QUICK if ctx.quick else FULL)
     raise_open_file_limit()
     runs: dict[float, SinkRun] = {}
     with upstream_throughput.simulator_process() as (port, _):
         for rate in RATES:
-            runs[rate] = sink_run(ctx, port, streams, rate, seconds)
-    dynamo, seed_dollars, dynamo_source = dynamo_cost(ctx)
+            runs[rate] = sink_run(
+                ctx,
+                port,
+                size.streams,
+                rate,
+                size.seconds,
+                size.flush_seconds,
+                size.timer_scale,
+            )
+    dynamo, seed_dollars, dynamo_source = dynamo_cost(ctx, size)
     published = sum(_names(kind) for kind in (WorkerMetric, AuditorMetric))
-    cloudwatch = (published + CONTAINER_INSIGHTS_METRICS, ALARMS, 1)
+    cloudwatch = (published, ALARMS, 1)
     return [
-        bill_table(runs, dynamo, seed_dollars, dynamo_source, cloudwatch, streams),
-        sink_table(runs, streams),
+        bill_table(runs, dynamo, seed_dollars, dynamo_source, cloudwatch, size.streams),
+        sink_table(runs, size.streams),
     ]
 
 
@@ -295,11 +336,15 @@ def bill_table(
         f" ≤ {cost_model.MEMORY_BUDGET:.0%} of the memory at capacity, from the measured"
         " worker CPU and memory per stream), scaling target 70 %, at least 2 tasks; aggregated"
         f" records into a provisioned stream of shards at ≤ {cost_model.SHARD_BUDGET:.0%} of"
-        " 1 MB/s. Today's defaults: x86 0.5 vCPU / 1 GB, 100 streams a task (70 at target),"
-        " a JSON record per message into an on-demand stream.",
+        " 1 MB/s; Container Insights off (streamlease:containerInsights=false: scaling and the"
+        " Headroom alarm count the auditor's live workers). Today's defaults: x86 0.5 vCPU /"
+        " 1 GB, 100 streams a task (70 at target), a JSON record per message into an on-demand"
+        " stream, Container Insights on.",
         "Fargate, today: the worker CPU figures do not change the task count (the capacity"
-        " setting does). CloudWatch: the worker's and the auditor's metrics plus Container"
-        f" Insights' ({CONTAINER_INSIGHTS_METRICS}), {cloudwatch[1]} alarms, one dashboard;"
+        f" setting does). CloudWatch: the worker's and the auditor's metrics ({cloudwatch[0]}),"
+        " plus Container Insights'"
+        f" ({cost_model.CONTAINER_INSIGHTS_METRICS}) where it is on, {cloudwatch[1]} alarms,"
+        " one dashboard;"
         " logs measured per worker (JSON logs + EMF), ingested and stored a month.",
         f"Prices: bench/prices.py ({p.REGION}, {p.CHECKED}); not confirmed to the cent: "
         + "; ".join(p.UNCONFIRMED)
@@ -360,7 +405,11 @@ def sink_table(runs: dict[float, SinkRun], streams: int) -> Table:
         " in flight ahead of it, and the call itself against the local moto server.",
         "Worker CPU: per stream-second (its idle cost and its messages) over what the same"
         " worker spends holding no stream (measured first); memory is resident-set growth from"
-        " 0 to N streams / N. Log bytes: stdout + stderr over the window, scaled from the"
-        " bench's 5 s metrics flush to production's 60 s (they are mostly per flush).",
+        " 0 to N streams / N. Log bytes: stdout + stderr in the steady window (acquisitions"
+        " log once, at the ramp, before it): the lines other than a metrics flush as measured,"
+        " plus one flush per production interval"
+        f" ({Settings().metrics_flush_seconds:g} s) at its largest: the summary line as"
+        f" measured and an EMF document of {MAX_EMF_VALUES} samples per latency metric"
+        f" ({largest_flush_emf_bytes():,} B).",
     ]
     return table

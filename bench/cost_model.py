@@ -27,6 +27,8 @@ SHARD_BUDGET: Final = 0.7
 """Share of a shard's 1 MB/s a provisioned stream plans to use: hashing spreads streams over
 shards unevenly, and a shard refuses what is above its limit."""
 SECONDS_PER_MONTH: Final = p.HOURS_PER_MONTH * 3600
+CONTAINER_INSIGHTS_METRICS: Final = 30
+"""Custom metrics Container Insights (standard) bills for one cluster with one service."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class Fleet:
     min_tasks: int = 2
     aggregation: bool = True
     provisioned_sink: bool = False
+    container_insights: bool = True
+    """Container Insights on the cluster (``streamlease:containerInsights``)."""
 
     @property
     def streams_per_task(self) -> float:
@@ -125,7 +129,8 @@ def bill(
     streams: int = STREAMS,
 ) -> list[Line]:
     """Every line of ``fleet``'s bill for ``streams`` streams (public networking).
-    ``fixed_cloudwatch``: (custom metrics, alarms, dashboards) of the deployment."""
+    ``fixed_cloudwatch``: (custom metrics streamlease publishes, alarms, dashboards) of the
+    deployment; Container Insights' metrics come on top when ``fleet`` has it on."""
     tasks = fleet.tasks(streams)
     vcpu_price = p.FARGATE_ARM_VCPU_HOUR if fleet.arm64 else p.FARGATE_X86_VCPU_HOUR
     gb_price = p.FARGATE_ARM_GB_HOUR if fleet.arm64 else p.FARGATE_X86_GB_HOUR
@@ -148,6 +153,8 @@ def bill(
     ]
     lines += _kinesis(fleet, measured, messages, streams)
     metrics, alarms, dashboards = fixed_cloudwatch
+    insights = CONTAINER_INSIGHTS_METRICS if fleet.container_insights else 0
+    metrics += insights
     log_gb = measured.log_bytes_per_worker_second * tasks * SECONDS_PER_MONTH / p.GIB
     lines.append(
         Line(
@@ -156,7 +163,8 @@ def bill(
             + alarms * p.ALARM_MONTH
             + dashboards * p.DASHBOARD_MONTH
             + log_gb * (p.LOGS_INGEST_GB + p.LOGS_STORAGE_GB_MONTH),
-            f"{metrics} metrics, {alarms} alarms, {dashboards} dashboard;"
+            f"{metrics} metrics ({insights} Container Insights'), {alarms} alarms,"
+            f" {dashboards} dashboard;"
             f" logs {log_gb:.2f} GB (measured {measured.log_bytes_per_worker_second:,.0f}"
             " B/s per worker)",
         )

@@ -76,6 +76,8 @@ class Window:
     """From the call until the worker held them all."""
     other_cpu_seconds: dict[str, float] = field(default_factory=dict)
     """CPU seconds of the other processes asked about (simulator, moto), same window."""
+    log_span: tuple[int, int] = (0, 0)
+    """Byte offsets of the worker's log (stdout + stderr) at the window's start and end."""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -183,12 +185,14 @@ def measure(
         ramp += tail.new()
     pids = dict(others or {})
     start_cpu, start = cpu_seconds(worker.pid), time.monotonic()
+    start_log = worker.log_path.stat().st_size
     start_others = {name: cpu_seconds(pid) for name, pid in pids.items()}
     records: list[dict[str, Any]] = []
     while time.monotonic() - start < seconds or not records:
         time.sleep(0.1)
         records += tail.new()
     end_cpu, end = cpu_seconds(worker.pid), time.monotonic()
+    end_log = worker.log_path.stat().st_size
     # Align to flushes: the window covers the intervals flushed inside it.
     return Window(
         cpu_seconds=end_cpu - start_cpu,
@@ -210,6 +214,7 @@ def measure(
         other_cpu_seconds={
             name: cpu_seconds(pid) - start_others[name] for name, pid in pids.items()
         },
+        log_span=(start_log, end_log),
     )
 
 

@@ -145,6 +145,13 @@ class DeploymentConfig:
     """Run the tasks beyond ``min_tasks`` on Fargate Spot (x86_64, or arm64 on platform 1.4.0
     and later, which the service pins as LATEST; a Spot task gets a 2-minute notice, the 120 s
     stop timeout drains it within that)."""
+    container_insights: bool = True
+    """Container Insights (standard) on the cluster: per-task CPU, memory, network and storage
+    metrics, task counts (``RunningTaskCount``) and their performance log events, billed as
+    ~30 custom metrics (~$9 a month) plus the events' log ingestion. Off: the dashboard keeps
+    the free ``AWS/ECS`` CPU and memory utilization of the service (average and maximum per
+    task); scaling and the ``Headroom`` alarm count the auditor's ``LiveWorkers`` (workers with
+    a live session: the tasks that can hold streams) instead of running tasks."""
     networking: NetworkingMode = NetworkingMode.PUBLIC
     nat_gateways: int = 2
     """Private networking: NAT gateways for upstream traffic, one per AZ (2), or 1 outside

@@ -164,7 +164,9 @@ class Worker:
             SessionStore(renewal_dynamodb or dynamodb, settings.table_name),
             self.metrics.observe,
         )
-        self.own_leases = OwnLeases(self.ctx, self.holdings, self.keeper.request_rollover)
+        self.own_leases = OwnLeases(
+            self.ctx, self.holdings, self.keeper.request_rollover, sessions=self.uses_sessions
+        )
         self.publisher = EmfPublisher(settings.metrics_namespace)
         self._shutdown_started = 0.0
 
@@ -255,10 +257,10 @@ class Worker:
                             self.gone_sessions.free_periodically(), name="gone session sweeper"
                         ),
                     ]
+                    upkeep.append(
+                        services.create_task(self.own_leases.watch(), name="own lease poller")
+                    )
                     if self.uses_sessions:
-                        upkeep.append(
-                            services.create_task(self.own_leases.watch(), name="own lease poller")
-                        )
                         upkeep.append(
                             services.create_task(
                                 ctx.gate.run(lambda: ctx.session, self.holdings.deliveries),

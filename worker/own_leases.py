@@ -1,5 +1,6 @@
-"""Sessions: once a heartbeat, read what the store says this session holds (architecture §4a,
-"Stop").
+"""Once a heartbeat, read what the store says this worker holds (architecture §4a, "Stop"):
+streams asked to stop and streams changed in place, in both liveness modes; with sessions also
+streams owned but held by nobody and lost checkpoint slots.
 
 A session's streams have no per-stream renewal that could fail with "STOPPED", so the worker
 asks the ``by-holder`` index for its own streams every heartbeat: one query per worker and
@@ -10,6 +11,10 @@ replication lag, and the holder then closes with 1000, writes the final checkpoi
 The filter also lets through the STARTED streams whose generation is above the lowest this
 session's holders use: a stream changed in place (``PATCH``) is among them, is read, and its
 holder reconnects with the new settings under the same lease (:meth:`StreamHolder.change`).
+
+Per-stream leases learn of a stop from their renewal, but a renewal says nothing of a change:
+their worker runs the same read, under its own id, for the changes (and takes a stop it shows
+as early as the renewal would). One query a heartbeat per worker, like a session's.
 
 The same read counts the streams the store says this session owns. More than it holds means a
 stream owned but held by nobody — an acquire whose answer was lost and whose write landed late
@@ -43,15 +48,23 @@ SLOT_READS_PER_POLL: Final = 10
 
 
 class OwnLeases:
-    """Polls this session's own streams: stops, streams owned but not held, lost slots."""
+    """Polls this worker's own streams: stops and changes; with sessions also streams owned
+    but not held, and lost slots."""
 
     def __init__(
-        self, ctx: WorkerContext, holdings: Holdings, on_rollover: Callable[[], None]
+        self,
+        ctx: WorkerContext,
+        holdings: Holdings,
+        on_rollover: Callable[[], None],
+        *,
+        sessions: bool = True,
     ) -> None:
-        """``on_rollover``: called when the session should be replaced by a fresh one."""
+        """``on_rollover``: called when the session should be replaced by a fresh one;
+        ``sessions``: the worker's liveness mode (False: per-stream leases)."""
         self._ctx = ctx
         self._holdings = holdings
         self._on_rollover = on_rollover
+        self._sessions = sessions
         self._strays: set[tuple[str, int]] = set()
 
     async def watch(self) -> None:
@@ -68,9 +81,12 @@ class OwnLeases:
         """One poll; returns the stream ids asked to stop."""
         ctx = self._ctx
         session = ctx.session
-        if session is None or not session.live:
+        if not self._sessions:
+            owner = ctx.worker_id
+        elif session is None or not session.live:
             return []
-        owner = session.worker_id
+        else:
+            owner = session.worker_id
         generations = [h.generation for h in self._holdings if h.owner == owner]
         owned = await asyncio.to_thread(
             ctx.store.stopped_of, owner, min(generations) if generations else None
@@ -88,6 +104,8 @@ class OwnLeases:
                 holder.request_end(EndReason.STOPPED)
                 stopping.append(view.stream_id)
         await self._apply_changes(owner, owned.changed)
+        if not self._sessions or session is None:
+            return stopping  # per-stream: an unheld stream's lease runs out by itself
         held = sum(1 for holder in self._holdings if holder.owner == owner)
         self._strays = await self._find_strays(owner) if owned.count > held else set()
         await self._settle_lost_slots(session)

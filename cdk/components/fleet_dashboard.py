@@ -28,7 +28,9 @@ _MetricOf = Callable[[str, str], cloudwatch.Metric]
 class FleetDashboard(Construct):
     """One dashboard with everything the fleet's health is judged by: the alarms' states, then
     one graph widget per :class:`~cdk.components.dashboard_widgets.Graph` (a graph naming an
-    alarm draws that alarm's threshold)."""
+    alarm draws that alarm's threshold). Without Container Insights its series
+    (:attr:`~cdk.components.dashboard_widgets.Source.TASKS`) are left out: they would have no
+    data."""
 
     def __init__(
         self,
@@ -56,7 +58,6 @@ class FleetDashboard(Construct):
             Source.AUDITOR: lambda name, stat: metrics.auditor(name, statistic=stat),
             Source.WORKER: lambda name, stat: metrics.worker(name, statistic=stat),
             Source.REAPER: lambda name, stat: metrics.reaper(name, statistic=stat),
-            Source.TASKS: lambda name, stat: metrics.container_insights(name, statistic=stat),
             Source.SERVICE: lambda name, stat: metrics.service(name, statistic=stat),
             Source.SINK: aws(sink_stream.metric),
             Source.API: aws(api.metric),
@@ -64,6 +65,10 @@ class FleetDashboard(Construct):
             Source.DEAD_LETTERS: aws(dead_letter_queue.metric),
             Source.TABLE: aws(table.metric),
         }
+        if metrics.container_insights_on:
+            self._sources[Source.TASKS] = lambda name, stat: metrics.container_insights(
+                name, statistic=stat
+            )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
         self.dashboard.add_widgets(
             cloudwatch.AlarmStatusWidget(
@@ -113,5 +118,7 @@ class FleetDashboard(Construct):
                     operations=list(TABLE_OPERATIONS), period=ONE_MINUTE, label=series.label
                 )
             ]
+        if series.source not in self._sources:  # Container Insights off
+            return []
         metric = self._sources[series.source](series.metric, series.statistic)
         return [metric.with_(label=series.label) if series.label else metric]

@@ -19,13 +19,23 @@ class FleetMetrics:
 
     Powertools adds a ``service`` dimension to every metric, so each metric here carries the
     emitter's service name from :mod:`streamlease.telemetry`; without it an alarm or scaling
-    policy would watch a metric that never gets data.
+    policy would watch a metric that never gets data. ``container_insights``: whether the
+    cluster publishes Container Insights (``ECS/ContainerInsights``); without it
+    :meth:`running_tasks` counts live workers.
     """
 
-    def __init__(self, *, namespace: str, cluster: ecs.ICluster, service: ecs.IBaseService):
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        cluster: ecs.ICluster,
+        service: ecs.IBaseService,
+        container_insights: bool = True,
+    ):
         self._namespace = namespace
         self._cluster = cluster
         self._service = service
+        self.container_insights_on = container_insights
 
     def worker(
         self, name: str, *, statistic: str = "Sum", period: Duration = ONE_MINUTE
@@ -48,7 +58,14 @@ class FleetMetrics:
     def running_tasks(
         self, *, statistic: str = "Average", period: Duration = ONE_MINUTE
     ) -> cloudwatch.Metric:
-        """Running tasks of the worker service, from Container Insights (no L2 helper has it)."""
+        """Running tasks of the worker service, from Container Insights (no L2 helper has it).
+        Without Container Insights, the auditor's ``LiveWorkers``: the workers whose session is
+        live, i.e. the running tasks that can hold streams (a task counts from its first
+        session write, seconds after it runs, until its session lapses or it stops)."""
+        if not self.container_insights_on:
+            return self.auditor(
+                telemetry.AuditorMetric.LIVE_WORKERS, statistic=statistic, period=period
+            ).with_(label="live workers")
         return self.container_insights(
             "RunningTaskCount", statistic=statistic, period=period
         ).with_(label="running tasks")

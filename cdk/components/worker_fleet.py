@@ -63,7 +63,8 @@ def _spot_strategy(
 
 
 class WorkerFleet(Construct):
-    """The cluster (Container Insights on) and a Fargate service of worker tasks.
+    """The cluster (Container Insights on unless ``container_insights`` is false) and a Fargate
+    service of worker tasks.
 
     Deployments never drop below the running count (min healthy 100 %, max 200 %) and roll back
     on the circuit breaker; a stopped task gets ``STOP_TIMEOUT_SECONDS`` to release its leases.
@@ -96,6 +97,7 @@ class WorkerFleet(Construct):
         secrets_prefix: str = "",
         spot_beyond_tasks: int | None = None,
         table_access: TableAccess = WORKER_TABLE,
+        container_insights: bool = True,
     ) -> None:
         """``spot_beyond_tasks``: None runs every task on Fargate; N runs the first N on Fargate
         and the rest on Fargate Spot and Fargate alike. ``table_access``: the worker role's
@@ -106,9 +108,23 @@ class WorkerFleet(Construct):
             self,
             "Cluster",
             vpc=vpc,
-            container_insights_v2=ecs.ContainerInsights.ENABLED,
+            container_insights_v2=(
+                ecs.ContainerInsights.ENABLED
+                if container_insights
+                else ecs.ContainerInsights.DISABLED
+            ),
             enable_fargate_capacity_providers=spot_beyond_tasks is not None,
         )
+        if not container_insights:
+            Validations.of(self.cluster).acknowledge(
+                Acknowledgment(
+                    id="AwsSolutions-ECS4",
+                    reason="Container Insights is off by the operator's choice "
+                    "(streamlease:containerInsights=false, ~30 custom metrics a month less): the "
+                    "service's CPU and memory utilization (AWS/ECS) and the workers' own metrics "
+                    "remain, and scaling counts the auditor's live workers instead of tasks.",
+                )
+            )
         self.task_definition = ecs.FargateTaskDefinition(
             self,
             "TaskDefinition",

@@ -174,10 +174,14 @@ class StatelessStack(Stack):
                 if config.table_indexes is TableIndexes.HOLDER_ADDED
                 else WORKER_TABLE
             ),
+            container_insights=config.container_insights,
         )
         network.allow_clients(fleet.security_group)
         metrics = FleetMetrics(
-            namespace=config.metrics_namespace, cluster=fleet.cluster, service=fleet.service
+            namespace=config.metrics_namespace,
+            cluster=fleet.cluster,
+            service=fleet.service,
+            container_insights=config.container_insights,
         )
         FleetScaling(
             self,

@@ -103,7 +103,8 @@ def test_worker_security_group_opens_no_inbound_port(stateless_json: TemplateJso
 
 
 def test_cluster_has_container_insights(stateless_json: TemplateJson) -> None:
-    """Container Insights publishes RunningTaskCount, which scaling and the dashboard use."""
+    """On by default: Container Insights publishes RunningTaskCount, which scaling, the Headroom
+    alarm and the dashboard use (``streamlease:containerInsights=false`` turns it off)."""
     cluster = properties_of(stateless_json, "AWS::ECS::Cluster")
     assert {"Name": "containerInsights", "Value": "enabled"} in cluster["ClusterSettings"]
 

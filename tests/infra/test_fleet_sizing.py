@@ -1,7 +1,8 @@
 """The fleet's size from measurements, its headroom alarm, and the options that change the bill:
-Fargate Spot, private networking through VPC endpoints with one or two NAT gateways, and a
-provisioned sink stream. The defaults are checked on the app as ``cdk.json`` configures it; the
-options on one more synth of the whole app with all of them on."""
+Fargate Spot, private networking through VPC endpoints with one or two NAT gateways, a
+provisioned sink stream and Container Insights off. The defaults are checked on the app as
+``cdk.json`` configures it; the options on one more synth of the whole app with all of them
+on."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from template_support import (
 from cdk.app import REPO_ROOT, build, config_from_context
 from cdk.config import HEADROOM_FACTOR, DeploymentConfig, min_max_tasks
 from streamlease.settings import env_name
+from streamlease.telemetry import AUDITOR_SERVICE, AuditorMetric
 
 CDK_CONTEXT: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 
@@ -86,6 +88,7 @@ OPTIONS = {
     "streamlease:fargateSpot": True,
     "streamlease:sinkCapacity": "provisioned",
     "streamlease:sinkShards": 3,
+    "streamlease:containerInsights": False,
 }
 
 
@@ -151,3 +154,39 @@ def test_provisioned_sink_stream_has_the_shards_asked_for(
 def test_default_sink_stream_is_on_demand(stateful_json: TemplateJson) -> None:
     stream = properties_of(stateful_json, "AWS::Kinesis::Stream")
     assert stream["StreamModeDetails"] == {"StreamMode": "ON_DEMAND"}
+
+
+def test_without_container_insights_scaling_and_headroom_count_live_workers(
+    with_options: tuple[TemplateJson, TemplateJson],
+) -> None:
+    """Off, the cluster publishes no ``ECS/ContainerInsights`` metric, so nothing may watch one:
+    the scaling policy and the Headroom alarm divide by the auditor's LiveWorkers, and the
+    dashboard still draws the live workers and the service's CPU and memory."""
+    _, stateless = with_options
+    cluster = properties_of(stateless, "AWS::ECS::Cluster")
+    assert {"Name": "containerInsights", "Value": "disabled"} in cluster["ClusterSettings"]
+    assert "ContainerInsights" not in flat(
+        {
+            **resources_of(stateless, "AWS::CloudWatch::Alarm"),
+            **resources_of(stateless, "AWS::CloudWatch::Dashboard"),
+            **resources_of(stateless, "AWS::ApplicationAutoScaling::ScalingPolicy"),
+        }
+    )
+    live_workers = {
+        "Namespace": DeploymentConfig().metrics_namespace,
+        "MetricName": AuditorMetric.LIVE_WORKERS,
+        "Dimensions": [{"Name": "service", "Value": AUDITOR_SERVICE}],
+    }
+    policy = properties_of(stateless, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    spec = policy["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]
+    queries = {q["Id"]: q for q in spec["Metrics"]}
+    assert queries["tasks"]["MetricStat"]["Metric"] == live_workers
+    (headroom,) = [
+        a["Properties"]
+        for a in resources_of(stateless, "AWS::CloudWatch::Alarm").values()
+        if "spare capacity" in flat(a["Properties"].get("AlarmDescription", ""))
+    ]
+    (tasks,) = [m for m in headroom["Metrics"] if m["Id"] == "tasks"]
+    assert tasks["MetricStat"]["Metric"]["MetricName"] == AuditorMetric.LIVE_WORKERS
+    body = flat(properties_of(stateless, "AWS::CloudWatch::Dashboard")["DashboardBody"])
+    assert AuditorMetric.LIVE_WORKERS in body and "CPUUtilization" in body

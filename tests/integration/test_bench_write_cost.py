@@ -34,13 +34,15 @@ def test_a_session_worker_renews_its_session_and_no_stream_in_a_steady_window(
     moto_server: MotoProcess, tmp_path: Path
 ) -> None:
     """Sessions: the window counts session renewals (the worker item, table + fleet-index
-    units, no key move), no stream write at all, and divides by the streams really held."""
+    units, no key move), no stream renewal, and divides by the streams really held. A stream's
+    progress counters may go alone once in the window (their first write is due at a random
+    point of ``progress_seconds``): such a write moves no index entry."""
     ctx = context(moto_server, tmp_path)
     [window] = write_cost.measure(ctx, SESSIONS, (STREAMS,), HEARTBEATS, scale=DEFAULT_SCALE)
     counts = window.counts
     renewals = counts["by_target"].get(write_cost.SESSION_RENEWAL, 0)
     assert renewals >= HEARTBEATS - 1, counts
-    assert counts["by_target"].get(write_cost.STREAM_WRITE, 0) == 0, counts
+    assert counts["by_target"].get(write_cost.STREAM_WRITE, 0) <= STREAMS, counts
     assert counts["write_units"].get(BY_SHARD_EXPIRY.name, 0) == 0, counts
     assert counts["write_units"].get(FLEET.name, 0) == renewals, counts
     assert counts["write_units_by_request"][write_cost.SESSION_RENEWAL] == 2 * renewals, counts

@@ -10,6 +10,7 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -242,6 +243,37 @@ async def test_a_redirect_at_the_handshake_is_an_answer_not_followed() -> None:
         await asyncio.sleep(0.1)
         assert other_peers.empty()
         assert recorder.closed is None  # a connection that never opened closes for nobody
+
+
+@pytest.mark.parametrize("status", [401, 503])
+async def test_a_refusal_read_before_the_opener_resumes_still_fails_the_open(
+    status: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a busy loop the handshake's answer can be read before ``create_connection``'s caller
+    resumes: a refusal read then must still fail the open (it once read as an open connection
+    that never delivered anything). The loop is made late on purpose: its ``create_connection``
+    returns only once the refusal was read and the socket dropped."""
+    loop = asyncio.get_running_loop()
+    real = loop.create_connection
+
+    async def late(*args: Any, **kwargs: Any) -> Any:
+        connected = await real(*args, **kwargs)
+        async with asyncio.timeout(5):
+            while not connected[0].is_closing():  # noqa: ASYNC110 (a transport has no event for it)
+                await asyncio.sleep(0.01)
+        return connected
+
+    monkeypatch.setattr(loop, "create_connection", late)
+
+    def refuse(_: bytes) -> bytes:
+        return f"HTTP/1.1 {status} No\r\nContent-Length: 3\r\n\r\nno\n".encode()
+
+    recorder = Recorder()
+    async with raw_server(refuse) as (url, _):
+        with pytest.raises(InvalidStatus) as refused:
+            await open_websocket(Target(url, "127.0.0.1"), recorder)
+    assert refused.value.response.status_code == status
+    assert recorder.closed is None
 
 
 async def test_paused_reading_delivers_nothing_until_resumed() -> None:

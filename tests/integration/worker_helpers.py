@@ -324,12 +324,21 @@ class Fleet:
         for worker in live:
             worker.stop(self.settings.shutdown_budget_seconds + 5)
 
-    def diagnosis(self, lines: int = 25) -> str:
-        """The tail of every worker's log."""
+    def diagnosis(self, lines: int = 40) -> str:
+        """The tail of every worker's log without its per-second metrics lines (which would
+        crowd out the events that say what happened), then its last metrics line."""
         parts = []
         for w in self.workers:
             state = "running" if w.alive else f"exited {w.process.returncode}"
-            parts.append(f"--- {w.worker_id} ({state}) ---\n{w.log_tail(lines)}")
+            events: list[str] = []
+            last_metrics = ""
+            for line in w.log_tail(10_000).splitlines():
+                if line.startswith('{"_aws"') or '"message":"metrics flushed"' in line:
+                    last_metrics = line
+                else:
+                    events.append(line)
+            tail = "\n".join([*events[-lines:], last_metrics])
+            parts.append(f"--- {w.worker_id} ({state}) ---\n{tail}")
         return "\n".join(parts)
 
     def log_records(self, worker: WorkerProcess) -> list[dict[str, Any]]:

@@ -58,3 +58,20 @@ def test_fleet_runs_at_least_min_tasks_and_enough_for_the_target() -> None:
     fleet = Fleet("r", 0.25, 0.5, arm64=True, capacity=150)
     assert fleet.tasks(1000) == 10  # 105 a task at 70 %
     assert fleet.tasks(100) == 2
+
+
+def test_container_insights_bills_its_metrics_only_where_it_is_on() -> None:
+    """Off (the recommended configuration), the CloudWatch line drops Container Insights' 30
+    metrics and nothing else."""
+
+    def cloudwatch(fleet: Fleet) -> float:
+        (line,) = [
+            x for x in cost_model.bill(fleet, TEN, NO_DYNAMO, (31, 12, 1)) if x.item == "CloudWatch"
+        ]
+        return line.dollars
+
+    on = Fleet("r", 0.25, 0.5, arm64=True, capacity=150)
+    off = Fleet("r", 0.25, 0.5, arm64=True, capacity=150, container_insights=False)
+    saved = cost_model.CONTAINER_INSIGHTS_METRICS * p.CUSTOM_METRIC_MONTH
+    assert cloudwatch(on) - cloudwatch(off) == pytest.approx(saved)
+    assert saved == pytest.approx(9.0)

@@ -71,14 +71,14 @@ async def open_websocket(
     request.headers.setdefault("User-Agent", USER_AGENT)
     connection = WebSocketTransport(protocol, request, handler, keepalive, loop)
     tls = _tls_context() if uri.secure else None
-    await loop.create_connection(
-        lambda: connection,
-        host=target.address,
-        port=uri.port,
-        ssl=tls,
-        server_hostname=uri.host if tls is not None else None,
-    )
     try:
+        await loop.create_connection(
+            lambda: connection,
+            host=target.address,
+            port=uri.port,
+            ssl=tls,
+            server_hostname=uri.host if tls is not None else None,
+        )
         await connection.handshake_done()
     except BaseException:
         connection.abort()
@@ -96,6 +96,7 @@ class WebSocketTransport(asyncio.Protocol):
         "_established",
         "_fragments",
         "_handler",
+        "_handshaking",
         "_keepalive",
         "_loop",
         "_opened",
@@ -123,7 +124,11 @@ class WebSocketTransport(asyncio.Protocol):
         self._keepalive = keepalive
         self._loop = loop
         self._transport: asyncio.Transport | None = None
-        self._opened: asyncio.Future[None] | None = loop.create_future()
+        self._opened: asyncio.Future[None] = loop.create_future()
+        """Settled by the handshake's answer (or the connection's loss before it), kept after:
+        the answer may come before the opener awaits it (a busy loop runs ``data_received``
+        before ``create_connection``'s caller resumes)."""
+        self._handshaking = True
         self._established = False
         self._closed: asyncio.Future[Closed] = loop.create_future()
         self._fragments: list[Frame] | None = None
@@ -143,10 +148,9 @@ class WebSocketTransport(asyncio.Protocol):
         return self._protocol.state is OPEN
 
     async def handshake_done(self) -> None:
-        """Return once the upstream accepted the handshake; raise what failed it."""
-        opened = self._opened
-        if opened is not None:
-            await opened
+        """Return once the upstream accepted the handshake; raise what failed it (also when
+        the answer came before this call)."""
+        await self._opened
 
     async def wait_closed(self) -> Closed:
         """How the connection ended, once it has (cancelling the wait changes nothing)."""
@@ -196,6 +200,9 @@ class WebSocketTransport(asyncio.Protocol):
 
     def abort(self) -> None:
         """See :meth:`UpstreamTransport.abort`."""
+        opened = self._opened
+        if opened.done() and not opened.cancelled():
+            opened.exception()  # a failed handshake nobody awaits any more is no news
         transport = self._transport
         if transport is not None:
             transport.abort()
@@ -237,7 +244,7 @@ class WebSocketTransport(asyncio.Protocol):
             self._write(writes)
         self.active = True
         # Once open, every event is a frame (typing.cast would cost a call per read).
-        frames: list[Frame] = events if self._opened is None else self._handshake(events)  # type: ignore[assignment]
+        frames: list[Frame] = self._handshake(events) if self._handshaking else events  # type: ignore[assignment]
         if protocol.close_sent is not None and self._timer is None:
             self._closing()  # the library failed the connection (1009, 1002, 1007), or answered
         if len(frames) == 1:  # the common read at moderate rates: one whole message, as it is
@@ -280,8 +287,9 @@ class WebSocketTransport(asyncio.Protocol):
             self._timer = None
         if self._keepalive is not None:
             self._keepalive.discard(self)
-        opened, self._opened = self._opened, None
-        if opened is not None and not opened.done():
+        self._handshaking = False
+        opened = self._opened
+        if not opened.done():
             failure = (
                 protocol.handshake_exc
                 or exc
@@ -300,16 +308,15 @@ class WebSocketTransport(asyncio.Protocol):
         frames that came behind it in the same read are returned."""
         protocol = self._protocol
         opened = self._opened
-        assert opened is not None
         if protocol.handshake_exc is not None:
-            self._opened = None
+            self._handshaking = False
             if not opened.done():
                 opened.set_exception(protocol.handshake_exc)
             self.abort()  # the answer is complete; the library has nothing more to say
             return []
         if protocol.state is State.CONNECTING:
             return []  # the answer is not complete yet
-        self._opened = None
+        self._handshaking = False
         self._established = True
         if not opened.done():
             opened.set_result(None)

@@ -1,0 +1,97 @@
+"""The cost section runs end to end at its smallest size: a real worker per rate on the local moto
+server and the upstream simulator, the Kinesis records read back, DynamoDB's units from the
+write-cost method, then both tables.
+
+``make bench`` is not part of ``make test``; this catches the section breaking when an interface
+it uses changes (the worker's flush records, the sink's records, the write-cost windows, the
+price lines). Nothing is asserted about speed or about what the figures come to: every line is
+there, with positive finite dollars, and the total is their sum.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+
+import pytest
+
+from bench import cost
+from bench.common import Progress, Table
+from bench.context import DEFAULT_SCALE, BenchContext
+from local.moto_process import MotoProcess
+
+pytestmark = pytest.mark.slow
+
+SMOKE = cost.Size(
+    streams=3,
+    seconds=2.5,
+    flush_seconds=0.5,
+    dynamo_sizes=(2, 4),
+    dynamo_heartbeats=2,
+    timer_scale=DEFAULT_SCALE,
+)
+"""The smallest run, at the tests' timers (lease 2 s): the Kinesis read-back leaves out a
+window's last 2 s (records still in flight), so a window is longer than that."""
+LINES = (
+    "Fargate",
+    "public IPv4",
+    "DynamoDB (sessions)",
+    "Kinesis (on-demand)",
+    "Kinesis reads (on-demand, one consumer)",
+    "CloudWatch",
+    "Kinesis (provisioned)",
+)
+
+
+def dollars(cell: object) -> float | None:
+    """The $ figure of a bill cell (None for a line a configuration does not have)."""
+    text = str(cell)
+    if text in ("None", "–", ""):
+        return None
+    match = re.fullmatch(r"\**\$(-?[\d,]+\.\d\d)\**", text)
+    assert match, f"not a dollar figure: {text!r}"
+    return float(match.group(1).replace(",", ""))
+
+
+@pytest.fixture(scope="module")
+def tables(moto_server: MotoProcess, tmp_path_factory: pytest.TempPathFactory) -> list[Table]:
+    ctx = BenchContext(
+        quick=True,
+        progress=Progress(1, stream=io.StringIO()),
+        work_dir=tmp_path_factory.mktemp("cost"),
+        _moto=moto_server,
+    )
+    return cost.run(ctx, SMOKE)
+
+
+def test_the_bill_has_every_line_and_a_total_that_is_their_sum(tables: list[Table]) -> None:
+    bill = tables[0]
+    rows = {str(row[0]): row[1:] for row in bill.rows}
+    assert set(LINES) | {"**total**"} == set(rows)
+    columns = len(cost.RATES) * 2  # today and recommended, at each rate
+    for column in range(columns):
+        figures = [dollars(rows[line][column]) for line in LINES]
+        present = [f for f in figures if f is not None]
+        assert all(math.isfinite(f) and f > 0 for f in present), (column, figures)
+        total = dollars(rows["**total**"][column])
+        assert total == pytest.approx(sum(present), abs=0.01 * len(present))
+    # Today's defaults pay Container Insights' metrics, the recommended configuration not.
+    cloudwatch = str(rows["CloudWatch"][-1])
+    assert "(0 Container Insights')" in cloudwatch, cloudwatch
+
+
+def test_the_notes_price_private_networking_and_judge_both_goals(tables: list[Table]) -> None:
+    notes = "\n".join(tables[0].notes)
+    for rate, goal in cost.GOALS.items():
+        assert f"Goal, recommended @ {rate:g} msg/s, public: ≤ ${goal:g}:" in notes
+        assert f"Private networking, recommended @ {rate:g} msg/s:" in notes
+
+
+def test_the_inputs_have_a_row_per_rate_with_messages_and_log_bytes(tables: list[Table]) -> None:
+    inputs = tables[1]
+    assert [row[0] for row in inputs.rows] == [f"{rate:g} msg/s" for rate in cost.RATES]
+    for row in inputs.rows:
+        messages, log_bytes_per_second = row[1], row[8]
+        assert isinstance(messages, int) and messages > 0, row
+        assert isinstance(log_bytes_per_second, float) and log_bytes_per_second > 0, row
