@@ -326,6 +326,9 @@ class Worker:
                 logger.error("shutdown budget exceeded", streams_left=left)
                 return EXIT_BUDGET_EXCEEDED
             await self.holdings.wait_changed(DRAIN_CHECK_SECONDS)
+        # The command poll cancelled above may still be open and get our own handoffs.
+        if not await self.queue.settle(max(0.0, deadline - time.monotonic())):
+            logger.warning("command poll still open at exit")
         logger.info("drained", seconds=round(time.monotonic() - self._shutdown_started, 3))
         return EXIT_OK
 

@@ -75,34 +75,58 @@ class CommandQueue:
         self._sqs = sqs
         self._url = queue_url
         self._wait = wait_seconds(poll_wait_seconds)
+        self._abandoned: list[threading.Event] = []
+        """Set when a receive whose poll was cancelled has ended (and given back what it got)."""
 
     async def receive(self, count: int) -> list[MessageTypeDef]:
-        """Long-poll for up to ``count`` messages. Raises botocore errors."""
-        abandoned = threading.Event()
+        """Long-poll for up to ``count`` messages. Raises botocore errors. Cancelled, the poll
+        goes on in its thread and gives back what it gets (see :meth:`settle`)."""
+        abandoned, ended = threading.Event(), threading.Event()
         try:
-            return await run_in_daemon_thread(self._receive_blocking, count, abandoned)
+            return await run_in_daemon_thread(self._receive_blocking, count, abandoned, ended)
         except asyncio.CancelledError:
             abandoned.set()
+            self._abandoned.append(ended)
             raise
 
-    def _receive_blocking(self, count: int, abandoned: threading.Event) -> list[MessageTypeDef]:
-        response = self._sqs.receive_message(
-            QueueUrl=self._url,
-            MaxNumberOfMessages=count,
-            WaitTimeSeconds=self._wait,
-            MessageSystemAttributeNames=["ApproximateReceiveCount", TRACE_MESSAGE_ATTRIBUTE],
-        )
-        messages = response.get("Messages", [])
-        if abandoned.is_set() and messages:
-            # Nobody will act on them: let another worker have them now, not after the timeout.
-            self._sqs.change_message_visibility_batch(
+    async def settle(self, limit_seconds: float) -> bool:
+        """Wait, at most ``limit_seconds``, for the receives of cancelled polls to end. A
+        stopping worker calls it last: its own long poll, still open, may receive the handoffs
+        it has just sent, and exiting before that poll gives them back would leave them to the
+        visibility timeout (a stream handed off, waiting ~30 s for its next owner). True when
+        none is left."""
+        deadline = time.monotonic() + limit_seconds
+        for ended in self._abandoned:
+            left = deadline - time.monotonic()
+            if left <= 0 or not await asyncio.to_thread(ended.wait, left):
+                return False
+        self._abandoned = []
+        return True
+
+    def _receive_blocking(
+        self, count: int, abandoned: threading.Event, ended: threading.Event
+    ) -> list[MessageTypeDef]:
+        try:
+            response = self._sqs.receive_message(
                 QueueUrl=self._url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
-                    for i, m in enumerate(messages)
-                ],
+                MaxNumberOfMessages=count,
+                WaitTimeSeconds=self._wait,
+                MessageSystemAttributeNames=["ApproximateReceiveCount", TRACE_MESSAGE_ATTRIBUTE],
             )
-        return messages
+            messages = response.get("Messages", [])
+            if abandoned.is_set() and messages:
+                # Nobody will act on them: another worker may have them now, not after the
+                # visibility timeout.
+                self._sqs.change_message_visibility_batch(
+                    QueueUrl=self._url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                        for i, m in enumerate(messages)
+                    ],
+                )
+            return messages
+        finally:
+            ended.set()
 
     async def delete(self, receipt_handle: str) -> None:
         """Delete a handled message (failures are logged: it only comes back as a hint)."""
