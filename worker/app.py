@@ -21,7 +21,9 @@ Shutdown (first SIGTERM/SIGINT), in this order, under ``shutdown_budget_seconds`
 2. mark the session DRAINING, so the fleet stops counting this worker;
 3. every holder: stop reading, let the sink take what it received, close 1001, final
    checkpoint + release, handoff — all in parallel (DynamoDB calls bounded by the thread
-   pool); the session keeps renewing meanwhile, so no stream is fenced while it drains;
+   pool); the session keeps renewing meanwhile, so no stream is fenced while it drains; then
+   wait for the command poll cancelled in step 1 to end (at most its long-poll wait): still
+   open, it may receive this worker's own handoffs, which it gives back;
 4. stop the remaining loops, flush metrics, revoke the session (its tombstone, etcd's revoke:
    a renewal still on its way can never bring it back; the fleet deletes it later), close the
    sink, exit 0.
