@@ -596,12 +596,17 @@ class LeaseStore:
         consistent: owner and epoch), from ``start``; and where the next page starts (None:
         that was the last one). A Scan returns a holder's entries together, so a page names a
         few owners; each page reads the next key range, so no partition is read twice in a
-        walk. The cursor is opaque: pass it back as it is."""
+        walk. The cursor is opaque: pass it back as it is. The views carry the stream, owner
+        and epoch only: a page is up to ``limit`` of the fleet's held streams, read every
+        round, and each attribute more is parsed a thousand times only to be dropped (a
+        worker's resident set keeps the high-water mark)."""
+        projection = "#pk, #owner, #epoch"
         scan: ScanInputTypeDef = {
             "TableName": self._table,
             "IndexName": BY_OWNER.name,
             "FilterExpression": "attribute_exists(#slot) AND #state = :started",
-            "ExpressionAttributeNames": _names("#slot", "#state"),
+            "ProjectionExpression": projection,
+            "ExpressionAttributeNames": _names("#slot", "#state", projection),
             "ExpressionAttributeValues": dynamo.serialize({":started": DesiredState.STARTED.value}),
             "Limit": limit,
         }
