@@ -203,8 +203,9 @@ class UpstreamLink:
         self._settings_version = 0
         """Counts :meth:`change` calls: a connection made with older settings is replaced."""
         self._connected_version = 0
-        self._nudge = asyncio.Event()
-        """Set by :meth:`close` and :meth:`change`: a wait for the next attempt ends early."""
+        self._nudge: asyncio.Future[None] | None = None
+        """While waiting for the next attempt (only then: every held stream has a link):
+        :meth:`close` and :meth:`change` end the wait early."""
         self._close_code = 1000
 
     @property
@@ -271,7 +272,7 @@ class UpstreamLink:
         transport = self._transport
         if transport is not None:
             transport.close(1000, "settings changed")
-        self._nudge.set()
+        self._end_wait()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Stop the link and close the connection with ``code`` (1000: the stream stopped;
@@ -280,7 +281,7 @@ class UpstreamLink:
         if not self._close_requested.is_set():
             self._close_code = code
             self._close_requested.set()
-            self._nudge.set()
+            self._end_wait()
         if self.end_reason is None:
             self.end_reason = f"closed by the owner (close code {self._close_code})"
         transport = self._transport
@@ -424,12 +425,19 @@ class UpstreamLink:
 
     async def _wait(self, seconds: float) -> None:
         """Sleep ``seconds`` unless :meth:`close` or :meth:`change` is called first."""
-        self._nudge.clear()
+        nudge = self._nudge = asyncio.get_running_loop().create_future()
         try:
             async with asyncio.timeout(seconds):
-                await self._nudge.wait()
+                await nudge
         except TimeoutError:
             return
+        finally:
+            self._nudge = None
+
+    def _end_wait(self) -> None:
+        nudge = self._nudge
+        if nudge is not None and not nudge.done():
+            nudge.set_result(None)
 
     def _emit(self, kind: UpstreamEventKind, **fields: Any) -> None:
         if self._on_event is not None:

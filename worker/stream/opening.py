@@ -60,23 +60,27 @@ class Connection:
         self.messages_received = self._hold if holding else on_messages
         self.closed: asyncio.Future[Closed] = asyncio.get_running_loop().create_future()
         self._held: list[Frame] = []
-        self._arrived = asyncio.Event()
+        # Only while holding (an Event is ~0.9 KiB, and every held stream has a connection).
+        self._arrived: asyncio.Event | None = asyncio.Event() if holding else None
 
     def connection_closed(self, closed: Closed) -> None:
         if not self.closed.done():
             self.closed.set_result(closed)
-        self._arrived.set()
+        if self._arrived is not None:
+            self._arrived.set()
 
     def release(self) -> None:
         """Hand what was kept aside to the owner, and every batch from now on."""
         held, self._held = self._held, []
         self.messages_received = self._deliver
+        self._arrived = None
         if held:
             self._deliver(held)
 
     def _hold(self, batch: list[Frame]) -> None:
         self._held += batch
-        self._arrived.set()
+        if self._arrived is not None:
+            self._arrived.set()
 
     @staticmethod
     def holds_for(messages: Sequence[OpenMessage]) -> bool:
@@ -88,8 +92,8 @@ class Connection:
         the matching one are dropped, those behind it stay held. Raises
         :class:`OpenRefused` (refusing answer, refusing close, no answer in time) or
         :class:`OpenInterrupted`."""
-        expect, refuse = message.expect, message.refuse
-        assert expect is not None
+        expect, refuse, arrived = message.expect, message.refuse, self._arrived
+        assert expect is not None and arrived is not None  # holding: see holds_for
         try:
             async with asyncio.timeout(message.timeout_seconds):
                 while True:
@@ -107,8 +111,8 @@ class Connection:
                                 f" (close code {closed.code})"
                             )
                         raise OpenInterrupted(closed)
-                    self._arrived.clear()
-                    await self._arrived.wait()
+                    arrived.clear()
+                    await arrived.wait()
         except TimeoutError:
             raise OpenRefused(
                 f"no answer to open message {number} within {message.timeout_seconds} s"
