@@ -129,10 +129,17 @@ async def test_the_newest_sessions_window_wraps_around_to_the_oldest(
 
 
 async def test_a_dead_session_is_tombstoned_by_a_watcher_before_it_and_by_no_other(
-    aws_settings: Settings, dynamodb: Any, sessions: SessionStore, fleet: list[WorkerInfo]
+    aws_settings: Settings,
+    dynamodb: Any,
+    sessions: SessionStore,
+    fleet: list[WorkerInfo],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """w05 stops renewing: w04 (whose window holds it) proves it dead after a lease and
-    takes its streams; w10 (far from it) never reads it and judges nobody."""
+    takes its streams; w10 (far from it) never reads it and judges nobody. Neither claims the
+    fleet digest here: its writer reads the whole fleet every round and may judge anyone, so a
+    random claim by w10 (a few per cent a run) would make it a reader of w05 too."""
+    monkeypatch.setattr(rules, "claim_chance", lambda sessions: 0.0)
     near, near_takeover, _ = watcher(aws_settings, dynamodb, sessions, fleet[4])
     far, far_takeover, _ = watcher(aws_settings, dynamodb, sessions, fleet[10])
     async with asyncio.TaskGroup() as tasks:
