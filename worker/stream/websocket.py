@@ -26,6 +26,7 @@ from websockets.protocol import OPEN, Event, State
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
+from worker.stream.keepalive import Watched
 from worker.stream.transport import CloseBy, Closed, Target, UpstreamHandler
 
 CLOSE_TIMEOUT_SECONDS: Final = 3.0
@@ -37,13 +38,13 @@ KEEPALIVE_PING: Final = b"keep"
 class KeepaliveRegistry(Protocol):
     """The shared keepalive as a connection sees it."""
 
-    def add(self, connection: WebSocketTransport) -> None: ...
+    def add(self, connection: Watched) -> None: ...
 
-    def discard(self, connection: WebSocketTransport) -> None: ...
+    def discard(self, connection: Watched) -> None: ...
 
 
 @cache
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """The TLS settings of every upstream: the system's trust store, certificates and host
     names verified (one context per process: building one reads the trust store)."""
     return ssl.create_default_context()
@@ -70,7 +71,7 @@ async def open_websocket(
     request.headers.update(target.headers)
     request.headers.setdefault("User-Agent", USER_AGENT)
     connection = WebSocketTransport(protocol, request, handler, keepalive, loop)
-    tls = _tls_context() if uri.secure else None
+    tls = tls_context() if uri.secure else None
     try:
         await loop.create_connection(
             lambda: connection,
