@@ -61,6 +61,7 @@ _TEXT: Final = WSMsgType.TEXT
 _BINARY: Final = WSMsgType.BINARY
 _CONTINUATION: Final = WSMsgType.CONTINUATION
 _PING: Final = WSMsgType.PING
+_PONG: Final = WSMsgType.PONG
 _CLOSE: Final = WSMsgType.CLOSE
 
 
@@ -84,8 +85,9 @@ async def open_picows(
         headers.append(("Sec-WebSocket-Protocol", ", ".join(target.subprotocols)))
     connection = PicowsTransport(handler, keepalive, loop, target)
 
-    def protocol() -> WSProtocol:
-        return WSProtocol(
+    def protocol() -> _ClientProtocol:
+        return _ClientProtocol(
+            connection,
             host_port,
             uri.resource_name,
             True,  # client side
@@ -121,6 +123,21 @@ async def open_picows(
     return connection
 
 
+class _ClientProtocol(WSProtocol):  # type: ignore[misc]
+    """picows' protocol, telling its connection when the socket is gone: picows tells its
+    listener nothing of a handshake that failed."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: PicowsTransport, *args: object) -> None:
+        super().__init__(*args)
+        self._connection = connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._connection.socket_gone(self)
+
+
 class PicowsTransport(WSListener):
     """One upstream connection on picows (see the module docstring)."""
 
@@ -137,6 +154,7 @@ class PicowsTransport(WSListener):
         "_keepalive",
         "_loop",
         "_max_size",
+        "_opened",
         "_owner",
         "_paused",
         "_raw",
@@ -167,6 +185,9 @@ class PicowsTransport(WSListener):
         self._transport: WSTransport | None = None
         self._raw: asyncio.Transport | None = None
         self._failure: InvalidHandshake | None = None
+        self._opened: asyncio.Future[None] | None = loop.create_future()
+        """Settled by the handshake's answer (or the socket's end before it), then dropped:
+        the answer may come before the opener awaits it."""
         self._closed: asyncio.Future[Closed] = loop.create_future()
         self._ended: Closed | None = None
         """The first close frame either way (code, reason, who sent it)."""
@@ -193,16 +214,35 @@ class PicowsTransport(WSListener):
         """Return once the upstream accepted the handshake on ``protocol``; raise what failed
         it (also when the answer came before this call)."""
         self._raw = protocol.transport.underlying_transport
+        opened = self._opened
+        assert opened is not None
         try:
-            await protocol.wait_until_handshake_complete()
+            await opened
+        finally:
+            self._opened = None
+
+    def socket_gone(self, protocol: WSProtocol) -> None:
+        """The socket is closed (:class:`_ClientProtocol`): a handshake still waiting for
+        its answer failed; picows' error says how."""
+        opened = self._opened
+        if opened is None or opened.done():
+            return
+        waiter = protocol.wait_until_handshake_complete()
+        try:
+            waiter.send(None)  # settled: returns or raises without suspending
         except WSHandshakeError as exc:
-            raise _refusal(exc) from None
+            opened.set_exception(_refusal(exc))
         except WSError as exc:
-            raise InvalidHandshake("the upstream's handshake answer is invalid") from exc
-        if self._failure is not None:
-            raise self._failure
-        if self._transport is None:  # the connection ended before the answer
-            raise ConnectionResetError("upstream closed the connection during the handshake")
+            opened.set_exception(InvalidHandshake(f"invalid handshake answer ({exc})"))
+        except StopIteration:  # closed before the answer
+            opened.set_exception(
+                ConnectionResetError("upstream closed the connection during the handshake")
+            )
+        except Exception as exc:  # picows' own handshake timer, or its bug
+            opened.set_exception(exc)
+        finally:
+            waiter.close()
+        opened.exception()  # an opener that stopped waiting is not told
 
     @property
     def is_open(self) -> bool:
@@ -279,11 +319,16 @@ class PicowsTransport(WSListener):
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self._transport = transport
+        opened = self._opened
         self._failure = _negotiation_failure(transport.response.headers, self._subprotocols)
         if self._failure is not None:
+            if opened is not None and not opened.done():
+                opened.set_exception(self._failure)
             self.abort()  # the answer accepted what was not offered
             return
         self._handler = self._owner
+        if opened is not None and not opened.done():
+            opened.set_result(None)
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         self.active = True
@@ -337,7 +382,8 @@ class PicowsTransport(WSListener):
                 transport.send_pong(frame.get_payload_as_bytes())
         elif msg_type is _CLOSE:
             self._close_received(frame)
-        # PONG: ``active`` says enough.
+        elif msg_type is not _PONG:  # ``active`` says enough of a pong
+            self.fail(1002, "invalid opcode")
         if frame.last_in_buffer:
             self._flush()
 
@@ -372,19 +418,24 @@ class PicowsTransport(WSListener):
             self._batch.append(Frame(self._fragments_opcode, b"".join(fragments)))
 
     def _close_received(self, frame: WSFrame) -> None:
+        """The upstream's close frame: what came before it in this read is handed over, what
+        follows is dropped; it is echoed (unless ours went first) and the socket closed."""
         code = frame.get_close_code().value or 1005  # no status in the frame
         message = frame.get_close_message()
         reason = message.decode("utf-8", "replace") if message else ""
         if self._ended is None:
             self._ended = Closed(code, reason, CloseBy.UPSTREAM)
+        self._flush()
+        self._handler = _DROPPED
         transport = self._transport
-        if transport is not None and not self._close_sent:
+        if transport is None:
+            return
+        if not self._close_sent:
             self._close_sent = True
-            transport.send_close(frame.get_close_code(), message)  # the echo
-        # The closing handshake is over: the server should end TCP first, but waiting for it
-        # keeps a socket for nothing.
-        if transport is not None:
-            transport.disconnect()
+            transport.send(_CLOSE, frame.get_payload_as_bytes())  # the echo, as received
+        # The closing handshake is over. The server should end TCP first; waiting for it
+        # would keep a socket for nothing.
+        transport.disconnect()
 
     def _send_close(self, code: int, reason: str) -> None:
         transport = self._transport
@@ -433,16 +484,20 @@ _NOT_YET: Final = _DROPPED
 
 
 def _library_close_code(transport: WSTransport) -> int:
-    """The close code picows sent when it failed the connection itself (its disconnect is
-    complete: the error is set and waiting for it does not suspend)."""
+    """The close code picows sent when it failed the connection itself: its parser's (1009
+    for a frame over ``max_size``, 1002 for a protocol error), or 1011 after an exception in
+    our callbacks. Read once the disconnect is complete: the error is set, and waiting for it
+    does not suspend."""
     waiter = transport.wait_disconnected()
     try:
         waiter.send(None)
     except WSError as exc:
-        if exc.args and isinstance(exc.args[0], int):
-            return int(exc.args[0])
-    except BaseException:  # noqa: S110 - any other end: a protocol error all the same
-        pass
+        code = exc.args[0] if exc.args else 1002
+        return int(getattr(code, "value", code))
+    except StopIteration:
+        return 1002
+    except Exception:
+        return 1011
     finally:
         waiter.close()
     return 1002
