@@ -441,5 +441,6 @@ async def test_an_answer_accepting_what_was_not_offered_fails_the_open(
             await open_upstream(target, recorder, None)
         peer = await peers.get()
         peer.write(text("never delivered"))
-        assert await peer.reader.read() == b""
+        with contextlib.suppress(ConnectionResetError):  # dropped: closed or reset
+            assert await peer.reader.read() == b""
         assert recorder.batches == [] and recorder.closed is None

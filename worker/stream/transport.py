@@ -10,7 +10,8 @@ message (a profile's open message) and close. Nothing awaits per message: a batc
 inside the read callback.
 
 The default implementation is :mod:`worker.stream.websocket` (websockets' own sans-I/O client
-on the event loop's transport); another one may sit behind the same seam.
+on the event loop's transport); :mod:`worker.stream.picows_client` is the other (picows'
+compiled framing), chosen by ``Settings.upstream_library``.
 """
 
 from __future__ import annotations
