@@ -291,7 +291,17 @@ class StreamHolder:
         try:
             if self._failure is not None:
                 self.request_end(EndReason.FAILED)
-            await self._hold()
+            # Keep the link up until an end is requested or the upstream ends it (here, not in a
+            # coroutine of its own: every held stream waits in this chain of frames).
+            link = self._link
+            try:
+                await self._interruptibly(link.run())
+            except Exception as exc:
+                self.request_end(EndReason.FAILED, describe(exc))
+            else:
+                if link.upstream_ended:
+                    why = link.end_reason or "upstream ended the stream"
+                    self.request_end(EndReason.ENDED, why)
             reason = self.end_reason
             if reason in GRACEFUL:
                 limit = min(DRAIN_SECONDS, max(0.0, self.fence.remaining_seconds()) + 1.0)
@@ -317,17 +327,6 @@ class StreamHolder:
             self.delivery.close()
             self._ctx.connections.forget(self.stream_id, self.epoch)
             self.fence.finish()
-
-    async def _hold(self) -> None:
-        """Keep the upstream link up until an end is requested or the upstream ends it."""
-        link = self._link
-        try:
-            await self._interruptibly(link.run())
-        except Exception as exc:
-            self.request_end(EndReason.FAILED, describe(exc))
-            return
-        if link.upstream_ended:
-            self.request_end(EndReason.ENDED, link.end_reason or "upstream ended the stream")
 
     # Callbacks as methods, not lambdas: every held stream has them (a bound method is a third
     # of a closure's size, and is made once, when handed over).
