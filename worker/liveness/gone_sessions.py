@@ -1,7 +1,7 @@
 """Streams held by sessions that are gone: freed, so that they become orphans (architecture §4a).
 
 A stream attached to a session has no expiry of its own: it is freed when its session's
-tombstone is swept (:mod:`worker.takeover`) or by the reaper. If the session item itself is
+tombstone is swept (:mod:`worker.liveness.takeover`) or by the reaper. If the session item itself is
 gone while streams still hang on it — deleted by a fleet that ran per-stream leases before
 those swept sessions, or by hand — nothing would ever sweep them, and they would stay owned by
 nobody alive for good. So the fleet walks the streams held through sessions (a paged Scan of
@@ -10,8 +10,8 @@ switch left behind, so a page is usually empty), one page per reconcile round: e
 worker reads its next page with probability ``1 / live workers``, so the fleet as a whole reads
 about one page a round, whatever its size (with sessions every stream is such a stream, and a page
 per worker per round would cost as much as the sessions themselves). A fleet of up to
-:func:`~worker.reconciler.query_limit` streams is covered every round; a larger one in as many
-rounds as it has pages. Each owner on the page is read consistently (a page holds the streams
+:func:`~worker.ownership.reconciler.query_limit` streams is covered every round; a larger one in as
+many rounds as it has pages. Each owner on the page is read consistently (a page holds the streams
 of a few sessions; its acquire could have come from a session created a moment ago, which an
 eventually consistent read could miss; the worker's role has no batch read, and needs none),
 and each stream of an owner that is gone is freed (condition: that owner and epoch, so a stream
@@ -22,7 +22,7 @@ sweeps found it empty, long after its tombstone); this is the net under what did
 older version's mode switch, a session deleted by hand.
 
 An owner that exists is none of this module's business: a live session keeps its streams, a
-dead one is proven dead by its peers, an EXPIRED one is swept (:mod:`worker.fleet`).
+dead one is proven dead by its peers, an EXPIRED one is swept (:mod:`worker.liveness.fleet`).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Any
 
 from streamlease.errors import StoreError
 from worker.context import WorkerContext
-from worker.fleet_view import FleetView
+from worker.liveness.takeover import free_and_hand_off
 from worker.logs import describe, logger
-from worker.rebalancer import jittered
-from worker.reconciler import query_limit
-from worker.takeover import free_and_hand_off
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.rebalancer import jittered
+from worker.ownership.reconciler import query_limit
 
 
 class GoneSessions:
