@@ -625,8 +625,8 @@ class LeaseStore:
         every orphan; a large fleet's workers each read a part. At most ``limit``.
 
         Per-stream leases read it whole now and then, for the free streams a session fleet left
-        in the shards such a fleet never queries (:mod:`worker.reconciler`). The Scan reads
-        every entry (eventually consistent: half a read unit per 4 KB): with per-stream leases
+        in the shards such a fleet never queries (:mod:`worker.ownership.reconciler`). The Scan
+        reads every entry (eventually consistent: half a read unit per 4 KB): with per-stream leases
         every STARTED stream has one, about 150 bytes, so some 0.02 read units per stream."""
         if limit <= 0:
             return []

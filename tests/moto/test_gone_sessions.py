@@ -13,8 +13,8 @@ from stream_items import SESSION_HELD_MS, put_stream
 
 from streamlease.lease_store import LeaseStore
 from streamlease.model import LeaseView
-from worker.gone_sessions import PAGE_ITEMS, GoneSessions
-from worker.reconciler import query_limit
+from worker.liveness.gone_sessions import PAGE_ITEMS, GoneSessions
+from worker.ownership.reconciler import query_limit
 
 SELF = "self/1-aa"
 LIVE = "live/1-bb"

@@ -15,9 +15,9 @@ from stream_items import put_stream
 from streamlease.lease_store import LeaseStore
 from streamlease.model import LeaseView, Stream
 from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
-from worker.holder import EndReason
-from worker.own_leases import OwnLeases
-from worker.slots import SlotTable
+from worker.fencing.slots import SlotTable
+from worker.ownership.holder import EndReason
+from worker.ownership.own_leases import OwnLeases
 
 OWNER = "task1/1-ab"
 LEASE_MS = 20_000

@@ -6,9 +6,9 @@ and knows nothing of leases. Messages never pass through its code: each connecti
 ``messages_received``. The link opens connections, hears of their close, and decides what a
 failed connect or a close means.
 
-* **Connect** (:func:`~worker.upstream.connect_upstream`): the URL passes the URL policy again,
-  every address the host resolves to is checked, and the socket goes to a checked address while
-  TLS's SNI and ``Host`` keep the URL's name. No proxy, no redirects, no compression.
+* **Connect** (:func:`~worker.stream.connection.connect_upstream`): the URL passes the URL policy
+  again, every address the host resolves to is checked, and the socket goes to a checked address
+  while TLS's SNI and ``Host`` keep the URL's name. No proxy, no redirects, no compression.
 * **Resume**: each connect states where the stream is (``resume_from()``, the last seq taken in)
   where the profile puts it — a query parameter, a header, an open message — and sends the
   profile's open messages in order, each awaiting its answer when it asks to
@@ -47,6 +47,13 @@ from streamlease.profile import DEFAULT_PROFILE, Profile
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
+from worker.stream.connection import (
+    Failure,
+    Resolver,
+    connect_upstream,
+    describe_close,
+    describe_connect_error,
+)
 from worker.stream.keepalive import Keepalive
 from worker.stream.opening import (
     AppPinger,
@@ -57,13 +64,6 @@ from worker.stream.opening import (
 )
 from worker.stream.transport import UpstreamTransport
 from worker.stream.websocket import CLOSE_TIMEOUT_SECONDS
-from worker.upstream.connection import (
-    Failure,
-    Resolver,
-    connect_upstream,
-    describe_close,
-    describe_connect_error,
-)
 
 
 @functools.lru_cache(maxsize=4)

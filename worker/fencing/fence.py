@@ -24,7 +24,7 @@ from typing import Final, Protocol
 from streamlease import checkpoints, rules
 from streamlease.checkpoints import Checkpoint
 from streamlease.settings import Settings
-from worker.session import Session, SessionState
+from worker.fencing.session import Session, SessionState
 
 _new = tuple.__new__
 

@@ -1,7 +1,7 @@
 """One held stream: its lease, its upstream link, its delivery, and how the holding ends.
 
-A :class:`StreamHolder` is created by :mod:`worker.acquisition` after a won acquire. Its parts:
-the upstream link (:mod:`worker.stream.link`: connect, resume, reconnect with backoff), whose
+A :class:`StreamHolder` is created by :mod:`worker.ownership.acquisition` after a won acquire. Its
+parts: the upstream link (:mod:`worker.stream.link`: connect, resume, reconnect with backoff), whose
 connections hand every batch straight to the holding's delivery (:mod:`worker.stream.delivery`:
 sequence, fence check, sink, acknowledgement — callbacks, no await per message), and the
 progress the connection-state writer watches (:mod:`worker.stream.progress`).
@@ -32,7 +32,7 @@ from streamlease.profile import DEFAULT_PROFILE, Profile, ProfileError
 from streamlease.schema import ConnectionState, DesiredState
 from streamlease.telemetry import SpanName, WorkerMetric
 from worker.context import WorkerContext
-from worker.fence import Fence
+from worker.fencing.fence import Fence
 from worker.logs import describe, logger
 from worker.secrets import Secrets
 from worker.sinks import BatchHeader

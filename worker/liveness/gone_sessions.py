@@ -1,7 +1,7 @@
 """Streams held by sessions that are gone: freed, so that they become orphans (architecture §4a).
 
 A stream attached to a session has no expiry of its own: it is freed when its session's
-tombstone is swept (:mod:`worker.takeover`) or by the reaper. If the session item itself is
+tombstone is swept (:mod:`worker.liveness.takeover`) or by the reaper. If the session item itself is
 gone while streams still hang on it — deleted by a fleet that ran per-stream leases before
 those swept sessions, or by hand — nothing would ever sweep them, and they would stay owned by
 nobody alive for good. So the fleet walks the streams held through sessions (a paged Scan of
@@ -10,20 +10,20 @@ switch left behind, so a page is usually empty), one turn per reconcile round: e
 worker takes its turn with probability ``1 / live workers``, so the fleet as a whole takes about
 one a round, whatever its size (with sessions every stream is such a stream, and a turn per
 worker per round would cost as much as the sessions themselves). A turn reads the next
-:func:`~worker.reconciler.query_limit` entries of the walk in small pages (:data:`PAGE_ITEMS`),
-one after the other: a fleet of up to that many streams is covered every round, a larger one in
-as many rounds as it takes. Each owner on a page is read consistently, once a turn (a page holds
-the streams of a few sessions; its acquire could have come from a session created a moment ago,
-which an eventually consistent read could miss; the worker's role has no batch read, and needs
-none), and each stream of an owner that is gone is freed (condition: that owner and epoch, so a
-stream taken since is left alone) and handed off.
+:func:`~worker.ownership.reconciler.query_limit` entries of the walk in small pages
+(:data:`PAGE_ITEMS`), one after the other: a fleet of up to that many streams is covered every
+round, a larger one in as many rounds as it takes. Each owner on a page is read consistently,
+once a turn (a page holds the streams of a few sessions; its acquire could have come from a
+session created a moment ago, which an eventually consistent read could miss; the worker's role
+has no batch read, and needs none), and each stream of an owner that is gone is freed
+(condition: that owner and epoch, so a stream taken since is left alone) and handed off.
 
 Nothing in the protocol leaves streams on a deleted session (a session is deleted only once
 sweeps found it empty, long after its tombstone); this is the net under what did anyway: an
 older version's mode switch, a session deleted by hand.
 
 An owner that exists is none of this module's business: a live session keeps its streams, a
-dead one is proven dead by its peers, an EXPIRED one is swept (:mod:`worker.fleet`).
+dead one is proven dead by its peers, an EXPIRED one is swept (:mod:`worker.liveness.fleet`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from typing import Any, Final
 
 from streamlease.errors import StoreError
 from worker.context import WorkerContext
-from worker.fleet_view import FleetView
+from worker.liveness.takeover import free_and_hand_off
 from worker.logs import describe, logger
-from worker.rebalancer import jittered
-from worker.reconciler import query_limit
-from worker.takeover import free_and_hand_off
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.rebalancer import jittered
+from worker.ownership.reconciler import query_limit
 
 PAGE_ITEMS: Final = 100
 """Entries one Scan request reads (a turn reads several): a page is parsed whole before its
@@ -66,10 +66,10 @@ class GoneSessions:
             await asyncio.sleep(jittered(self._ctx.settings.reconcile_seconds, random.random()))
 
     async def free_once(self) -> int:
-        """Read this turn's entries: up to :func:`~worker.reconciler.query_limit` in all, in
-        pages of at most :data:`PAGE_ITEMS`, each parsed and done with before the next is read
-        (the worker's resident set keeps the high-water mark of what it parsed at once); the
-        turn ends early where the walk does. Returns how many streams of gone sessions it
+        """Read this turn's entries: up to :func:`~worker.ownership.reconciler.query_limit` in
+        all, in pages of at most :data:`PAGE_ITEMS`, each parsed and done with before the next
+        is read (the worker's resident set keeps the high-water mark of what it parsed at once);
+        the turn ends early where the walk does. Returns how many streams of gone sessions it
         freed. Raises :class:`StoreError` when a page or an owner cannot be read."""
         ctx = self._ctx
         left = query_limit(ctx.settings.capacity)
