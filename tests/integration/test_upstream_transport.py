@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.frames import BINARY, CLOSE, CONT, PING, PONG, TEXT, Close, Frame
+from websockets.http11 import Response
 from websockets.streams import StreamReader
 from websockets.utils import accept_key
 
@@ -76,10 +78,11 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 @contextlib.asynccontextmanager
 async def raw_server(
-    answer: Callable[[bytes], bytes] | None = None,
+    answer: Callable[[bytes], bytes] | None = None, headers: bytes = b""
 ) -> AsyncIterator[tuple[str, asyncio.Queue[Peer]]]:
-    """A server on 127.0.0.1 that answers each handshake (101 by default, or ``answer(key)``)
-    and hands the connection to the test. Yields its ``ws://`` URL and the queue of peers."""
+    """A server on 127.0.0.1 that answers each handshake (101 with ``headers`` besides the
+    required ones by default, or ``answer(key)``) and hands the connection to the test. Yields
+    its ``ws://`` URL and the queue of peers."""
     peers: asyncio.Queue[Peer] = asyncio.Queue()
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -94,7 +97,11 @@ async def raw_server(
             return
         writer.write(
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Accept: " + accept_key(key.decode()).encode() + b"\r\n\r\n"
+            b"Sec-WebSocket-Accept: "
+            + accept_key(key.decode()).encode()
+            + b"\r\n"
+            + headers
+            + b"\r\n"
         )
         await peers.put(Peer(reader, writer))
 
@@ -155,6 +162,23 @@ async def test_what_one_read_completed_is_one_batch_in_order() -> None:
             (TEXT, b"b"),
             (BINARY, b"\x00c"),
         ]
+        transport.abort()
+
+
+async def test_an_open_connection_keeps_none_of_the_handshake_answers_headers() -> None:
+    """The library's parser holds on to the handshake's answer for as long as the connection
+    lives: what a chatty upstream said in it (cookies, policies) is not kept with it."""
+    chatty = b"".join(b"X-Chatty-%d: %s\r\n" % (n, b"v" * 200) for n in range(20))
+    async with raw_server(headers=chatty) as (url, peers):
+        transport, recorder = await opened(url)
+        peer = await peers.get()
+        peer.write(text("a"))
+        await recorder.until(lambda: recorder.messages == [b"a"])
+        gc.collect()
+        kept = [
+            o for o in gc.get_objects() if isinstance(o, Response) and o.headers.get("X-Chatty-0")
+        ]
+        assert kept == []
         transport.abort()
 
 
