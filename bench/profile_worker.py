@@ -41,7 +41,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # uvloop waits for the sockets in C, which cProfile does not see: that time lands on the
     # Python frame the loop resumes, the holder's task that awaits its end. Shown apart, and
     # left out of the per-message total.
-    (WAITING, ("worker/holder.py _hold",)),
+    (WAITING, ("worker/ownership/holder.py _hold",)),
     ("websockets protocol: frames, handshake, close", ("/websockets/",)),
     (
         "transport: asyncio.Protocol glue, batches",
@@ -59,7 +59,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("stream/progress.py", "/connection_report.py"),
     ),
     ("keepalive", ("stream/keepalive.py",)),
-    ("link: connect, reconnect", ("stream/link.py", "upstream/connection.py")),
+    ("link: connect, reconnect", ("stream/link.py", "stream/connection.py")),
     (
         "DynamoDB calls: renewals, progress, fleet (boto3)",
         (

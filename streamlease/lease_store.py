@@ -625,8 +625,8 @@ class LeaseStore:
         every orphan; a large fleet's workers each read a part. At most ``limit``.
 
         Per-stream leases read it whole now and then, for the free streams a session fleet left
-        in the shards such a fleet never queries (:mod:`worker.reconciler`). The Scan reads
-        every entry (eventually consistent: half a read unit per 4 KB): with per-stream leases
+        in the shards such a fleet never queries (:mod:`worker.ownership.reconciler`). The Scan
+        reads every entry (eventually consistent: half a read unit per 4 KB): with per-stream leases
         every STARTED stream has one, about 150 bytes, so some 0.02 read units per stream."""
         if limit <= 0:
             return []
@@ -662,18 +662,23 @@ class LeaseStore:
         consistent). One query of the holder index whose filter leaves only those in the answer:
         the read costs what :meth:`owned_by` costs, but a worker holding thousands of streams
         parses a handful of items, not thousands. A holder passes the lowest generation it
-        holds: a stream changed since its acquire is above it, whatever the others'."""
+        holds: a stream changed since its acquire is above it, whatever the others'. That
+        lets through every stream held above the lowest generation (one restarted, say) every
+        time, so the views carry what a holder compares only: stream, epoch, desired state and
+        generation."""
         values: dict[str, Any] = {":w": worker_id, ":stopped": DesiredState.STOPPED.value}
         condition = "#state = :stopped"
         if above_generation is not None:
             condition += " OR #gen > :gen"
             values[":gen"] = above_generation
+        projection = "#pk, #epoch, #state, #gen"
         request: QueryInputTypeDef = {
             "TableName": self._table,
             "IndexName": BY_OWNER.name,
             "KeyConditionExpression": "#owner = :w",
             "FilterExpression": condition,
-            "ExpressionAttributeNames": _names("#owner", "#state", condition),
+            "ProjectionExpression": projection,
+            "ExpressionAttributeNames": _names("#owner", "#state", condition, projection),
             "ExpressionAttributeValues": dynamo.serialize(values),
         }
         found: list[LeaseView] = []

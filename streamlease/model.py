@@ -80,7 +80,7 @@ def is_tombstone(item: Mapping[str, Any]) -> bool:
     return StreamAttr.DELETED_AT in item
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StreamProgress:
     """What a holder reported about its holding of a stream: frames received, delivered (the
     sink acknowledged them), malformed (undeliverable), control (skipped as the profile says) and
@@ -200,7 +200,9 @@ class Stream:
         )
 
 
-@dataclass(frozen=True)
+# Slots: a worker keeps a Lease and a StreamProgress per held stream, and parses LeaseViews by
+# the thousand from its index reads.
+@dataclass(frozen=True, slots=True)
 class Lease:
     """What an acquirer holds: the fencing epoch and where to resume.
 
@@ -225,7 +227,7 @@ class Lease:
         return self.previous_owner is not None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LeaseView:
     """A stream's lease as an index returns it (no payload attributes; what an index does not
     project is left at its default)."""

@@ -2,7 +2,7 @@
 
 Exit status: 0 after a graceful drain, 1 when the shutdown budget ran out, 2 for a configuration
 error (the message says which variable), 3 when no session renewal was answered for several
-leases (:mod:`worker.session_keeper`: a replacement may fare better).
+leases (:mod:`worker.liveness.session_keeper`: a replacement may fare better).
 """
 
 from __future__ import annotations

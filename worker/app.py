@@ -13,7 +13,7 @@ together.
 
 A lost session (expired, or revoked by this worker after a gray failure) is replaced by a new
 one, and a worker whose renewals have gone unanswered for too long gives up and exits with
-:data:`~worker.session_keeper.EXIT_UNREACHABLE` (:mod:`worker.session_keeper`).
+:data:`~worker.liveness.session_keeper.EXIT_UNREACHABLE` (:mod:`worker.liveness.session_keeper`).
 
 Shutdown (first SIGTERM/SIGINT), in this order, under ``shutdown_budget_seconds``:
 
@@ -49,32 +49,32 @@ from streamlease.schema import Liveness
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from worker import logs
-from worker.acquisition import Acquirer
 from worker.blocking import DEFAULT_THREADS, install_executor
-from worker.commands import CommandPoller, CommandQueue, given_away_window_seconds
-from worker.connection_report import ConnectionReport
 from worker.context import WorkerContext
-from worker.fleet import FleetWatcher
-from worker.fleet_view import FleetView
-from worker.gone_sessions import GoneSessions
-from worker.holder import EndReason
-from worker.holdings import Holdings
 from worker.identity import Identity, resolve_identity
 from worker.lease_event_log import LeaseEventLog
-from worker.liveness import tick
+from worker.liveness.fleet import FleetWatcher
+from worker.liveness.gone_sessions import GoneSessions
+from worker.liveness.session_keeper import EXIT_UNREACHABLE, SessionKeeper
+from worker.liveness.takeover import Takeover
+from worker.liveness.ticker import tick
 from worker.logs import describe, logger
 from worker.metrics import EmfPublisher, WorkerMetrics, flush, flush_periodically
 from worker.os_limits import raise_open_file_limit
-from worker.own_leases import OwnLeases
-from worker.rebalancer import Rebalancer
-from worker.reconciler import Reconciler
-from worker.renewal import Renewals
+from worker.ownership.acquisition import Acquirer
+from worker.ownership.commands import CommandPoller, CommandQueue, given_away_window_seconds
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.holder import EndReason
+from worker.ownership.holdings import Holdings
+from worker.ownership.own_leases import OwnLeases
+from worker.ownership.rebalancer import Rebalancer
+from worker.ownership.reconciler import Reconciler
+from worker.ownership.renewal import Renewals
 from worker.secrets import Secrets
-from worker.session_keeper import EXIT_UNREACHABLE, SessionKeeper
 from worker.signals import install_signal_handlers
 from worker.sinks import Sink, load_sink
+from worker.stream.connection_report import ConnectionReport
 from worker.stream.keepalive import keepalive_from
-from worker.takeover import Takeover
 from worker.tracing import Tracing
 
 if TYPE_CHECKING:

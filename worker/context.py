@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Protocol
 from streamlease.lease_store import LeaseStore
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
-from worker.connection_report import ConnectionReport
-from worker.fence import DeliveryGate
+from worker.fencing.fence import DeliveryGate
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
 from worker.sinks import Sink
+from worker.stream.connection_report import ConnectionReport
 from worker.stream.keepalive import Keepalive
 from worker.tracing import Tracing
 
 if TYPE_CHECKING:
+    from worker.fencing.session import Session
     from worker.secrets import Secrets
-    from worker.session import Session
 
 
 class HandoffSender(Protocol):

@@ -26,7 +26,7 @@ from bench.fleet_model.scenarios import run as play
 from bench.fleet_model.world import Design
 from streamlease.schema import BY_OWNER, BY_SHARD_EXPIRY, INDEX_SHARDS, LEGACY_BY_OWNER
 from streamlease.settings import Settings
-from worker.fleet import SETTLE_ROUNDS
+from worker.liveness.fleet import SETTLE_ROUNDS
 
 FULL_SIZES: Final = tuple(Size(w, s) for w in (10, 100, 1000) for s in (100, 1000))
 QUICK_SIZES: Final = (Size(10, 100), Size(10, 1000), Size(300, 1000))

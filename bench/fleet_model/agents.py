@@ -1,13 +1,13 @@
 """One simulated worker: its session, fleet reads, reconcile, command poll, rebalance, drain.
 
-Each loop mirrors the worker's own (:mod:`worker.session`, :mod:`worker.fleet`,
-:mod:`worker.reconciler`, :mod:`worker.commands`, :mod:`worker.rebalancer`, the drain in
-:mod:`worker.app`) with its timers and jitter, and takes its decisions with the same rules:
-:class:`~streamlease.rules.DeadSessionDetector`, :func:`~streamlease.rules.fair_share` through
-:func:`worker.fleet_view.update_view`, :func:`~worker.reconciler.room_for`,
-:func:`~streamlease.rules.may_take_more`, :func:`~streamlease.rules.streams_to_shed`. What
-differs by design — how the fleet is watched, where orphans are found — is in
-:mod:`bench.fleet_model.watch`; taking over a dead session's streams in
+Each loop mirrors the worker's own (:mod:`worker.fencing.session`, :mod:`worker.liveness.fleet`,
+:mod:`worker.ownership.reconciler`, :mod:`worker.ownership.commands`,
+:mod:`worker.ownership.rebalancer`, the drain in :mod:`worker.app`) with its timers and jitter, and
+takes its decisions with the same rules: :class:`~streamlease.rules.DeadSessionDetector`,
+:func:`~streamlease.rules.fair_share` through :func:`worker.ownership.fleet_view.update_view`,
+:func:`~worker.ownership.reconciler.room_for`, :func:`~streamlease.rules.may_take_more`,
+:func:`~streamlease.rules.streams_to_shed`. What differs by design — how the fleet is watched, where
+orphans are found — is in :mod:`bench.fleet_model.watch`; taking over a dead session's streams in
 :mod:`bench.fleet_model.takeover`.
 """
 
@@ -22,10 +22,10 @@ from bench.fleet_model.units import read_units
 from bench.fleet_model.world import World
 from streamlease import rules
 from streamlease.schema import WorkerState
-from worker.commands import MAX_MESSAGES_PER_RECEIVE, PASS_ON_PAUSE_SECONDS, receive_count
-from worker.fleet_view import FleetView
-from worker.rebalancer import jittered
-from worker.reconciler import MAX_PARALLEL_ACQUIRES
+from worker.ownership.commands import MAX_MESSAGES_PER_RECEIVE, PASS_ON_PAUSE_SECONDS, receive_count
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.rebalancer import jittered
+from worker.ownership.reconciler import MAX_PARALLEL_ACQUIRES
 
 if TYPE_CHECKING:
     from bench.fleet_model.sessions import Session
@@ -202,7 +202,7 @@ class Agent:
         self.watch.find_orphans(self._take_orphans)
 
     def _take_orphans(self, found: list[int]) -> None:
-        from worker.reconciler import room_for
+        from worker.ownership.reconciler import room_for
 
         if not self.may_acquire():
             return

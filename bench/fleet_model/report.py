@@ -237,7 +237,8 @@ def model_notes(today: Design, flat: Design, seconds: float, quick: bool) -> Tab
         " jitter (session renewal every heartbeat, fleet reads every second, its own streams"
         " every heartbeat, reconcile, the command poll, rebalance, drain) and decides with the"
         " worker's rules (streamlease.rules' dead-session detector and fair share,"
-        " worker.fleet_view, worker.reconciler.room_for, the takeover's steps and constants)."
+        " worker.ownership.fleet_view, worker.ownership.reconciler.room_for, the takeover's steps"
+        " and constants)."
         f" Round trips {RTT_SECONDS[0] * 1000:g}–{RTT_SECONDS[1] * 1000:g} ms; botocore's"
         " standard retries (3 attempts, full-jitter backoff) on throttling; a worker's"
         f" capacity is {CAPACITY_HEADROOM:g}× what it holds (a zone's loss needs 1.5×).",

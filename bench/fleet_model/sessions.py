@@ -42,8 +42,8 @@ class Session:
         return self.state in LIVE_WORKER_STATES
 
     def info(self, capacity: int) -> WorkerInfo:
-        """The item as the fleet index shows it (what :func:`worker.fleet_view.count_fleet`
-        reads)."""
+        """The item as the fleet index shows it (what
+        :func:`worker.ownership.fleet_view.count_fleet` reads)."""
         return WorkerInfo(
             worker_id=self.sid,
             state=self.state,

@@ -1,10 +1,10 @@
 """A simulated worker's tombstones and sweeps of dead sessions (the worker's
-:mod:`worker.takeover`): the winner of a tombstone lists the session's streams in ``by-owner``
-until it reads none twice, takes each while it has room under its share and frees the rest with
-a handoff; any worker sweeps an EXPIRED session it has seen for a heartbeat.
+:mod:`worker.liveness.takeover`): the winner of a tombstone lists the session's streams in
+``by-owner`` until it reads none twice, takes each while it has room under its share and frees the
+rest with a handoff; any worker sweeps an EXPIRED session it has seen for a heartbeat.
 
-A sweep sends its steps :data:`~worker.takeover.PARALLEL_STEPS` at a time, each batch one round
-trip (the worker's semaphore of that width).
+A sweep sends its steps :data:`~worker.liveness.takeover.PARALLEL_STEPS` at a time, each batch one
+round trip (the worker's semaphore of that width).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bench.fleet_model.events import Answer, Request
 from bench.fleet_model.units import read_units
 from streamlease import rules
 from streamlease.schema import WorkerState
-from worker.takeover import (
+from worker.liveness.takeover import (
     EMPTY_READS,
     KEEP_TOMBSTONE_LEASES,
     MAX_ROUNDS,

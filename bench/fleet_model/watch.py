@@ -27,9 +27,9 @@ from bench.fleet_model.units import read_units
 from bench.fleet_model.world import World
 from streamlease import rules
 from streamlease.schema import FLEET_DIGEST_KEY, WorkerState
-from worker.fleet import DIGEST_READ_ROUNDS, MAX_WINDOW_PAGES, WINDOW_PAGE
-from worker.fleet_view import FleetView, update_view
-from worker.reconciler import query_limit
+from worker.liveness.fleet import DIGEST_READ_ROUNDS, MAX_WINDOW_PAGES, WINDOW_PAGE
+from worker.ownership.fleet_view import FleetView, update_view
+from worker.ownership.reconciler import query_limit
 
 if TYPE_CHECKING:
     from bench.fleet_model.agents import Agent
@@ -41,8 +41,8 @@ DIGEST_WRITE_SECONDS: Final = 1.0
 
 def whole_fleet_view(world: World) -> FleetView:
     """The fair share as a whole read of the fleet index shows it now (cached per second):
-    :func:`worker.fleet_view.update_view` over every session item, sessions unrenewed for a
-    lease counted dead, orphans as a reconcile query sees them."""
+    :func:`worker.ownership.fleet_view.update_view` over every session item, sessions unrenewed for
+    a lease counted dead, orphans as a reconcile query sees them."""
     second = math.floor(world.sim.now)
     cached = world.cache.get("view")
     if cached is not None and cached[0] == second:

@@ -27,7 +27,7 @@ from bench.fleet_model.sessions import Fleet
 from bench.fleet_model.store import TABLE, Store, Touch
 from bench.fleet_model.units import Units
 from streamlease.settings import Settings
-from worker.fleet_view import FleetView
+from worker.ownership.fleet_view import FleetView
 
 if TYPE_CHECKING:
     from bench.fleet_model.agents import Agent

@@ -14,8 +14,8 @@ from websockets.asyncio.client import connect
 
 from local.upstream_sim import UpstreamSimulator
 from streamlease.settings import Settings
+from worker.stream.connection import Resolver
 from worker.stream.link import UpstreamEventKind
-from worker.upstream import Resolver
 
 LOCAL_ONLY_INSECURE = Settings(allow_insecure_ws=True, connect_timeout_seconds=2.0)
 """ws:// allowed (the simulator has no TLS) but loopback refused, as in production."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from websockets.exceptions import InvalidStatus, NegotiationError
 from websockets.frames import BINARY, CLOSE, CONT, PING, PONG, TEXT, Close, Frame
+from websockets.http11 import Response
 from websockets.streams import StreamReader
 from websockets.utils import accept_key
 
@@ -93,11 +95,11 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 @contextlib.asynccontextmanager
 async def raw_server(
-    answer: Callable[[bytes], bytes] | None = None, accept_headers: bytes = b""
+    answer: Callable[[bytes], bytes] | None = None, headers: bytes = b""
 ) -> AsyncIterator[tuple[str, asyncio.Queue[Peer]]]:
-    """A server on 127.0.0.1 that answers each handshake (101 with ``accept_headers`` by
-    default, or ``answer(key)``) and hands the connection to the test. Yields its ``ws://`` URL
-    and the queue of peers."""
+    """A server on 127.0.0.1 that answers each handshake (101 with ``headers`` besides the
+    required ones by default, or ``answer(key)``) and hands the connection to the test. Yields
+    its ``ws://`` URL and the queue of peers."""
     peers: asyncio.Queue[Peer] = asyncio.Queue()
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -115,7 +117,7 @@ async def raw_server(
             b"Sec-WebSocket-Accept: "
             + accept_key(key.decode()).encode()
             + b"\r\n"
-            + accept_headers
+            + headers
             + b"\r\n"
         )
         await peers.put(Peer(reader, writer, request))
@@ -178,6 +180,24 @@ async def test_what_one_read_completed_is_one_batch_in_order(open_upstream: Open
             (TEXT, b"b"),
             (BINARY, b"\x00c"),
         ]
+        transport.abort()
+
+
+async def test_an_open_connection_keeps_none_of_the_handshake_answers_headers() -> None:
+    """The library's parser holds on to the handshake's answer for as long as the connection
+    lives: what a chatty upstream said in it (cookies, policies) is not kept with it. (websockets
+    only: picows keeps its answer on its transport for the connection's life.)"""
+    chatty = b"".join(b"X-Chatty-%d: %s\r\n" % (n, b"v" * 200) for n in range(20))
+    async with raw_server(headers=chatty) as (url, peers):
+        transport, recorder = await opened(open_websocket, url)
+        peer = await peers.get()
+        peer.write(text("a"))
+        await recorder.until(lambda: recorder.messages == [b"a"])
+        gc.collect()
+        kept = [
+            o for o in gc.get_objects() if isinstance(o, Response) and o.headers.get("X-Chatty-0")
+        ]
+        assert kept == []
         transport.abort()
 
 
@@ -413,7 +433,7 @@ async def test_a_frame_with_a_reserved_bit_is_a_protocol_error_1002(open_upstrea
 
 
 async def test_subprotocols_are_offered_and_the_one_accepted_opens(open_upstream: Opener) -> None:
-    async with raw_server(accept_headers=b"Sec-WebSocket-Protocol: feed.v2\r\n") as (url, peers):
+    async with raw_server(headers=b"Sec-WebSocket-Protocol: feed.v2\r\n") as (url, peers):
         recorder = Recorder()
         target = Target(url, "127.0.0.1", subprotocols=["feed.v1", "feed.v2"])
         transport = await open_upstream(target, recorder, None)
@@ -434,7 +454,7 @@ async def test_an_answer_accepting_what_was_not_offered_fails_the_open(
 ) -> None:
     """The open fails (a negotiation error, retried like an invalid handshake), the socket is
     dropped, and the handler hears of nothing."""
-    async with raw_server(accept_headers=header) as (url, peers):
+    async with raw_server(headers=header) as (url, peers):
         recorder = Recorder()
         target = Target(url, "127.0.0.1", subprotocols=["feed.v1"])
         with pytest.raises(NegotiationError):

@@ -32,7 +32,7 @@ from local.worker_process import REPO_ROOT, WorkerProcess, child_env
 from streamlease import rules
 from streamlease.schema import Liveness, belongs_to_task, expiry_shard, worker_key
 from streamlease.settings import Settings
-from worker.session_keeper import EXIT_UNREACHABLE
+from worker.liveness.session_keeper import EXIT_UNREACHABLE
 
 pytestmark = pytest.mark.slow
 

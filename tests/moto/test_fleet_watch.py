@@ -17,9 +17,9 @@ from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
-from worker import fleet as fleet_module
-from worker.fleet import WINDOW_PAGE, FleetWatcher
-from worker.fleet_view import FleetView
+from worker.liveness import fleet as fleet_module
+from worker.liveness.fleet import WINDOW_PAGE, FleetWatcher
+from worker.ownership.fleet_view import FleetView
 
 LEASE_SECONDS = 0.4
 SESSIONS = rules.FULL_READ_MAX_SESSIONS + 8

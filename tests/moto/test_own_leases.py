@@ -13,11 +13,11 @@ import pytest
 from stream_items import put_stream
 
 from streamlease.lease_store import LeaseStore
-from streamlease.model import Stream
+from streamlease.model import LeaseView, Stream
 from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
-from worker.holder import EndReason
-from worker.own_leases import OwnLeases
-from worker.slots import SlotTable
+from worker.fencing.slots import SlotTable
+from worker.ownership.holder import EndReason
+from worker.ownership.own_leases import OwnLeases
 
 OWNER = "task1/1-ab"
 LEASE_MS = 20_000
@@ -251,6 +251,28 @@ def test_a_stream_changed_in_place_comes_back_with_the_stopped_ones(
     assert (owned.count, [v.stream_id for v in owned.stopped]) == (5, ["s4"])
     assert [(v.stream_id, v.generation) for v in owned.changed] == [("s2", 2)]
     assert store.stopped_of(OWNER).changed == ()
+
+
+def test_the_own_streams_read_parses_only_what_a_holder_compares(
+    store: LeaseStore, seed: Any, dynamodb: Any, aws_settings: Any
+) -> None:
+    """A stream held above the lowest generation (restarted once) comes back every poll: its
+    view carries the stream, epoch, desired state and generation, nothing else of the entry."""
+    for n in range(3):
+        seed(f"s{n}")
+        store.acquire(f"s{n}", OWNER, LEASE_MS, slot=n)
+    change(dynamodb, aws_settings.table_name, "s1", "wss://feed-1.example.com/x")
+    stop(dynamodb, aws_settings.table_name, "s2")
+
+    owned = store.stopped_of(OWNER, above_generation=1)
+
+    epochs = {s: store.read(s).epoch for s in ("s1", "s2")}
+    assert owned.changed == (
+        LeaseView("s1", None, epochs["s1"], 0, desired_state=DesiredState.STARTED, generation=2),
+    )
+    assert owned.stopped == (
+        LeaseView("s2", None, epochs["s2"], 0, desired_state=DesiredState.STOPPED, generation=1),
+    )
 
 
 async def test_a_change_reaches_the_holder_of_that_epoch_with_the_new_settings(

@@ -12,7 +12,7 @@ import pytest
 from streamlease import aws
 from streamlease.schema import Command, CommandType
 from streamlease.settings import Settings
-from worker.commands import CommandQueue
+from worker.ownership.commands import CommandQueue
 
 POLL_WAIT_SECONDS = 2
 

@@ -16,7 +16,7 @@ import pytest
 from streamlease.errors import LeaseLost, StoreError
 from streamlease.model import Lease, StreamProgress
 from streamlease.schema import ConnectionState
-from worker.connection_report import ConnectionReport
+from worker.stream.connection_report import ConnectionReport
 from worker.stream.progress import ProgressWatch
 from worker.stream.sequence import Sequencer
 

@@ -2,6 +2,8 @@
 
 ``lambdas → streamlease``, ``worker → streamlease``, ``cdk → streamlease`` (schema, settings,
 telemetry and errors only), ``local → everything``; ``streamlease`` imports none of the others.
+Inside the worker its folders import one way (liveness → ownership → stream → sinks → fencing,
+with the process modules around them).
 ``make lint`` runs ``lint-imports`` too; this test is what puts the contracts into ``make test``,
 and so into CI.
 """
@@ -51,6 +53,24 @@ def test_the_repository_keeps_every_contract() -> None:
     assert "0 broken" in result.stdout
 
 
+WORKER_FOLDERS = ("liveness", "ownership", "stream", "sinks", "fencing")
+WORKER_MODULES = (
+    "__main__",
+    "app",
+    "context",
+    "secrets",
+    "blocking",
+    "health",
+    "identity",
+    "lease_event_log",
+    "metrics",
+    "os_limits",
+    "signals",
+    "tracing",
+    "logs",
+)
+
+
 def write_project(root: Path, files: dict[str, str]) -> None:
     """The five packages (empty) under ``root``, plus ``files`` (path: source)."""
     for package in ("streamlease", "worker", "lambdas", "cdk", "local"):
@@ -60,13 +80,19 @@ def write_project(root: Path, files: dict[str, str]) -> None:
     invariants.mkdir()
     for module in ("__init__", "checker", "ownership", "report", "inputs", "model"):
         (invariants / f"{module}.py").write_text("")
+    for folder in WORKER_FOLDERS:  # the layers of the worker's one-way contract
+        (root / "worker" / folder).mkdir()
+        (root / "worker" / folder / "__init__.py").write_text("")
+    for module in WORKER_MODULES:
+        (root / "worker" / f"{module}.py").write_text("")
     for path, source in files.items():
         (root / path).write_text(source)
 
 
 def test_imports_against_the_direction_are_reported(tmp_path: Path) -> None:
     """Not vacuous: every kind of forbidden import is caught, including one inside a function
-    and one under ``TYPE_CHECKING``; local may import anything and cdk may use the names."""
+    and one under ``TYPE_CHECKING``, and a worker folder importing one above it; local may import
+    anything, cdk may use the names and a worker folder may import those below it."""
     write_project(
         tmp_path,
         {
@@ -77,6 +103,9 @@ def test_imports_against_the_direction_are_reported(tmp_path: Path) -> None:
             ),
             "worker/app.py": "from streamlease import lease_store\n",
             "worker/bad.py": "def f():\n    from lambdas.api import handler\n",
+            "worker/stream/link.py": "",
+            "worker/fencing/fence.py": "import worker.stream.link\n",
+            "worker/liveness/fleet.py": "import worker.ownership, worker.stream.link, worker.logs",
             "lambdas/api.py": "from streamlease.lease_store import LeaseStore\nhandler = None\n",
             "cdk/stack.py": "from streamlease import schema, lease_store\n",
             "local/stack.py": "import cdk.stack, lambdas.api, streamlease.schema, worker.app\n",
@@ -89,5 +118,6 @@ def test_imports_against_the_direction_are_reported(tmp_path: Path) -> None:
     assert reported(result.stdout) == {
         "streamlease.bad -> worker.app",
         "worker.bad -> lambdas.api",
+        "worker.fencing.fence -> worker.stream.link",
         "cdk.stack -> streamlease.lease_store",
     }

@@ -20,9 +20,9 @@ from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
 from streamlease.session_store import Expiry
 from streamlease.settings import Settings
+from worker.fencing.session import Session, SessionState
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
-from worker.session import Session, SessionState
 
 SETTINGS = Settings(lease_seconds=0.4, heartbeat_seconds=0.1, fence_margin_seconds=0.1)
 ME = "w1/1-abcd"

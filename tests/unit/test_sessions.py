@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from streamlease import checkpoints, rules
 from streamlease.rules import BREAKER_LEASES, DeadSessionDetector
 from streamlease.seqs import MAX_SEQ
-from worker.slots import SlotTable
+from worker.fencing.slots import SlotTable
 
 LEASE = 20.0
 

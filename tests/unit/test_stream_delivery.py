@@ -13,7 +13,7 @@ from websockets.frames import TEXT, Frame
 
 from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.telemetry import WorkerMetric
-from worker.fence import DeliveryGate
+from worker.fencing.fence import DeliveryGate
 from worker.metrics import WorkerMetrics
 from worker.sinks import BatchHeader, SinkBatch
 from worker.stream import delivery as delivery_module

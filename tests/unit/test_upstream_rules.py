@@ -13,9 +13,9 @@ from websockets.exceptions import InvalidStatus
 from websockets.frames import Close
 from websockets.http11 import Response
 
+from worker.stream.connection import describe_close, describe_connect_error, with_query
 from worker.stream.transport import CloseBy
 from worker.stream.websocket import closed_from
-from worker.upstream import describe_close, describe_connect_error, with_query
 
 SECRET = "token=s3cr3t"
 

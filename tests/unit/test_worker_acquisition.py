@@ -8,9 +8,9 @@ from typing import Any, cast
 
 from streamlease.schema import Liveness
 from streamlease.settings import Settings
-from worker.acquisition import Acquirer
-from worker.holdings import Holdings
-from worker.slots import SlotTable
+from worker.fencing.slots import SlotTable
+from worker.ownership.acquisition import Acquirer
+from worker.ownership.holdings import Holdings
 
 CAPACITY = 4
 

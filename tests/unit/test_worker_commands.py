@@ -12,11 +12,11 @@ import pytest
 
 from streamlease.schema import Command, CommandType
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
-from worker import commands
-from worker.acquisition import Outcome
-from worker.commands import PASS_ON_LIMIT, CommandPoller
-from worker.fleet_view import FleetView
-from worker.holdings import Holdings
+from worker.ownership import commands
+from worker.ownership.acquisition import Outcome
+from worker.ownership.commands import PASS_ON_LIMIT, CommandPoller
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.holdings import Holdings
 
 
 class FakeQueue:

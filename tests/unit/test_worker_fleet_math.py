@@ -7,10 +7,10 @@ import random
 from streamlease.fleet_digest import FleetDigest
 from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
-from worker.commands import given_away_window_seconds, receive_count, wait_seconds
-from worker.fleet_view import FleetView, count_fleet, update_view, view_from_digest
-from worker.rebalancer import choose_to_shed, jittered
-from worker.reconciler import query_limit, room_for
+from worker.ownership.commands import given_away_window_seconds, receive_count, wait_seconds
+from worker.ownership.fleet_view import FleetView, count_fleet, update_view, view_from_digest
+from worker.ownership.rebalancer import choose_to_shed, jittered
+from worker.ownership.reconciler import query_limit, room_for
 
 
 def info(worker_id: str, streams: int, state: WorkerState = WorkerState.RUNNING) -> WorkerInfo:

@@ -23,11 +23,11 @@ from streamlease.schema import DesiredState
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
-from worker.fence import Fence, LeaseFence
-from worker.holder import EndReason, StreamHolder
+from worker.fencing.fence import Fence, LeaseFence
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
+from worker.ownership.holder import EndReason, StreamHolder
 from worker.sinks import BufferedSink, SinkBatch
 from worker.sinks.base import deadline_passed_error
 from worker.stream.delivery import MAX_WAITING_BYTES

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.holdings import Holdings
+from worker.ownership.holdings import Holdings
 
 
 def test_reservations_count_against_capacity() -> None:

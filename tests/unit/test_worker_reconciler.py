@@ -13,10 +13,10 @@ from streamlease.errors import StoreError
 from streamlease.model import LeaseView
 from streamlease.schema import INDEX_SHARDS, Liveness
 from streamlease.settings import Settings
-from worker.acquisition import Outcome
-from worker.fleet_view import FleetView
-from worker.holdings import Holdings
-from worker.reconciler import SWEEP_EVERY_ROUNDS, Reconciler, query_limit
+from worker.ownership.acquisition import Outcome
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.holdings import Holdings
+from worker.ownership.reconciler import SWEEP_EVERY_ROUNDS, Reconciler, query_limit
 
 RELEASED = LeaseView("released", None, 3, expires_at_ms=0)
 """Freed by its holder (a rebalance or a drain): its handoff command is on the way."""

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamlease.rules import retry_delay_seconds
-from worker.renewal_schedule import RenewalSchedule
+from worker.ownership.renewal_schedule import RenewalSchedule
 
 H = 5.0
 
@@ -131,7 +131,7 @@ def test_a_worker_whose_renewals_fall_a_heartbeat_behind_takes_no_streams() -> N
     from typing import Any, cast
 
     from streamlease.settings import Settings
-    from worker.renewal import Renewals
+    from worker.ownership.renewal import Renewals
 
     renewals = Renewals(cast(Any, SimpleNamespace(settings=Settings(heartbeat_seconds=H))))
     holder = cast(Any, SimpleNamespace(stream_id="a", epoch=1))

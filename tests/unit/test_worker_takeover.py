@@ -10,11 +10,11 @@ from typing import Any, cast
 from streamlease.model import LeaseView, WorkerInfo
 from streamlease.schema import DesiredState, WorkerState
 from streamlease.settings import Settings
-from worker import takeover as takeover_module
-from worker.acquisition import Outcome
-from worker.fleet_view import FleetView
-from worker.holdings import Holdings
-from worker.takeover import Takeover
+from worker.liveness import takeover as takeover_module
+from worker.liveness.takeover import Takeover
+from worker.ownership.acquisition import Outcome
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.holdings import Holdings
 
 DEAD = "dead-session"
 STREAMS = 6

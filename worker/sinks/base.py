@@ -40,7 +40,7 @@ from typing import Final, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_chec
 
 from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.schema import PayloadEncoding, SinkField
-from worker.fence import Deadline as Deadline
+from worker.fencing.fence import Deadline as Deadline
 
 try:
     import orjson

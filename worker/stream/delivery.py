@@ -15,8 +15,8 @@ after a backoff, only what the sink did not store.
 
 Fencing: a batch past a per-stream lease's deadline ends the holding (``on_fenced``); past a
 session's deadline delivery and reading stop and the delivery waits in the worker's
-:class:`~worker.fence.DeliveryGate` until the session renews. The sink checks the deadline once
-more right before it sends.
+:class:`~worker.fencing.fence.DeliveryGate` until the session renews. The sink checks the deadline
+once more right before it sends.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from websockets.frames import Frame
 from streamlease import rules
 from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.telemetry import WorkerMetric
-from worker.fence import DeliveryGate, Fence
+from worker.fencing.fence import DeliveryGate, Fence
 from worker.logs import describe, logger
 from worker.metrics import WorkerMetrics
 from worker.sinks import BatchHeader, Sink, SinkBatch, SinkRecord
@@ -58,7 +58,7 @@ class Reading(Protocol):
 class Delivery:
     """One holding's data path (see the module docstring); the sink's
     :class:`~worker.sinks.BatchOwner` of its batches and the gate's
-    :class:`~worker.fence.Pausable`."""
+    :class:`~worker.fencing.fence.Pausable`."""
 
     __slots__ = (
         "_backpressure",

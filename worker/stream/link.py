@@ -6,9 +6,9 @@ and knows nothing of leases. Messages never pass through its code: each connecti
 ``messages_received``. The link opens connections, hears of their close, and decides what a
 failed connect or a close means.
 
-* **Connect** (:func:`~worker.upstream.connect_upstream`): the URL passes the URL policy again,
-  every address the host resolves to is checked, and the socket goes to a checked address while
-  TLS's SNI and ``Host`` keep the URL's name. No proxy, no redirects, no compression.
+* **Connect** (:func:`~worker.stream.connection.connect_upstream`): the URL passes the URL policy
+  again, every address the host resolves to is checked, and the socket goes to a checked address
+  while TLS's SNI and ``Host`` keep the URL's name. No proxy, no redirects, no compression.
 * **Resume**: each connect states where the stream is (``resume_from()``, the last seq taken in)
   where the profile puts it — a query parameter, a header, an open message — and sends the
   profile's open messages in order, each awaiting its answer when it asks to
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,6 +47,13 @@ from streamlease.profile import DEFAULT_PROFILE, Profile
 from streamlease.rules import backoff_seconds
 from streamlease.settings import Settings
 from streamlease.url_policy import UrlPolicy
+from worker.stream.connection import (
+    Failure,
+    Resolver,
+    connect_upstream,
+    describe_close,
+    describe_connect_error,
+)
 from worker.stream.keepalive import Keepalive
 from worker.stream.opening import (
     AppPinger,
@@ -56,13 +64,12 @@ from worker.stream.opening import (
 )
 from worker.stream.transport import UpstreamTransport
 from worker.stream.websocket import CLOSE_TIMEOUT_SECONDS
-from worker.upstream.connection import (
-    Failure,
-    Resolver,
-    connect_upstream,
-    describe_close,
-    describe_connect_error,
-)
+
+
+@functools.lru_cache(maxsize=4)
+def _policy_of(settings: Settings) -> UrlPolicy:
+    """The URL policy of ``settings``, one object for every link (not one per held stream)."""
+    return UrlPolicy.from_settings(settings)
 
 
 class UpstreamEventKind(StrEnum):
@@ -191,7 +198,7 @@ class UpstreamLink:
         self._forget_secrets = forget_secrets
         self._keepalive = keepalive
         self._connect_span = connect_span
-        self._policy = policy or UrlPolicy.from_settings(settings)
+        self._policy = policy or _policy_of(settings)
         self._resolver = resolver
         self._rand = rand
         self._clock = clock
@@ -199,7 +206,9 @@ class UpstreamLink:
         self._paused = False
         self._failures = 0  # consecutive, drives the backoff
         self._connected_at = 0.0
-        self._close_requested = asyncio.Event()
+        self._close_requested = False
+        """Set by :meth:`close` (a flag: an Event would cost every held stream ~0.7 KiB for a
+        wait nobody makes; :attr:`_nudge` wakes what waits)."""
         self._settings_version = 0
         """Counts :meth:`change` calls: a connection made with older settings is replaced."""
         self._connected_version = 0
@@ -216,16 +225,19 @@ class UpstreamLink:
     async def run(self) -> None:
         """Connect, and reconnect after every failure, until the upstream ends the stream (then
         :attr:`upstream_ended`) or :meth:`close` is called."""
-        while not self._close_requested.is_set():
+        while not self._close_requested:
             connected = await self._connect()
             if connected is None:
                 return
-            closed = await asyncio.shield(connected.closed)
+            # Awaited as it is (a shield would keep a future and two callbacks per held stream):
+            # a cancelled wait cancels the connection's own ``closed``, which nothing reads
+            # afterwards, and whose handler then leaves it alone.
+            closed = await connected.closed
             self._transport = None
             if self._pinger is not None:
                 self._pinger.cancel()
                 self._pinger = None
-            if self._close_requested.is_set():
+            if self._close_requested:
                 return
             if self._connected_version != self._settings_version:
                 continue  # closed for the new settings: connect with them at once
@@ -278,9 +290,9 @@ class UpstreamLink:
         """Stop the link and close the connection with ``code`` (1000: the stream stopped;
         1001: this worker is going away), waiting at most a little longer than the closing
         handshake may take; then the socket is dropped. Idempotent; never raises."""
-        if not self._close_requested.is_set():
+        if not self._close_requested:
             self._close_code = code
-            self._close_requested.set()
+            self._close_requested = True
             self._end_wait()
         if self.end_reason is None:
             self.end_reason = f"closed by the owner (close code {self._close_code})"
@@ -299,7 +311,7 @@ class UpstreamLink:
     async def _connect(self) -> Connection | None:
         """The next open connection (retrying as the outcomes say), or None once closing."""
         settings = self._settings
-        while not self._close_requested.is_set():
+        while not self._close_requested:
             profile, version = self._profile, self._settings_version
             try:
                 secrets = await self._secrets() if self._secrets is not None else {}
@@ -340,7 +352,7 @@ class UpstreamLink:
                 else:
                     await self._back_off(UpstreamEventKind.RETRYING, refused)
                 continue
-            if self._close_requested.is_set():
+            if self._close_requested:
                 transport.close(self._close_code)
                 return None
             if version != self._settings_version:  # changed meanwhile: connect anew

@@ -1,8 +1,8 @@
 """One held stream's progress, and the trouble it shows: stalled, malformed, sink failing.
 
 The holder counts into a :class:`ProgressWatch` on its hot path (plain integer attributes, one
-update per batch); the worker's connection-state writer (:mod:`worker.connection_report`) looks
-at it about once a second (:meth:`ProgressWatch.judge`) and turns what it sees, together with
+update per batch); the worker's connection-state writer (:mod:`worker.stream.connection_report`)
+looks at it about once a second (:meth:`ProgressWatch.judge`) and turns what it sees, together with
 the connection's own state, into the state an operator reads:
 
 - ``sink_failing``: the sink refused :data:`SINK_FAILING_AFTER` writes in a row;

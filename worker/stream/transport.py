@@ -1,8 +1,8 @@
 """The upstream transport seam: one WebSocket connection that calls back with batches.
 
 An :class:`UpstreamTransport` is all the rest of the worker knows of a connection. It is opened
-to an address the URL policy has already checked (:func:`worker.upstream.connect_upstream`, a
-:class:`Target`); it hands its :class:`UpstreamHandler` every complete message that one read of
+to an address the URL policy has already checked (:func:`worker.stream.connection.connect_upstream`,
+a :class:`Target`); it hands its :class:`UpstreamHandler` every complete message that one read of
 the socket produced — a *batch*: a list of websockets :class:`~websockets.frames.Frame`
 objects, each a whole text or binary message — and, once, how the connection closed
 (:class:`Closed`: code, reason, who closed first). It can pause and resume reading, send a text

@@ -39,11 +39,11 @@ from streamlease.lease_events import LeaseEventKind
 from streamlease.lease_store import wall_ms
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
-from worker.fence import LeaseFence
-from worker.holder import EndReason, StreamHolder
+from worker.fencing.fence import LeaseFence
 from worker.logs import describe, logger
 from worker.metrics import RENEWAL_CALL_MS
-from worker.renewal_schedule import RenewalSchedule
+from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.renewal_schedule import RenewalSchedule
 
 MAX_IN_FLIGHT: Final = 16
 """Renewals awaiting DynamoDB at once; one slow call never delays the others' sends."""

@@ -1,6 +1,6 @@
 """Rebalancing: shed streams when this worker holds far above its share.
 
-The fair share comes from the fleet watcher (:mod:`worker.fleet`, recounted every second).
+The fair share comes from the fleet watcher (:mod:`worker.liveness.fleet`, recounted every second).
 Every ``rebalance_seconds`` (jittered), when this worker holds more than share + slack, it hands
 off a few streams (release + handoff) that it has held for at least ``min_tenure_seconds``. A few
 at a time, so the fleet converges without a herd; never more than the workers below their share
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from streamlease import rules
 from worker.context import WorkerContext
-from worker.fleet_view import FleetView
-from worker.holder import EndReason, StreamHolder
-from worker.holdings import Holdings
 from worker.logs import describe, logger
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.holdings import Holdings
 
 
 def jittered(seconds: float, rand: float) -> float:

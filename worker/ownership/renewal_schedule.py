@@ -1,9 +1,9 @@
 """When each held lease is renewed next: one monotonic timetable, spread evenly over a heartbeat.
 
-Pure bookkeeping (no clock reads, no I/O): :mod:`worker.renewal` asks it what is due and tells it
-what happened. Every lease owns a *slot* — a phase in the heartbeat cycle — that repeats every
-heartbeat. A new lease gets the middle of the widest free gap between existing slots, so leases
-acquired in a burst (start-up, a takeover of a dead worker's streams) do not renew in a burst
+Pure bookkeeping (no clock reads, no I/O): :mod:`worker.ownership.renewal` asks it what is due and
+tells it what happened. Every lease owns a *slot* — a phase in the heartbeat cycle — that repeats
+every heartbeat. A new lease gets the middle of the widest free gap between existing slots, so
+leases acquired in a burst (start-up, a takeover of a dead worker's streams) do not renew in a burst
 forever after. A failed attempt is retried on its own timer without giving up the slot, so the
 spread survives a DynamoDB outage.
 """

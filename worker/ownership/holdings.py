@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 
-from worker.holder import EndReason, StreamHolder
+from worker.ownership.holder import EndReason, StreamHolder
 from worker.stream.delivery import Delivery
 
 

@@ -24,7 +24,7 @@ from typing import Final, Protocol
 from streamlease import checkpoints, rules
 from streamlease.checkpoints import Checkpoint
 from streamlease.settings import Settings
-from worker.session import Session, SessionState
+from worker.fencing.session import Session, SessionState
 
 _new = tuple.__new__
 
@@ -105,6 +105,7 @@ class Fence(Protocol):
 class LeaseFence:
     """The fence of a per-stream lease: its own deadline, extended by its renewals."""
 
+    __slots__ = ("_deadline", "_epoch", "_renewals", "_settings", "_stream_id", "sent_expires_ms")
     pauses = False
 
     def __init__(
@@ -189,6 +190,16 @@ _SESSION_DEADLINES: Final[weakref.WeakKeyDictionary[Session, SessionDeadline]] =
 class SessionFence:
     """The fence of a stream attached to a session: the session's deadline, and a slot."""
 
+    __slots__ = (
+        "_epoch",
+        "_finished",
+        "_release_unanswered",
+        "_shared",
+        "_stream_id",
+        "_tag",
+        "session",
+        "slot",
+    )
     pauses = True
 
     def __init__(

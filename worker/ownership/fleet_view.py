@@ -1,7 +1,7 @@
 """The fleet as one worker sees it: the fair share, and whether it may join at all.
 
-Pure functions of the worker items (and this worker's own counts); :mod:`worker.fleet` reads the
-items and keeps the view current.
+Pure functions of the worker items (and this worker's own counts); :mod:`worker.liveness.fleet`
+reads the items and keeps the view current.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One held stream: its lease, its upstream link, its delivery, and how the holding ends.
 
-A :class:`StreamHolder` is created by :mod:`worker.acquisition` after a won acquire. Its parts:
-the upstream link (:mod:`worker.stream.link`: connect, resume, reconnect with backoff), whose
+A :class:`StreamHolder` is created by :mod:`worker.ownership.acquisition` after a won acquire. Its
+parts: the upstream link (:mod:`worker.stream.link`: connect, resume, reconnect with backoff), whose
 connections hand every batch straight to the holding's delivery (:mod:`worker.stream.delivery`:
 sequence, fence check, sink, acknowledgement — callbacks, no await per message), and the
 progress the connection-state writer watches (:mod:`worker.stream.progress`).
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
+from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
@@ -31,7 +32,7 @@ from streamlease.profile import DEFAULT_PROFILE, Profile, ProfileError
 from streamlease.schema import ConnectionState, DesiredState
 from streamlease.telemetry import SpanName, WorkerMetric
 from worker.context import WorkerContext
-from worker.fence import Fence
+from worker.fencing.fence import Fence
 from worker.logs import describe, logger
 from worker.secrets import Secrets
 from worker.sinks import BatchHeader
@@ -100,6 +101,29 @@ class StreamHolder:
     """Holds one stream under one lease epoch until :meth:`request_end` (or, for a per-stream
     lease, its deadline)."""
 
+    __slots__ = (
+        "_ctx",
+        "_deadline_timer",
+        "_failure",
+        "_interruptible",
+        "_interrupting",
+        "_link",
+        "_sequencer",
+        "_settings",
+        "_task",
+        "_trace",
+        "acquired_mono",
+        "delivery",
+        "end_reason",
+        "epoch",
+        "fence",
+        "generation",
+        "lease",
+        "owner",
+        "progress",
+        "stream_id",
+    )
+
     def __init__(
         self, lease: Lease, ctx: WorkerContext, fence: Fence, *, acquired_mono: float
     ) -> None:
@@ -132,7 +156,7 @@ class StreamHolder:
             metrics=ctx.metrics,
             gate=ctx.gate,
             reading=self,
-            on_fenced=lambda: self.request_end(EndReason.FENCED),
+            on_fenced=self._fenced,
             acked_seq=lease.last_seq,
         )
         secrets = ctx.secrets
@@ -141,13 +165,13 @@ class StreamHolder:
             lease.ws_url,
             ctx.settings,
             self.delivery.messages_received,  # the connection's batches go straight there
-            resume_from=lambda: sequencer.last_seq,
+            resume_from=self._resume_from,
             on_event=self._on_event,
             profile=profile,
             secrets=_secrets_for(profile, secrets),
             forget_secrets=_forget_for(profile, secrets),
             keepalive=ctx.keepalive,
-            connect_span=lambda attempt: self._trace.span(SpanName.CONNECT, attempt=attempt),
+            connect_span=self._connect_span,
         )
 
     def _profile(self, stored: Mapping[str, Any] | None) -> Profile:
@@ -267,7 +291,17 @@ class StreamHolder:
         try:
             if self._failure is not None:
                 self.request_end(EndReason.FAILED)
-            await self._hold()
+            # Keep the link up until an end is requested or the upstream ends it (here, not in a
+            # coroutine of its own: every held stream waits in this chain of frames).
+            link = self._link
+            try:
+                await self._interruptibly(link.run())
+            except Exception as exc:
+                self.request_end(EndReason.FAILED, describe(exc))
+            else:
+                if link.upstream_ended:
+                    why = link.end_reason or "upstream ended the stream"
+                    self.request_end(EndReason.ENDED, why)
             reason = self.end_reason
             if reason in GRACEFUL:
                 limit = min(DRAIN_SECONDS, max(0.0, self.fence.remaining_seconds()) + 1.0)
@@ -294,19 +328,20 @@ class StreamHolder:
             self._ctx.connections.forget(self.stream_id, self.epoch)
             self.fence.finish()
 
-    async def _hold(self) -> None:
-        """Keep the upstream link up until an end is requested or the upstream ends it."""
-        link = self._link
-        try:
-            await self._interruptibly(link.run())
-        except Exception as exc:
-            self.request_end(EndReason.FAILED, describe(exc))
-            return
-        if link.upstream_ended:
-            self.request_end(EndReason.ENDED, link.end_reason or "upstream ended the stream")
+    # Callbacks as methods, not lambdas: every held stream has them (a bound method is a third
+    # of a closure's size, and is made once, when handed over).
 
     def _lost(self) -> None:
         self.request_end(EndReason.LOST)
+
+    def _fenced(self) -> None:
+        self.request_end(EndReason.FENCED)
+
+    def _resume_from(self) -> int:
+        return self._sequencer.last_seq
+
+    def _connect_span(self, attempt: int) -> AbstractContextManager[object]:
+        return self._trace.span(SpanName.CONNECT, attempt=attempt)
 
     def _on_event(self, event: UpstreamEvent) -> None:
         """The link's report: count, log, and note connection-state changes."""
@@ -512,8 +547,9 @@ def _secrets_for(profile: Profile, secrets: Secrets | None) -> SecretsSource | N
 
 
 def _forget_for(profile: Profile, secrets: Secrets | None) -> Callable[[], None] | None:
-    """What the link calls when the upstream refused the stream: read its secrets afresh."""
-    if secrets is None:
+    """What the link calls when the upstream refused the stream: read its secrets afresh
+    (None: the profile has none)."""
+    if secrets is None or not profile.secrets:
         return None
     return lambda: secrets.forget(profile.secrets)
 

@@ -45,12 +45,12 @@ from streamlease.errors import StoreError
 from streamlease.lease_store import wall_ms
 from streamlease.model import LeaseView
 from streamlease.schema import Liveness, expiry_shards
-from worker.acquisition import Acquirer, Outcome
 from worker.context import WorkerContext
-from worker.fleet_view import FleetView
-from worker.holdings import Holdings
 from worker.logs import describe, logger
-from worker.rebalancer import jittered
+from worker.ownership.acquisition import Acquirer, Outcome
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.holdings import Holdings
+from worker.ownership.rebalancer import jittered
 
 MAX_PARALLEL_ACQUIRES: Final = 8
 SWEEP_EVERY_ROUNDS: Final = 60

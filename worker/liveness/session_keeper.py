@@ -4,11 +4,11 @@ one, and giving up when no renewal gets through (architecture §4a).
 - **Join**: a worker refuses to start beside live workers of the other liveness mode.
 - **Open**: a new session under a new id, retried while DynamoDB does not answer.
 - **Keep**: a session the store reports expired, or that the renewal thread revoked because its
-  renewals went unanswered (a gray failure, :mod:`worker.session`), takes every stream attached
-  to it along (holders stop at once and write nothing more); then a new session under a new id,
-  on *probation* (it takes no streams and judges no peer) until one of its renewals succeeds.
+  renewals went unanswered (a gray failure, :mod:`worker.fencing.session`), takes every stream
+  attached to it along (holders stop at once and write nothing more); then a new session under a new
+  id, on *probation* (it takes no streams and judges no peer) until one of its renewals succeeds.
   A session that asked to be *rolled over* (its lost checkpoint slots leave it too little
-  room, :mod:`worker.own_leases`) is still live: its streams are released with their
+  room, :mod:`worker.ownership.own_leases`) is still live: its streams are released with their
   checkpoints and handed off as in a drain, it is revoked, and a new session opens at once.
   A revoked session's streams are handed over at once: once its holders have stopped, each is
   freed at exactly its epoch with the checkpoint its holder acknowledged (fresher than any
@@ -39,13 +39,13 @@ from streamlease.schema import Liveness
 from streamlease.session_store import SessionStore
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
-from worker.fleet_view import check_fleet_mode
+from worker.fencing.session import Session, SessionState
 from worker.health import mark_unhealthy
-from worker.holder import EndReason, StreamHolder
-from worker.holdings import Holdings
+from worker.liveness.takeover import free_and_hand_off
 from worker.logs import describe, logger
-from worker.session import Session, SessionState
-from worker.takeover import free_and_hand_off
+from worker.ownership.fleet_view import check_fleet_mode
+from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.holdings import Holdings
 
 EXIT_UNREACHABLE: Final = 3
 """The exit status of a worker that gave up: no renewal answered for too long."""

@@ -26,12 +26,12 @@ from streamlease.model import Lease
 from streamlease.schema import Liveness
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
-from worker.fence import Fence, LeaseFence, SessionFence
-from worker.holder import EndReason, StreamHolder
-from worker.holdings import Holdings
+from worker.fencing.fence import Fence, LeaseFence, SessionFence
+from worker.fencing.session import Session
 from worker.logs import describe, logger
-from worker.renewal import Renewals
-from worker.session import Session
+from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.holdings import Holdings
+from worker.ownership.renewal import Renewals
 from worker.tracing import StreamTrace
 
 
@@ -181,7 +181,8 @@ class Acquirer:
     async def _acquire_in_session(
         self, stream_id: str, dead: DeadHolding | None
     ) -> tuple[Lease, Fence]:
-        """Attach the stream to the current session in a fresh slot (see :mod:`worker.slots`)."""
+        """Attach the stream to the current session in a fresh slot (see
+        :mod:`worker.fencing.slots`)."""
         ctx = self._ctx
         session = ctx.session
         if session is None or not session.live:

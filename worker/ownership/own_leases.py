@@ -21,7 +21,7 @@ stream owned but held by nobody — an acquire whose answer was lost and whose w
 — or a release the index does not show yet: then the whole list is read, and a stream seen so
 twice in a row (the index lags) is released (condition owner + epoch) and handed off.
 
-Then the session's *lost* checkpoint slots (:mod:`worker.slots`) that are due are settled: a
+Then the session's *lost* checkpoint slots (:mod:`worker.fencing.slots`) that are due are settled: a
 consistent read of each one's stream; a slot its item no longer names is recovered. A session
 whose lost slots leave it less than half its capacity asks to be rolled over (``on_rollover``).
 """
@@ -38,10 +38,10 @@ from streamlease.errors import LeaseLost, StoreError
 from streamlease.model import LeaseView
 from streamlease.schema import DesiredState
 from worker.context import WorkerContext
-from worker.holder import EndReason
-from worker.holdings import Holdings
+from worker.fencing.session import Session
 from worker.logs import describe, logger
-from worker.session import Session
+from worker.ownership.holder import EndReason
+from worker.ownership.holdings import Holdings
 
 SLOT_READS_PER_POLL: Final = 10
 """Most lost slots settled per poll (one consistent read each)."""

@@ -5,7 +5,7 @@ Every ``fleet_recount_seconds`` the worker reads session items and:
 
 - feeds the :class:`~streamlease.rules.DeadSessionDetector`; a session it judges dead is
   tombstoned (``hb = :seen``: one winner), and the winner takes its streams over
-  (:mod:`worker.takeover`);
+  (:mod:`worker.liveness.takeover`);
 - sweeps any EXPIRED session it reads that still owns streams once it has been seen EXPIRED for
   a heartbeat (its winner died mid-takeover, or a drain left something behind), then deletes it;
 - recounts the fair share.
@@ -13,7 +13,7 @@ Every ``fleet_recount_seconds`` the worker reads session items and:
 What it reads depends on the fleet's size, so that what each worker reads stays flat:
 
 - up to :data:`~streamlease.rules.FULL_READ_MAX_SESSIONS` session items, the whole fleet index
-  (one small query) and the share from it (:func:`worker.fleet_view.update_view`);
+  (one small query) and the share from it (:func:`worker.ownership.fleet_view.update_view`);
 - above, a *window*: the sessions after its own in the index's order (start time, wrapping
   around) until it has seen :data:`~streamlease.rules.WATCH_PEERS` live ones that renew, so each
   session is watched by the few workers before it; and the share from the fleet digest
@@ -24,7 +24,7 @@ What it reads depends on the fleet's size, so that what each worker reads stays 
 In per-stream mode the same verdicts tidy the fleet list (a dead worker's item is tombstoned,
 later deleted; its own leases lapse and are taken over by expiry), and free any stream still
 attached to a dead session: a fleet that switched from sessions keeps the old sessions' streams
-(held with no expiry of their own) until their sessions are swept (:mod:`worker.takeover`).
+(held with no expiry of their own) until their sessions are swept (:mod:`worker.liveness.takeover`).
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
-from worker.fleet_view import FleetView, update_view, view_from_digest
-from worker.holdings import Holdings
+from worker.liveness.takeover import Takeover
 from worker.logs import describe, logger
-from worker.takeover import Takeover
+from worker.ownership.fleet_view import FleetView, update_view, view_from_digest
+from worker.ownership.holdings import Holdings
 
 FLEET_JITTER: Final = 0.1
 """Re-reads are spread by ± this fraction so workers do not read in lockstep."""

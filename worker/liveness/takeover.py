@@ -38,11 +38,11 @@ from streamlease.errors import StoreError
 from streamlease.lease_store import wall_ms
 from streamlease.model import LeaseView, WorkerInfo
 from streamlease.schema import DesiredState, Liveness
-from worker.acquisition import Acquirer, DeadHolding, Outcome
 from worker.context import WorkerContext
-from worker.fleet_view import FleetView
-from worker.holdings import Holdings
 from worker.logs import describe, logger
+from worker.ownership.acquisition import Acquirer, DeadHolding, Outcome
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.holdings import Holdings
 
 PARALLEL_STEPS: Final = 8
 """Streams taken or freed at once during one takeover."""

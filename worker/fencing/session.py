@@ -3,8 +3,8 @@ deadline for every stream attached to it (architecture §4a).
 
 The worker item ``WORKER#<id>`` is created at start-up and renewed every heartbeat by one
 conditional write (:meth:`SessionStore.renew`) that carries the checkpoint vector of the held
-streams (:class:`~worker.slots.SlotTable`). The renewal runs in a dedicated thread with its own
-DynamoDB client (no botocore retries, the short DynamoDB timeout), so a busy event loop cannot
+streams (:class:`~worker.fencing.slots.SlotTable`). The renewal runs in a dedicated thread with its
+own DynamoDB client (no botocore retries, the short DynamoDB timeout), so a busy event loop cannot
 delay it: like aiokafka's heartbeat, the time is taken *before* the request, the next one goes
 one heartbeat after the last send, and an unanswered one is retried soon.
 
@@ -22,8 +22,8 @@ merely frozen tries a renewal first), the thread reads the session item. If the 
 that read, the renewals are what fails: the thread stops renewing and *revokes* the session
 (``state = EXPIRED`` on condition it is live; a renewal still on its way lands on a tombstone
 and changes nothing, since EXPIRED never renews), retrying the revoke until it is answered, and
-the worker hands the streams over (:mod:`worker.session_keeper`). If the read is not answered
-either, the store is out of reach (or sick for everyone, when no peer could take anything):
+the worker hands the streams over (:mod:`worker.liveness.session_keeper`). If the read is not
+answered either, the store is out of reach (or sick for everyone, when no peer could take anything):
 renewals go on, and the worker gives up only after
 :data:`~streamlease.rules.UNREACHABLE_LEASES` leases. The next session of a worker whose
 session was lost is on *probation*: it takes no streams and judges no peer until one of its own
@@ -56,11 +56,11 @@ from streamlease.schema import Liveness, WorkerState
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
+from worker.fencing.slots import SlotTable
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.logs import describe, logger
 from worker.metrics import RENEWAL_CALL_MS
-from worker.slots import SlotTable
 
 
 class SessionState(StrEnum):
@@ -262,8 +262,8 @@ class Session:
     def lose_slot(
         self, slot: int, stream_id: str, now_mono: float, *, write_may_land: bool
     ) -> None:
-        """``stream_id``'s item may still name ``slot`` (see :mod:`worker.slots`): keep the slot
-        out of use until a read settles it, no sooner than a write still on its way could land
+        """``stream_id``'s item may still name ``slot`` (see :mod:`worker.fencing.slots`): keep the
+        slot out of use until a read settles it, no sooner than a write still on its way could land
         (``write_may_land``: an acquire's; a release's landing only frees it)."""
         settle = rules.LOST_WRITE_LANDS_LEASES * self.settings.lease_seconds
         self.slots.lose(slot, stream_id, now_mono + (settle if write_may_land else 0.0))

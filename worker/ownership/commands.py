@@ -28,12 +28,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from streamlease import rules
 from streamlease.schema import COMMAND_MAX_RECEIVES, Command, CommandType
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
-from worker.acquisition import Acquirer, Outcome
 from worker.blocking import run_in_daemon_thread
 from worker.context import WorkerContext
-from worker.fleet_view import FleetView
-from worker.holdings import Holdings
 from worker.logs import describe, logger
+from worker.ownership.acquisition import Acquirer, Outcome
+from worker.ownership.fleet_view import FleetView
+from worker.ownership.holdings import Holdings
 
 if TYPE_CHECKING:
     from types_boto3_sqs import SQSClient
