@@ -42,7 +42,7 @@ from websockets.frames import BINARY, TEXT, Frame, Opcode
 from websockets.http11 import USER_AGENT, Response
 from websockets.uri import parse_uri
 
-from worker.stream.transport import CloseBy, Closed, Target, UpstreamHandler
+from worker.stream.transport import CloseBy, Closed, SocketConnection, Target, UpstreamHandler
 from worker.stream.websocket import (
     CLOSE_TIMEOUT_SECONDS,
     KEEPALIVE_PING,
@@ -138,7 +138,7 @@ class _ClientProtocol(WSProtocol):  # type: ignore[misc]
         self._connection.socket_gone(self)
 
 
-class PicowsTransport(WSListener):
+class PicowsTransport(WSListener, SocketConnection):
     """One upstream connection on picows (see the module docstring)."""
 
     __slots__ = (
@@ -157,10 +157,10 @@ class PicowsTransport(WSListener):
         "_opened",
         "_owner",
         "_paused",
-        "_raw",
         "_subprotocols",
         "_timer",
         "_transport",
+        "_ws",
         "active",
         "idle_since",
         "ping_sent_at",
@@ -182,8 +182,9 @@ class PicowsTransport(WSListener):
         self._loop = loop
         self._max_size = target.max_size
         self._subprotocols = target.subprotocols
-        self._transport: WSTransport | None = None
-        self._raw: asyncio.Transport | None = None
+        self._ws: WSTransport | None = None
+        """picows' side of the connection (set by the handshake's answer)."""
+        self._transport: asyncio.Transport | None = None
         self._failure: InvalidHandshake | None = None
         self._opened: asyncio.Future[None] | None = loop.create_future()
         """Settled by the handshake's answer (or the socket's end before it), then dropped:
@@ -213,7 +214,7 @@ class PicowsTransport(WSListener):
     async def handshake_done(self, protocol: WSProtocol) -> None:
         """Return once the upstream accepted the handshake on ``protocol``; raise what failed
         it (also when the answer came before this call)."""
-        self._raw = protocol.transport.underlying_transport
+        self._transport = protocol.transport.underlying_transport
         opened = self._opened
         assert opened is not None
         try:
@@ -249,27 +250,9 @@ class PicowsTransport(WSListener):
         """True between a successful handshake and the start of the closing handshake."""
         return self._handler is self._owner and not self._close_sent and self._ended is None
 
-    async def wait_closed(self) -> Closed:
-        """How the connection ended, once it has (cancelling the wait changes nothing)."""
-        return await asyncio.shield(self._closed)
-
-    def pause_reading(self) -> None:
-        """See :meth:`UpstreamTransport.pause_reading`."""
-        raw = self._raw
-        if not self._paused and raw is not None and not raw.is_closing():
-            self._paused = True
-            raw.pause_reading()
-
-    def resume_reading(self) -> None:
-        """See :meth:`UpstreamTransport.resume_reading`."""
-        raw = self._raw
-        if self._paused and raw is not None and not raw.is_closing():
-            self._paused = False
-            raw.resume_reading()
-
     def send_text(self, text: str) -> None:
         """See :meth:`UpstreamTransport.send_text`."""
-        transport = self._transport
+        transport = self._ws
         if transport is None or not self.is_open:
             raise ConnectionError("the upstream connection is not open")
         transport.send(_TEXT, text.encode())
@@ -278,7 +261,7 @@ class PicowsTransport(WSListener):
         """See :meth:`UpstreamTransport.close`."""
         if self.is_open:
             self._send_close(code, reason)
-        elif self._transport is None:
+        elif self._ws is None:
             self.abort()
 
     def fail(self, code: int, reason: str) -> None:
@@ -294,31 +277,18 @@ class PicowsTransport(WSListener):
 
     def abort(self) -> None:
         """See :meth:`UpstreamTransport.abort`."""
-        raw = self._raw
+        raw = self._transport
         if raw is not None:
             raw.abort()
 
-    def check_alive(self, now: float, interval_seconds: float, timeout_seconds: float) -> None:
-        """The shared keepalive's visit; see
-        :meth:`worker.stream.websocket.WebSocketTransport.check_alive`."""
-        if self.active or self._paused:
-            self.active = False
-            self.idle_since = now
-            self.ping_sent_at = 0.0
-            return
-        if self.ping_sent_at:
-            if now - self.ping_sent_at >= timeout_seconds:
-                self.fail(1011, "keepalive ping timeout")
-            return
-        transport = self._transport
-        if now - self.idle_since >= interval_seconds and transport is not None and self.is_open:
-            transport.send_ping(KEEPALIVE_PING)
-            self.ping_sent_at = now
+    def _ping(self) -> None:
+        if self._ws is not None:
+            self._ws.send_ping(KEEPALIVE_PING)
 
     # --- picows' callbacks ---------------------------------------------------------------------
 
     def on_ws_connected(self, transport: WSTransport) -> None:
-        self._transport = transport
+        self._ws = transport
         opened = self._opened
         self._failure = _negotiation_failure(transport.response.headers, self._subprotocols)
         if self._failure is not None:
@@ -377,7 +347,7 @@ class PicowsTransport(WSListener):
         if msg_type is _CONTINUATION:
             self._fragment_continue(frame)
         elif msg_type is _PING:
-            transport = self._transport
+            transport = self._ws
             if transport is not None and not self._close_sent:
                 transport.send_pong(frame.get_payload_as_bytes())
         elif msg_type is _CLOSE:
@@ -427,7 +397,7 @@ class PicowsTransport(WSListener):
             self._ended = Closed(code, reason, CloseBy.UPSTREAM)
         self._flush()
         self._handler = _DROPPED
-        transport = self._transport
+        transport = self._ws
         if transport is None:
             return
         if not self._close_sent:
@@ -438,7 +408,7 @@ class PicowsTransport(WSListener):
         transport.disconnect()
 
     def _send_close(self, code: int, reason: str) -> None:
-        transport = self._transport
+        transport = self._ws
         assert transport is not None
         self._close_sent = True
         if self._ended is None:
@@ -448,7 +418,7 @@ class PicowsTransport(WSListener):
             self._timer = self._loop.call_later(CLOSE_TIMEOUT_SECONDS, self.abort)
         if self._paused:  # the upstream's close arrives as data
             self._paused = False
-            raw = self._raw
+            raw = self._transport
             if raw is not None and not raw.is_closing():
                 raw.resume_reading()
 
@@ -465,7 +435,7 @@ class PicowsTransport(WSListener):
 
     def _end(self, closed: Closed) -> None:
         self._closed.set_result(closed)
-        if self._transport is not None and self._failure is None:
+        if self._ws is not None and self._failure is None:
             self._owner.connection_closed(closed)
 
 
