@@ -30,6 +30,7 @@ from bench import upstream_throughput, worker_scale
 from bench.common import Table
 from bench.context import BenchContext
 from local.worker_process import WorkerProcess
+from streamlease.settings import Settings, UpstreamLibrary
 from worker.os_limits import raise_open_file_limit
 
 THROUGHPUT_LEASE_SECONDS: Final = 60.0
@@ -38,6 +39,8 @@ ROUNDS: Final = 3
 """Worker windows per load, each between two bare client windows."""
 QUICK_ROUNDS: Final = 1
 BARE: Final = upstream_throughput.BARE
+LIBRARIES: Final = tuple(UpstreamLibrary)
+"""The worker is measured on each upstream library, in turn within every round."""
 
 
 @dataclass
@@ -131,11 +134,12 @@ def worker_run(
     seconds: float,
     sink: str = "null",
     run: int = 1,
+    library: UpstreamLibrary = UpstreamLibrary.WEBSOCKETS,
 ) -> tuple[Run, Window]:
-    """One worker holding ``streams`` streams at ``rate`` msg/s (0: flat out), writing to
-    ``sink`` (``null``, or ``kinesis``: the local moto server's stream); ``run`` numbers the
-    worker windows of one load (fresh resources each)."""
-    name = f"tp{streams}-{sink}-{run}"
+    """One worker on the upstream ``library`` holding ``streams`` streams at ``rate`` msg/s
+    (0: flat out), writing to ``sink`` (``null``, or ``kinesis``: the local moto server's
+    stream); ``run`` numbers the worker windows of one load (fresh resources each)."""
+    name = f"tp{streams}-{library}-{sink}-{run}"
     lease = THROUGHPUT_LEASE_SECONDS
     settings = ctx.resources(
         name,
@@ -145,6 +149,7 @@ def worker_run(
         fence_margin_seconds=lease / 10,
         capacity=streams + 10,
         sink=sink,
+        upstream_library=library,
         allow_insecure_ws=True,
         allow_loopback_upstreams=True,
         metrics_flush_seconds=worker_scale.FLUSH_SECONDS,
@@ -156,13 +161,15 @@ def worker_run(
         rss_empty = _rss_kib(worker.pid)
         ids = [f"{name}-{i:05d}" for i in range(streams)]
         worker_scale.seed(settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={rate:g}")
-        ctx.progress.update(f"worker: {streams} streams at {rate:g} msg/s, {sink} sink", force=True)
+        ctx.progress.update(
+            f"worker on {library}: {streams} streams at {rate:g} msg/s, {sink} sink", force=True
+        )
         window = _measure(worker, streams, seconds, ramp_seconds=30 + streams * 0.06)
         rss_full = _rss_kib(worker.pid)
     finally:
         worker.stop(settings.shutdown_budget_seconds + 10)
     run = Run(
-        f"worker (lease + checkpoint + {sink} sink)",
+        f"worker on {library} (lease + checkpoint + {sink} sink)",
         streams,
         rate,
         window.messages,
@@ -186,12 +193,13 @@ def bare_run(port: int, sim_pid: int, streams: int, rate: float, seconds: float)
 
 @dataclass
 class Alternation:
-    """A/B/A/B/A...: bare client windows around every worker window, one load, one run."""
+    """A/B/A/B/A...: bare client windows around every round of worker windows (one per
+    library), one load, one run."""
 
     streams: int
     rate: float
     bares: list[Run] = field(default_factory=list)
-    workers: list[tuple[Run, Window]] = field(default_factory=list)
+    workers: dict[UpstreamLibrary, list[tuple[Run, Window]]] = field(default_factory=dict)
 
     @property
     def load(self) -> str:
@@ -200,11 +208,11 @@ class Alternation:
             return f"{self.streams:,} × {self.rate:g} msg/s"
         return f"{self.streams} × flat out"
 
-    def ratios(self, value: Callable[[Run], float]) -> list[float]:
-        """Worker / bare for each worker window, the bare figure being the mean of the two
-        windows around it (A/B/A: a drift of the machine cancels out)."""
+    def ratios(self, library: UpstreamLibrary, value: Callable[[Run], float]) -> list[float]:
+        """Worker / bare for each worker window on ``library``, the bare figure being the mean
+        of the two windows around its round (A/B/A: a drift of the machine cancels out)."""
         out = []
-        for i, (worker, _) in enumerate(self.workers):
+        for i, (worker, _) in enumerate(self.workers[library]):
             bare = statistics.fmean([value(self.bares[i]), value(self.bares[i + 1])])
             out.append(value(worker) / bare)
         return out
@@ -213,8 +221,8 @@ class Alternation:
 def alternate(
     ctx: BenchContext, port: int, sim_pid: int, streams: int, rate: float, seconds: float
 ) -> Alternation:
-    """``rounds`` worker windows, each between two bare client windows (shared between
-    neighbours: A B A B A B A)."""
+    """``rounds`` rounds of worker windows (one per library), each round between two bare
+    client windows (shared between neighbours: A B B' A B B' A ...)."""
     rounds = QUICK_ROUNDS if ctx.quick else ROUNDS
     out = Alternation(streams, rate)
     for i in range(rounds + 1):
@@ -223,7 +231,9 @@ def alternate(
         )
         out.bares.append(bare_run(port, sim_pid, streams, rate, seconds))
         if i < rounds:
-            out.workers.append(worker_run(ctx, port, streams, rate, seconds, run=i + 1))
+            for library in LIBRARIES:
+                window = worker_run(ctx, port, streams, rate, seconds, run=i + 1, library=library)
+                out.workers.setdefault(library, []).append(window)
     return out
 
 
@@ -247,22 +257,20 @@ def run(ctx: BenchContext) -> list[Table]:
     with upstream_throughput.simulator_process() as (port, sim_pid):
         for n, rate in loads:
             alternations.append(alternate(ctx, port, sim_pid, n, rate, seconds))
-        paced = alternations[0]
-        middle = sorted(paced.workers, key=lambda w: w[0].cpu_us_per_message)[
-            len(paced.workers) // 2
-        ]
+        paced = alternations[0].workers[Settings().upstream_library]
+        middle = sorted(paced, key=lambda w: w[0].cpu_us_per_message)[len(paced) // 2]
         ctx.shared["throughput_window"] = middle[1]
         kinesis = worker_run(ctx, port, streams, 10.0, seconds, sink="kinesis")
     return [_table(alternations, kinesis)]
 
 
 def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) -> Table:
-    rounds = len(alternations[0].workers)
+    rounds = len(next(iter(alternations[0].workers.values())))
     table = Table(
-        "Throughput: one worker vs a bare websockets client (same simulator, same run,"
-        f" alternated A/B/A: {rounds} worker windows between {rounds + 1} bare ones; timers:"
-        f" lease {THROUGHPUT_LEASE_SECONDS:g} s, heartbeat {THROUGHPUT_LEASE_SECONDS / 4:g} s,"
-        " the rest production's)",
+        "Throughput: one worker on each upstream library vs a bare websockets client (same"
+        f" simulator, same run, alternated A/B/A: {rounds} rounds of worker windows between"
+        f" {rounds + 1} bare ones; timers: lease {THROUGHPUT_LEASE_SECONDS:g} s, heartbeat"
+        f" {THROUGHPUT_LEASE_SECONDS / 4:g} s, the rest production's)",
         [
             "load",
             "client",
@@ -276,7 +284,6 @@ def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) 
     )
     for alt in alternations:
         bare_cpu = [b.cpu_us_per_message for b in alt.bares]
-        worker_runs = [w for w, _ in alt.workers]
         table.add(
             alt.load,
             BARE,
@@ -287,29 +294,13 @@ def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) 
             None,
             None,
         )
-        if alt.rate:
-            ratio = f"CPU/msg {_spread(alt.ratios(lambda r: r.cpu_us_per_message))}×"
-        else:
-            ratio = f"msgs/s {_spread(alt.ratios(lambda r: r.per_second))}×"
-        memory = [w.rss_per_stream_kib for w in worker_runs if w.rss_per_stream_kib is not None]
-        held = min(w.held if w.held is not None else w.streams for w in worker_runs)
-        client = worker_runs[0].client
-        if held < alt.streams:
-            client += f" — held only {held:,} of {alt.streams:,} at times"
-        table.add(
-            alt.load,
-            client,
-            _spread([w.per_second for w in worker_runs], "{:,.0f}"),
-            _spread([w.cpu_us_per_message for w in worker_runs], "{:.1f}"),
-            _spread([100 * w.cpu_seconds / w.seconds for w in worker_runs], "{:.1f}"),
-            ratio,
-            f"{_spread(memory, '{:.1f}')} KiB" if memory else None,
-            f"{max(window.lag_max for _, window in alt.workers):,.0f} ms",
-        )
+        for library, windows in alt.workers.items():
+            _add_worker_row(table, alt, library, windows)
     if kinesis is not None:
         run, window = kinesis
         paced = alternations[0]
-        null = statistics.median(w.cpu_us_per_message for w, _ in paced.workers)
+        default = paced.workers[Settings().upstream_library]
+        null = statistics.median(w.cpu_us_per_message for w, _ in default)
         table.add(
             paced.load,
             run.client,
@@ -330,6 +321,8 @@ def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) 
         "CPU is user + system time of the client process over the window (100 % = one core);"
         " the worker's includes its session renewals, keepalive, connection-state writer and"
         " loops. Flat out, msgs/s is the comparable figure (each client uses what CPU it gets).",
+        "Each round measures the worker on every upstream library in turn (websockets' sans-I/O"
+        " client, picows); the Kinesis window runs the default library.",
         f"Worker: our defaults (sessions), lease {THROUGHPUT_LEASE_SECONDS:g} s / heartbeat"
         f" {THROUGHPUT_LEASE_SECONDS / 4:g} s here (kept from per-stream runs, where the local"
         " moto server could not renew 1,000 leases every 5 s); null sink unless stated (it runs"
@@ -339,3 +332,29 @@ def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) 
         " ≥ 1.0× the bare client's; ≤ 18 KiB per held stream; renewal lag max 0 ms.",
     ]
     return table
+
+
+def _add_worker_row(
+    table: Table, alt: Alternation, library: UpstreamLibrary, windows: list[tuple[Run, Window]]
+) -> None:
+    """The row of the worker on ``library`` at ``alt``'s load."""
+    runs = [w for w, _ in windows]
+    if alt.rate:
+        ratio = f"CPU/msg {_spread(alt.ratios(library, lambda r: r.cpu_us_per_message))}×"
+    else:
+        ratio = f"msgs/s {_spread(alt.ratios(library, lambda r: r.per_second))}×"
+    memory = [w.rss_per_stream_kib for w in runs if w.rss_per_stream_kib is not None]
+    held = min(w.held if w.held is not None else w.streams for w in runs)
+    client = runs[0].client
+    if held < alt.streams:
+        client += f" — held only {held:,} of {alt.streams:,} at times"
+    table.add(
+        alt.load,
+        client,
+        _spread([w.per_second for w in runs], "{:,.0f}"),
+        _spread([w.cpu_us_per_message for w in runs], "{:.1f}"),
+        _spread([100 * w.cpu_seconds / w.seconds for w in runs], "{:.1f}"),
+        ratio,
+        f"{_spread(memory, '{:.1f}')} KiB" if memory else None,
+        f"{max(window.lag_max for _, window in windows):,.0f} ms",
+    )

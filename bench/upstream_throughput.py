@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from typing import Any, Final
 from websockets.asyncio.client import connect
 
 from bench.common import Table
-from streamlease.settings import Settings
+from streamlease.settings import Settings, UpstreamLibrary
 from worker.os_limits import raise_open_file_limit
 from worker.stream.keepalive import Keepalive
 from worker.stream.link import UpstreamLink
@@ -44,12 +45,14 @@ except ImportError:  # pragma: no cover
 BARE: Final = "bare websockets recv"
 BARE_PARSE: Final = "bare recv + JSON parse"
 READER: Final = "worker receive path (link + sequencer)"
-MODES: Final = (BARE, BARE_PARSE, READER)
+READER_PICOWS: Final = "worker receive path on picows"
+MODES: Final = (BARE, BARE_PARSE, READER, READER_PICOWS)
 _CONNECT_CONCURRENCY: Final = 50
 _RAMP_SECONDS: Final = 180.0  # a busy machine connects a thousand streams slowly
 _SETTINGS: Final = Settings(
     allow_insecure_ws=True, allow_loopback_upstreams=True, connect_timeout_seconds=60.0
 )
+_PICOWS_SETTINGS: Final = dataclasses.replace(_SETTINGS, upstream_library=UpstreamLibrary.PICOWS)
 
 
 @dataclass
@@ -128,7 +131,12 @@ async def _bare(
 
 
 async def _reader(
-    url: str, index: int, counter: _Counter, gate: asyncio.Semaphore, keepalive: Keepalive
+    url: str,
+    index: int,
+    counter: _Counter,
+    gate: asyncio.Semaphore,
+    keepalive: Keepalive,
+    settings: Settings,
 ) -> None:
     """The worker's receive path without lease or sink: a link whose batches are sequenced."""
     sequencer = Sequencer(("seq",), 0)
@@ -142,7 +150,7 @@ async def _reader(
     link = UpstreamLink(
         f"s{index}",
         url,
-        _SETTINGS,
+        settings,
         received,
         resume_from=lambda: sequencer.last_seq,
         keepalive=keepalive,
@@ -168,7 +176,9 @@ async def _measure(
     def client(index: int) -> Awaitable[None]:
         url = f"ws://127.0.0.1:{port}/bench-{index}?rate={rate:g}"
         if mode == READER:
-            return _reader(url, index, counter, gate, keepalive)
+            return _reader(url, index, counter, gate, keepalive, _SETTINGS)
+        if mode == READER_PICOWS:
+            return _reader(url, index, counter, gate, keepalive, _PICOWS_SETTINGS)
         return _bare(url, index, counter, gate, parse=mode == BARE_PARSE)
 
     # The gate spreads the connects: a storm of thousands of handshakes is not what is measured.

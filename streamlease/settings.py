@@ -53,6 +53,15 @@ def render_value(value: SettingValue) -> str:
     return ",".join(value)
 
 
+class UpstreamLibrary(StrEnum):
+    """The WebSocket library under every upstream connection of a worker."""
+
+    WEBSOCKETS = "websockets"
+    """websockets' sans-I/O client (pure Python framing)."""
+    PICOWS = "picows"
+    """picows (compiled framing, the lower CPU per message)."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a streamlease process can be told. Durations are in the unit their name says."""
@@ -133,6 +142,9 @@ class Settings:
     """An upstream connection silent this long is pinged (0: no keepalive)."""
     ping_timeout_seconds: float = 20.0
     """A pinged connection still silent this long after is closed with 1011 (0: no keepalive)."""
+    upstream_library: UpstreamLibrary = UpstreamLibrary.WEBSOCKETS
+    """The WebSocket library of upstream connections (``websockets`` or ``picows``); the
+    guarantees and outcomes are the same."""
     progress_seconds: float = 300.0
     """A held stream's progress counters are written into its item at most this often (besides
     riding on its connection-state changes), and only when they changed."""
@@ -237,6 +249,10 @@ class Settings:
             problems.append(f"{var('trace_sample_ratio')} must be from 0 to 1")
         if self.trace_export is TraceExport.FILE and not self.trace_file:
             problems.append(f"{var('trace_export')}=file needs {var('trace_file')}")
+        if not isinstance(self.upstream_library, UpstreamLibrary):
+            problems.append(
+                f"{var('upstream_library')} must be one of {', '.join(UpstreamLibrary)}"
+            )
         if not isinstance(self.liveness, Liveness):
             problems.append(f"{var('liveness')} must be one of {', '.join(Liveness)}")
         if problems:
@@ -338,6 +354,7 @@ __all__ = [
     "ENV_PREFIX",
     "SettingValue",
     "Settings",
+    "UpstreamLibrary",
     "env_name",
     "parse_value",
     "render_value",

@@ -23,6 +23,8 @@ LOOPBACK_ALLOWED = Settings(
     allow_insecure_ws=True, allow_loopback_upstreams=True, connect_timeout_seconds=2.0
 )
 
+pytestmark = pytest.mark.usefixtures("each_upstream_library")
+
 
 @pytest.fixture
 async def sim() -> AsyncIterator[UpstreamSimulator]:

@@ -28,6 +28,8 @@ SETTINGS = Settings(
     ping_timeout_seconds=1.0,
 )
 
+pytestmark = pytest.mark.usefixtures("each_upstream_library")
+
 
 @pytest.fixture
 async def sim() -> AsyncIterator[UpstreamSimulator]:

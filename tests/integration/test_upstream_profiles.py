@@ -33,6 +33,8 @@ SETTINGS = Settings(
     connect_timeout_seconds=2.0,
 )
 
+pytestmark = pytest.mark.usefixtures("each_upstream_library")
+
 
 @pytest.fixture
 async def sim() -> AsyncIterator[UpstreamSimulator]:

@@ -1,7 +1,7 @@
-"""The default upstream transport (websockets' sans-I/O client) against a raw WebSocket server
-whose every byte the test writes (real sockets): messages in batches, fragmented messages
-assembled, the size limit, a close in the middle of a batch, no redirect followed, pause and
-resume, and the shared keepalive."""
+"""Both upstream transports (websockets' sans-I/O client, picows) against a raw WebSocket
+server whose every byte the test writes (real sockets): messages in batches, fragmented messages
+assembled, the size limit, a close in the middle of a batch, no redirect followed, handshake
+statuses, subprotocols, pause and resume, and the shared keepalive. Every test runs on each."""
 
 from __future__ import annotations
 
@@ -14,17 +14,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import InvalidStatus, NegotiationError
 from websockets.frames import BINARY, CLOSE, CONT, PING, PONG, TEXT, Close, Frame
 from websockets.http11 import Response
 from websockets.streams import StreamReader
 from websockets.utils import accept_key
 
+from streamlease.settings import UpstreamLibrary
+from worker.stream import picows_client, websocket
 from worker.stream.keepalive import Keepalive
-from worker.stream.transport import CloseBy, Closed, Target
-from worker.stream.websocket import WebSocketTransport, open_websocket
+from worker.stream.picows_client import open_picows
+from worker.stream.transport import CloseBy, Closed, Target, UpstreamHandler, UpstreamTransport
+from worker.stream.websocket import KeepaliveRegistry, open_websocket
 
 LIMIT = 1_000_000
+
+Opener = Callable[[Target, UpstreamHandler, KeepaliveRegistry | None], Awaitable[UpstreamTransport]]
+OPENERS: dict[UpstreamLibrary, Opener] = {
+    UpstreamLibrary.WEBSOCKETS: open_websocket,
+    UpstreamLibrary.PICOWS: open_picows,
+}
+
+
+@pytest.fixture(params=list(UpstreamLibrary))
+def open_upstream(request: pytest.FixtureRequest) -> Opener:
+    """Each transport's opener in turn."""
+    return OPENERS[request.param]
 
 
 def frame_bytes(opcode: int, data: bytes, *, fin: bool = True) -> bytes:
@@ -46,6 +61,8 @@ class Peer:
 
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    request: bytes = b""
+    """The client's handshake request, as sent."""
     received: list[Frame] = field(default_factory=list)
 
     def write(self, *chunks: bytes) -> None:
@@ -103,7 +120,7 @@ async def raw_server(
             + headers
             + b"\r\n"
         )
-        await peers.put(Peer(reader, writer))
+        await peers.put(Peer(reader, writer, request))
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -143,16 +160,17 @@ class Recorder:
 
 
 async def opened(
-    url: str, keepalive: Keepalive | None = None
-) -> tuple[WebSocketTransport, Recorder]:
+    open_upstream: Opener, url: str, keepalive: Keepalive | None = None
+) -> tuple[UpstreamTransport, Recorder]:
     recorder = Recorder()
-    transport = await open_websocket(Target(url, "127.0.0.1", max_size=LIMIT), recorder, keepalive)
+    target = Target(url, "127.0.0.1", max_size=LIMIT)
+    transport = await open_upstream(target, recorder, keepalive)
     return transport, recorder
 
 
-async def test_what_one_read_completed_is_one_batch_in_order() -> None:
+async def test_what_one_read_completed_is_one_batch_in_order(open_upstream: Opener) -> None:
     async with raw_server() as (url, peers):
-        transport, recorder = await opened(url)
+        transport, recorder = await opened(open_upstream, url)
         peer = await peers.get()
         peer.write(text("a"), text("b"), frame_bytes(BINARY, b"\x00c"))
         await recorder.until(lambda: len(recorder.messages) == 3)
@@ -167,10 +185,11 @@ async def test_what_one_read_completed_is_one_batch_in_order() -> None:
 
 async def test_an_open_connection_keeps_none_of_the_handshake_answers_headers() -> None:
     """The library's parser holds on to the handshake's answer for as long as the connection
-    lives: what a chatty upstream said in it (cookies, policies) is not kept with it."""
+    lives: what a chatty upstream said in it (cookies, policies) is not kept with it. (websockets
+    only: picows keeps its answer on its transport for the connection's life.)"""
     chatty = b"".join(b"X-Chatty-%d: %s\r\n" % (n, b"v" * 200) for n in range(20))
     async with raw_server(headers=chatty) as (url, peers):
-        transport, recorder = await opened(url)
+        transport, recorder = await opened(open_websocket, url)
         peer = await peers.get()
         peer.write(text("a"))
         await recorder.until(lambda: recorder.messages == [b"a"])
@@ -182,11 +201,13 @@ async def test_an_open_connection_keeps_none_of_the_handshake_answers_headers() 
         transport.abort()
 
 
-async def test_a_fragmented_message_arrives_whole_and_a_ping_between_is_answered() -> None:
+async def test_a_fragmented_message_arrives_whole_and_a_ping_between_is_answered(
+    open_upstream: Opener,
+) -> None:
     """Three fragments with a ping between them (control frames may interleave): one message,
     its bytes joined, its type the first fragment's; the ping gets its pong."""
     async with raw_server() as (url, peers):
-        transport, recorder = await opened(url)
+        transport, recorder = await opened(open_upstream, url)
         peer = await peers.get()
         peer.write(text('{"seq":1,', fin=False), frame_bytes(PING, b"hi"))
         peer.write(frame_bytes(CONT, b'"data":', fin=False))
@@ -201,11 +222,13 @@ async def test_a_fragmented_message_arrives_whole_and_a_ping_between_is_answered
         transport.abort()
 
 
-async def test_a_message_at_the_size_limit_is_delivered_and_one_byte_more_is_1009() -> None:
+async def test_a_message_at_the_size_limit_is_delivered_and_one_byte_more_is_1009(
+    open_upstream: Opener,
+) -> None:
     """1,000,000 bytes pass; 1,000,001 close the connection with 1009 before the payload is
     read, by us (so it is retried, not an end of the stream), and nothing of it is delivered."""
     async with raw_server() as (url, peers):
-        transport, recorder = await opened(url)
+        transport, recorder = await opened(open_upstream, url)
         peer = await peers.get()
         peer.write(frame_bytes(BINARY, b"x" * LIMIT))
         await recorder.until(lambda: len(recorder.messages) == 1)
@@ -220,9 +243,9 @@ async def test_a_message_at_the_size_limit_is_delivered_and_one_byte_more_is_100
         del transport
 
 
-async def test_a_fragmented_message_over_the_limit_is_1009_too() -> None:
+async def test_a_fragmented_message_over_the_limit_is_1009_too(open_upstream: Opener) -> None:
     async with raw_server() as (url, peers):
-        _, recorder = await opened(url)
+        _, recorder = await opened(open_upstream, url)
         peer = await peers.get()
         peer.write(frame_bytes(TEXT, b"a" * (LIMIT // 2), fin=False))
         peer.write(frame_bytes(CONT, b"b" * (LIMIT // 2 + 1)))
@@ -233,12 +256,14 @@ async def test_a_fragmented_message_over_the_limit_is_1009_too() -> None:
         assert recorder.messages == []
 
 
-async def test_a_close_in_the_middle_of_a_batch_delivers_what_came_before_it() -> None:
+async def test_a_close_in_the_middle_of_a_batch_delivers_what_came_before_it(
+    open_upstream: Opener,
+) -> None:
     """Messages and the upstream's close in one read: the messages are one batch, handed over
     before the close is reported; what follows the close frame is discarded; the close is
     echoed and attributed to the upstream."""
     async with raw_server() as (url, peers):
-        _, recorder = await opened(url)
+        _, recorder = await opened(open_upstream, url)
         peer = await peers.get()
         peer.write(text("1"), text("2"), close_frame(1000), text("after"))
         (echo,) = await peer.frames(1)
@@ -250,7 +275,7 @@ async def test_a_close_in_the_middle_of_a_batch_delivers_what_came_before_it() -
         assert (recorder.closed.code, recorder.closed.by) == (1000, CloseBy.UPSTREAM)
 
 
-async def test_a_redirect_at_the_handshake_is_an_answer_not_followed() -> None:
+async def test_a_redirect_at_the_handshake_is_an_answer_not_followed(open_upstream: Opener) -> None:
     """302 with a Location: the open fails with that status; the other address never sees a
     connection, and the handler hears of nothing."""
     async with raw_server() as (elsewhere, other_peers):
@@ -262,7 +287,7 @@ async def test_a_redirect_at_the_handshake_is_an_answer_not_followed() -> None:
         recorder = Recorder()
         async with raw_server(redirect) as (url, _):
             with pytest.raises(InvalidStatus) as refused:
-                await open_websocket(Target(url, "127.0.0.1"), recorder)
+                await open_upstream(Target(url, "127.0.0.1"), recorder, None)
         assert refused.value.response.status_code == 302
         await asyncio.sleep(0.1)
         assert other_peers.empty()
@@ -271,7 +296,7 @@ async def test_a_redirect_at_the_handshake_is_an_answer_not_followed() -> None:
 
 @pytest.mark.parametrize("status", [401, 503])
 async def test_a_refusal_read_before_the_opener_resumes_still_fails_the_open(
-    status: int, monkeypatch: pytest.MonkeyPatch
+    open_upstream: Opener, status: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a busy loop the handshake's answer can be read before ``create_connection``'s caller
     resumes: a refusal read then must still fail the open (it once read as an open connection
@@ -295,14 +320,14 @@ async def test_a_refusal_read_before_the_opener_resumes_still_fails_the_open(
     recorder = Recorder()
     async with raw_server(refuse) as (url, _):
         with pytest.raises(InvalidStatus) as refused:
-            await open_websocket(Target(url, "127.0.0.1"), recorder)
+            await open_upstream(Target(url, "127.0.0.1"), recorder, None)
     assert refused.value.response.status_code == status
     assert recorder.closed is None
 
 
-async def test_paused_reading_delivers_nothing_until_resumed() -> None:
+async def test_paused_reading_delivers_nothing_until_resumed(open_upstream: Opener) -> None:
     async with raw_server() as (url, peers):
-        transport, recorder = await opened(url)
+        transport, recorder = await opened(open_upstream, url)
         peer = await peers.get()
         transport.pause_reading()
         peer.write(text("1"), text("2"))
@@ -313,13 +338,15 @@ async def test_paused_reading_delivers_nothing_until_resumed() -> None:
         transport.abort()
 
 
-async def test_a_silent_upstream_that_never_answers_pings_is_closed_with_1011() -> None:
+async def test_a_silent_upstream_that_never_answers_pings_is_closed_with_1011(
+    open_upstream: Opener,
+) -> None:
     """The shared keepalive pings a connection silent for the interval; with no answer within
     the timeout it fails it with 1011 (ours: retried by the stream, as any drop)."""
     keepalive = Keepalive(0.2, 0.2)
     async with raw_server() as (url, peers), asyncio.TaskGroup() as tasks:
         pings = tasks.create_task(keepalive.run())
-        _, recorder = await opened(url, keepalive)
+        _, recorder = await opened(open_upstream, url, keepalive)
         peer = await peers.get()
         ping, close = await peer.frames(2)
         assert ping.opcode is PING
@@ -332,12 +359,12 @@ async def test_a_silent_upstream_that_never_answers_pings_is_closed_with_1011() 
         pings.cancel()
 
 
-async def test_a_connection_that_talks_is_never_pinged() -> None:
+async def test_a_connection_that_talks_is_never_pinged(open_upstream: Opener) -> None:
     """Anything read proves a connection alive: a busy one costs the keepalive nothing."""
     keepalive = Keepalive(0.2, 0.2)
     async with raw_server() as (url, peers), asyncio.TaskGroup() as tasks:
         pings = tasks.create_task(keepalive.run())
-        transport, recorder = await opened(url, keepalive)
+        transport, recorder = await opened(open_upstream, url, keepalive)
         peer = await peers.get()
         for n in range(10):
             peer.write(text(str(n)))
@@ -348,3 +375,92 @@ async def test_a_connection_that_talks_is_never_pinged() -> None:
         assert close.opcode is CLOSE  # the first frame it sent: no ping before it
         transport.abort()
         pings.cancel()
+
+
+async def test_our_text_and_close_reach_the_upstream_and_the_close_is_ours(
+    open_upstream: Opener,
+) -> None:
+    """An open message goes out as one text frame; our close goes out with its code, the
+    upstream's echo completes the handshake, and the close is attributed to us."""
+    async with raw_server() as (url, peers):
+        transport, recorder = await opened(open_upstream, url)
+        peer = await peers.get()
+        transport.send_text('{"op":"subscribe"}')
+        transport.close(4001, "settings changed")
+        sent, close = await peer.frames(2)
+        assert (sent.opcode, bytes(sent.data)) == (TEXT, b'{"op":"subscribe"}')
+        assert Close.parse(close.data) == Close(4001, "settings changed")
+        with pytest.raises(ConnectionError):
+            transport.send_text("too late")
+        peer.write(close_frame(4001))
+        await recorder.until(lambda: recorder.closed is not None)
+        assert recorder.closed == Closed(4001, "settings changed", CloseBy.WORKER)
+        assert await transport.wait_closed() == recorder.closed
+
+
+async def test_a_close_the_upstream_never_answers_drops_the_socket_after_the_timeout(
+    open_upstream: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in (websocket, picows_client):
+        monkeypatch.setattr(module, "CLOSE_TIMEOUT_SECONDS", 0.2)
+    async with raw_server() as (url, peers):
+        transport, recorder = await opened(open_upstream, url)
+        peer = await peers.get()
+        transport.close(1000)
+        (close,) = await peer.frames(1)
+        assert close.opcode is CLOSE
+        await recorder.until(lambda: recorder.closed is not None, limit_seconds=2.0)
+        assert recorder.closed is not None
+        assert (recorder.closed.code, recorder.closed.by) == (1000, CloseBy.WORKER)
+        assert await peer.reader.read() == b""  # the socket is gone
+
+
+async def test_a_frame_with_a_reserved_bit_is_a_protocol_error_1002(open_upstream: Opener) -> None:
+    """No extension was negotiated: RSV1 (compression's bit) is refused, by us."""
+    async with raw_server() as (url, peers):
+        _, recorder = await opened(open_upstream, url)
+        peer = await peers.get()
+        compressed = bytearray(text("deflated?"))
+        compressed[0] |= 0x40
+        peer.write(text("before"), bytes(compressed))
+        (close,) = await peer.frames(1)
+        assert Close.parse(close.data).code == 1002
+        peer.writer.close()
+        await recorder.until(lambda: recorder.closed is not None)
+        assert recorder.messages == [b"before"]
+        assert recorder.closed is not None
+        assert (recorder.closed.code, recorder.closed.by) == (1002, CloseBy.WORKER)
+
+
+async def test_subprotocols_are_offered_and_the_one_accepted_opens(open_upstream: Opener) -> None:
+    async with raw_server(headers=b"Sec-WebSocket-Protocol: feed.v2\r\n") as (url, peers):
+        recorder = Recorder()
+        target = Target(url, "127.0.0.1", subprotocols=["feed.v1", "feed.v2"])
+        transport = await open_upstream(target, recorder, None)
+        peer = await peers.get()
+        assert re.search(rb"(?i)\r\nsec-websocket-protocol: feed.v1, ?feed.v2\r\n", peer.request)
+        transport.abort()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Sec-WebSocket-Protocol: feed.v3\r\n",  # not offered
+        b"Sec-WebSocket-Extensions: permessage-deflate\r\n",  # none offered
+    ],
+)
+async def test_an_answer_accepting_what_was_not_offered_fails_the_open(
+    open_upstream: Opener, header: bytes
+) -> None:
+    """The open fails (a negotiation error, retried like an invalid handshake), the socket is
+    dropped, and the handler hears of nothing."""
+    async with raw_server(headers=header) as (url, peers):
+        recorder = Recorder()
+        target = Target(url, "127.0.0.1", subprotocols=["feed.v1"])
+        with pytest.raises(NegotiationError):
+            await open_upstream(target, recorder, None)
+        peer = await peers.get()
+        peer.write(text("never delivered"))
+        with contextlib.suppress(ConnectionResetError):  # dropped: closed or reset
+            assert await peer.reader.read() == b""
+        assert recorder.batches == [] and recorder.closed is None

@@ -5,16 +5,21 @@ through a :class:`~worker.stream.sequence.Sequencer`, everything it delivers and
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from types import TracebackType
 from typing import Any
 
 from websockets.frames import Frame
 
 from streamlease.profile import DEFAULT_PROFILE, Profile
-from streamlease.settings import Settings
+from streamlease.settings import Settings, UpstreamLibrary
 from worker.sinks import SinkRecord
 from worker.stream.link import UpstreamEvent, UpstreamEventKind, UpstreamLink
 from worker.stream.sequence import Sequencer
+
+LIBRARY: UpstreamLibrary | None = None
+"""The upstream library every :class:`LinkRun` uses instead of its settings' (set by the
+``each_upstream_library`` fixture of ``conftest.py``)."""
 
 
 class LinkRun:
@@ -32,6 +37,8 @@ class LinkRun:
         profile: Profile = DEFAULT_PROFILE,
         **options: Any,
     ) -> None:
+        if LIBRARY is not None:
+            settings = dataclasses.replace(settings, upstream_library=LIBRARY)
         self.sequencer = Sequencer(profile.seq_path, last_seq, profile.control)
         self.records: list[SinkRecord] = []
         self.batches: list[int] = []

@@ -16,7 +16,7 @@ from urllib.parse import quote, unquote_plus
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from streamlease.profile import DEFAULT_PROFILE, Profile
-from streamlease.settings import Settings
+from streamlease.settings import Settings, UpstreamLibrary
 from streamlease.url_policy import UrlPolicy, check_address, parse_upstream_url
 from worker.stream.transport import CloseBy, Closed, Target, UpstreamHandler, UpstreamTransport
 from worker.stream.websocket import KeepaliveRegistry, open_websocket
@@ -119,6 +119,16 @@ def describe_close(closed: Closed) -> Failure:
 # --- connecting ------------------------------------------------------------------------------
 
 
+async def _open_picows(
+    target: Target, handler: UpstreamHandler, keepalive: KeepaliveRegistry | None
+) -> UpstreamTransport:
+    """:func:`worker.stream.picows_client.open_picows`, imported when first used (a worker on
+    websockets does without picows)."""
+    from worker.stream.picows_client import open_picows
+
+    return await open_picows(target, handler, keepalive)
+
+
 async def _getaddrinfo(host: str, port: int) -> list[str]:
     infos = await asyncio.get_running_loop().getaddrinfo(
         host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
@@ -166,6 +176,9 @@ async def connect_upstream(
                 raise socket.gaierror(socket.EAI_NONAME, "no address")
             for address in addresses:
                 check_address(address, policy)
+        opener = (
+            _open_picows if settings.upstream_library is UpstreamLibrary.PICOWS else open_websocket
+        )
         refused: OSError | None = None
         for address in addresses:
             target = Target(
@@ -176,7 +189,7 @@ async def connect_upstream(
                 max_size=MAX_FRAME_BYTES,
             )
             try:
-                return await open_websocket(target, handler, keepalive)
+                return await opener(target, handler, keepalive)
             except OSError as exc:
                 if isinstance(exc, TimeoutError | ssl.SSLError):
                     raise

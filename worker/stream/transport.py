@@ -10,11 +10,13 @@ message (a profile's open message) and close. Nothing awaits per message: a batc
 inside the read callback.
 
 The default implementation is :mod:`worker.stream.websocket` (websockets' own sans-I/O client
-on the event loop's transport); another one may sit behind the same seam.
+on the event loop's transport); :mod:`worker.stream.picows_client` is the other (picows'
+compiled framing), chosen by ``Settings.upstream_library``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -86,6 +88,70 @@ class UpstreamTransport(Protocol):
     def abort(self) -> None:
         """Drop the socket now, without a close frame."""
         ...
+
+
+class SocketConnection:
+    """What both transports do alike, as a base of theirs: pausing the socket's reading, the
+    end's future and the shared keepalive's visit. The transport sets ``_transport`` (the
+    loop's, None until connected), ``_paused``, ``_closed`` and the keepalive's ``active``,
+    ``idle_since`` and ``ping_sent_at``, and has ``is_open``, ``fail`` and ``_ping``."""
+
+    __slots__ = ()  # the transport's own slots hold the state (the ignores below: mypy's view)
+    _transport: asyncio.Transport | None
+    _paused: bool
+    _closed: asyncio.Future[Closed]
+    active: bool
+    idle_since: float
+    ping_sent_at: float
+
+    @property
+    def is_open(self) -> bool:
+        """True between a successful handshake and the start of the closing handshake."""
+        raise NotImplementedError
+
+    def fail(self, code: int, reason: str) -> None:
+        """Fail the connection with close ``code`` (a protocol error, a keepalive timeout)."""
+        raise NotImplementedError
+
+    def _ping(self) -> None:
+        """Send the keepalive's ping."""
+        raise NotImplementedError
+
+    async def wait_closed(self) -> Closed:
+        """How the connection ended, once it has (cancelling the wait changes nothing)."""
+        return await asyncio.shield(self._closed)
+
+    def pause_reading(self) -> None:
+        """See :meth:`UpstreamTransport.pause_reading`."""
+        transport = self._transport
+        if not self._paused and transport is not None and not transport.is_closing():
+            self._paused = True  # type: ignore[misc]
+            transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """See :meth:`UpstreamTransport.resume_reading`."""
+        transport = self._transport
+        if self._paused and transport is not None and not transport.is_closing():
+            self._paused = False  # type: ignore[misc]
+            transport.resume_reading()
+
+    def check_alive(self, now: float, interval_seconds: float, timeout_seconds: float) -> None:
+        """The shared keepalive's visit (``now`` in loop time): a connection silent for
+        ``interval_seconds`` is pinged; one still silent ``timeout_seconds`` after the ping is
+        failed with 1011. Anything read proves it alive, a pong or a message; a connection
+        whose reading is paused is not silent, only unread."""
+        if self.active or self._paused:
+            self.active = False  # type: ignore[misc]
+            self.idle_since = now  # type: ignore[misc]
+            self.ping_sent_at = 0.0  # type: ignore[misc]
+            return
+        if self.ping_sent_at:
+            if now - self.ping_sent_at >= timeout_seconds:
+                self.fail(1011, "keepalive ping timeout")
+            return
+        if now - self.idle_since >= interval_seconds and self.is_open:
+            self._ping()
+            self.ping_sent_at = now  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from websockets.protocol import OPEN, Event, State
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from worker.stream.transport import CloseBy, Closed, Target, UpstreamHandler
+from worker.stream.keepalive import Watched
+from worker.stream.transport import CloseBy, Closed, SocketConnection, Target, UpstreamHandler
 
 CLOSE_TIMEOUT_SECONDS: Final = 3.0
 """How long a closing handshake may take before the socket is dropped."""
@@ -37,13 +38,13 @@ KEEPALIVE_PING: Final = b"keep"
 class KeepaliveRegistry(Protocol):
     """The shared keepalive as a connection sees it."""
 
-    def add(self, connection: WebSocketTransport) -> None: ...
+    def add(self, connection: Watched) -> None: ...
 
-    def discard(self, connection: WebSocketTransport) -> None: ...
+    def discard(self, connection: Watched) -> None: ...
 
 
 @cache
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """The TLS settings of every upstream: the system's trust store, certificates and host
     names verified (one context per process: building one reads the trust store)."""
     return ssl.create_default_context()
@@ -70,7 +71,7 @@ async def open_websocket(
     request.headers.update(target.headers)
     request.headers.setdefault("User-Agent", USER_AGENT)
     connection = WebSocketTransport(protocol, request, handler, keepalive, loop)
-    tls = _tls_context() if uri.secure else None
+    tls = tls_context() if uri.secure else None
     try:
         await loop.create_connection(
             lambda: connection,
@@ -88,7 +89,7 @@ async def open_websocket(
     return connection
 
 
-class WebSocketTransport(asyncio.Protocol):
+class WebSocketTransport(asyncio.Protocol, SocketConnection):
     """websockets' sans-I/O client on an asyncio transport (see the module docstring)."""
 
     __slots__ = (
@@ -152,24 +153,6 @@ class WebSocketTransport(asyncio.Protocol):
         the answer came before this call)."""
         await self._opened
 
-    async def wait_closed(self) -> Closed:
-        """How the connection ended, once it has (cancelling the wait changes nothing)."""
-        return await asyncio.shield(self._closed)
-
-    def pause_reading(self) -> None:
-        """See :meth:`UpstreamTransport.pause_reading`."""
-        transport = self._transport
-        if not self._paused and transport is not None and not transport.is_closing():
-            self._paused = True
-            transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        """See :meth:`UpstreamTransport.resume_reading`."""
-        transport = self._transport
-        if self._paused and transport is not None and not transport.is_closing():
-            self._paused = False
-            transport.resume_reading()
-
     def send_text(self, text: str) -> None:
         """See :meth:`UpstreamTransport.send_text`."""
         try:
@@ -207,24 +190,9 @@ class WebSocketTransport(asyncio.Protocol):
         if transport is not None:
             transport.abort()
 
-    def check_alive(self, now: float, interval_seconds: float, timeout_seconds: float) -> None:
-        """The shared keepalive's visit (``now`` in loop time): a connection silent for
-        ``interval_seconds`` is pinged; one still silent ``timeout_seconds`` after the ping is
-        failed with 1011. Anything read proves it alive, a pong or a message; a connection
-        whose reading is paused is not silent, only unread."""
-        if self.active or self._paused:
-            self.active = False
-            self.idle_since = now
-            self.ping_sent_at = 0.0
-            return
-        if self.ping_sent_at:
-            if now - self.ping_sent_at >= timeout_seconds:
-                self.fail(1011, "keepalive ping timeout")
-            return
-        if now - self.idle_since >= interval_seconds and self._protocol.state is OPEN:
-            self._protocol.send_ping(KEEPALIVE_PING)
-            self._send()
-            self.ping_sent_at = now
+    def _ping(self) -> None:
+        self._protocol.send_ping(KEEPALIVE_PING)
+        self._send()
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
 
