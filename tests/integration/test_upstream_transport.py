@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -430,6 +431,26 @@ async def test_a_frame_with_a_reserved_bit_is_a_protocol_error_1002(open_upstrea
         assert recorder.messages == [b"before"]
         assert recorder.closed is not None
         assert (recorder.closed.code, recorder.closed.by) == (1002, CloseBy.WORKER)
+
+
+async def test_a_frame_with_a_reserved_bit_of_no_use_is_refused_and_its_bytes_never_logged(
+    open_upstream: Opener, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RSV2 has no meaning at all: the connection fails with 1002, and nothing the upstream sent
+    reaches a log line (picows' own error line quotes the frame: it is logged without it)."""
+    caplog.set_level(logging.DEBUG)
+    async with raw_server() as (url, peers):
+        _, recorder = await opened(open_upstream, url)
+        peer = await peers.get()
+        odd = bytearray(text('{"token":"s3cr3t-upstream-bytes"}'))
+        odd[0] |= 0x20
+        peer.write(bytes(odd))
+        await recorder.until(lambda: recorder.closed is not None)
+        assert recorder.messages == []
+        assert recorder.closed is not None
+        assert (recorder.closed.code, recorder.closed.by) == (1002, CloseBy.WORKER)
+    logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    assert "s3cr3t" not in logged
 
 
 async def test_subprotocols_are_offered_and_the_one_accepted_opens(open_upstream: Opener) -> None:

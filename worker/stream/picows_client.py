@@ -54,8 +54,29 @@ READ_BUFFER_BYTES: Final = 2048
 """picows' read buffer to start with (its smallest); it doubles while a read fills it."""
 _HANDSHAKE_TIMEOUT_SECONDS: Final = 3600.0
 """picows' own handshake timer; the caller's ``asyncio.timeout`` is the one that counts."""
+
+
+class _WithoutData(logging.Handler):
+    """picows' log records, passed on as their constant message only: the arguments of some
+    carry what the upstream sent (a protocol error quotes a frame's first bytes, a bad close
+    frame its payload), and upstream bodies are never logged. An exception is named by its
+    type. A handler, not a filter: picows logs through a child logger per connection, which
+    its parent's filters never see."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.args = None
+        if record.exc_info:
+            kind = record.exc_info[0]
+            record.msg = f"{record.msg} ({getattr(kind, '__name__', 'error')})"
+            record.exc_info = None
+            record.exc_text = None
+        logging.getLogger().handle(record)
+
+
 _LOGGER: Final = logging.getLogger("picows.upstream")
 _LOGGER.setLevel(logging.WARNING)  # picows logs every connect and disconnect at INFO
+_LOGGER.propagate = False  # what it logs goes through _WithoutData only
+_LOGGER.addHandler(_WithoutData())
 
 _TEXT: Final = WSMsgType.TEXT
 _BINARY: Final = WSMsgType.BINARY
