@@ -1,6 +1,7 @@
 """Where a worker's CPU goes per message: one ``python -m worker`` under cProfile.
 
-``python -m bench.profile_worker [--streams 1000] [--rate 10] [--seconds 15] [--sink null]``
+``python -m bench.profile_worker [--streams 1000] [--rate 10] [--seconds 15] [--sink null]
+[--library websockets]``
 starts a moto server and the upstream simulator (own process), seeds the streams, runs one
 worker under :mod:`cProfile` until it has received for ``--seconds``, stops it gracefully and
 prints where the time went: first by part of the worker (:data:`PARTS`: the WebSocket protocol,
@@ -31,7 +32,7 @@ from bench.upstream_throughput import simulator_process
 from local.moto_process import MotoProcess
 from local.resources import create_resources
 from local.worker_process import WorkerProcess, use_dummy_aws_credentials
-from streamlease.settings import Settings
+from streamlease.settings import Settings, UpstreamLibrary
 from worker.os_limits import raise_open_file_limit
 
 LEASE_SECONDS = 60.0
@@ -41,11 +42,11 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # uvloop waits for the sockets in C, which cProfile does not see: that time lands on the
     # Python frame the loop resumes, the holder's task that awaits its end. Shown apart, and
     # left out of the per-message total.
-    (WAITING, ("worker/ownership/holder.py _hold",)),
-    ("websockets protocol: frames, handshake, close", ("/websockets/",)),
+    (WAITING, ("worker/ownership/holder.py run",)),
+    ("WebSocket library: frames, handshake, close", ("/websockets/", "/picows/")),
     (
-        "transport: asyncio.Protocol glue, batches",
-        ("stream/transport.py", "stream/websocket.py"),
+        "transport: the library's glue, batches",
+        ("stream/transport.py", "stream/websocket.py", "stream/picows_client.py"),
     ),
     ("sequencer: orjson, dedupe, gaps", ("stream/sequence.py", "orjson")),
     (
@@ -116,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=10.0, help="msg/s per stream; 0: flat out")
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--sink", default="null", choices=["null", "kinesis", "file"])
+    parser.add_argument(
+        "--library",
+        default=UpstreamLibrary.WEBSOCKETS.value,
+        choices=[library.value for library in UpstreamLibrary],
+        help="the upstream connections' WebSocket library",
+    )
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args(argv)
     use_dummy_aws_credentials()
@@ -133,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 "fence_margin_seconds": LEASE_SECONDS / 10,
                 "capacity": args.streams + 10,
                 "sink": args.sink,
+                "upstream_library": UpstreamLibrary(args.library),
                 "sink_dir": str(work / "sink"),
                 "allow_insecure_ws": True,
                 "allow_loopback_upstreams": True,
