@@ -70,3 +70,14 @@ def set_attributes(dynamodb: Any, table: str, stream_id: str, values: dict[str, 
             {f":v{i}": value for i, value in enumerate(values.values())}
         ),
     )
+
+
+class Handoffs:
+    """A handoff sender that records the streams it was asked to hand off (and always sends)."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send_handoff(self, stream_id: str, generation: int, **_: Any) -> bool:
+        self.sent.append(stream_id)
+        return True

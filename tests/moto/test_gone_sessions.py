@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from stream_items import SESSION_HELD_MS, put_stream
+from stream_items import SESSION_HELD_MS, Handoffs, put_stream
 
 from streamlease.lease_store import LeaseStore
 from streamlease.model import LeaseView
@@ -49,15 +49,6 @@ class Sessions:
     def read(self, worker_id: str) -> object | None:
         self.reads.append(worker_id)
         return None if worker_id == GONE else object()
-
-
-class Handoffs:
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    async def send_handoff(self, stream_id: str, generation: int, **_: Any) -> bool:
-        self.sent.append(stream_id)
-        return True
 
 
 def walker(store: LeaseStore, capacity: int) -> tuple[GoneSessions, CountingStore, Sessions]:

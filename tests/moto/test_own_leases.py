@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from stream_items import put_stream
+from stream_items import Handoffs, put_stream
 
 from streamlease.lease_store import LeaseStore
 from streamlease.model import LeaseView, Stream
@@ -56,15 +56,6 @@ class FakeHoldings:
 
     def holder(self, stream_id: str) -> FakeHolder | None:
         return self.by_id.get(stream_id)
-
-
-class Handoffs:
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    async def send_handoff(self, stream_id: str, generation: int, **_: Any) -> bool:
-        self.sent.append(stream_id)
-        return True
 
 
 @pytest.fixture
