@@ -117,8 +117,9 @@ class DeploymentConfig:
     0.25 vCPU arm64 task at 10 messages/s per stream: the worker measured ~0.6 ms of CPU per
     stream-second there (~60 µs a message with the Kinesis sink), and the rule keeps the streams
     at half the task's vCPU at capacity (a Graviton vCPU is slower than the bench's core;
-    reconnect storms and takeovers come on top); memory ~60 KiB a stream. Scale it by the rate:
-    ~600 at 1 message/s (the checkpoint vector's limit is 8,000)."""
+    reconnect storms and takeovers come on top); memory ~40 KiB a stream with the Kinesis sink
+    (the throughput section: ~14 KiB of it the connection and holding, the rest the sink's
+    buffers). Scale it by the rate: ~600 at 1 message/s (the checkpoint vector's limit is 8,000)."""
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0
