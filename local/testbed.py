@@ -14,6 +14,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -29,6 +30,8 @@ from streamlease.schema import belongs_to_task
 from streamlease.settings import Settings
 
 ACCOUNT: Final = "000000000000"
+CREATE_CALLS_AT_ONCE: Final = 8
+"""API calls :meth:`Testbed.create_streams` has under way at once."""
 
 
 class EventTail:
@@ -209,10 +212,13 @@ class Testbed:
         return self.upstream.url_for(stream_id, **({"rate": self.rate} | query))
 
     def create_streams(self, count: int, prefix: str = "s", **query: Any) -> list[str]:
-        """Create and start ``count`` streams through the API; returns their ids."""
+        """Create and start ``count`` streams through the API, a few calls at a time (one
+        after the other, each would wait its turn at the serialised moto server behind the
+        workers' calls); returns their ids."""
         ids = [f"{prefix}{i:03d}-{uuid.uuid4().hex[:4]}" for i in range(count)]
-        for stream_id in ids:
-            self.start_new_stream(stream_id, **query)
+        with ThreadPoolExecutor(CREATE_CALLS_AT_ONCE) as calls:
+            for _ in calls.map(lambda stream_id: self.start_new_stream(stream_id, **query), ids):
+                pass  # each call's error is raised here
         return ids
 
     def start_new_stream(self, stream_id: str, **query: Any) -> float:
