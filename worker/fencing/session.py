@@ -124,6 +124,8 @@ class Session:
         self._observe = observe
         self._count = count
         self._leases_unanswered = leases_unanswered
+        self._withholding = False
+        """True while the renewals advertise no capacity (lease renewals unanswered)."""
         self._active_copy = 0
         self._capacity_copy = settings.capacity
         self.retiring = False
@@ -265,6 +267,12 @@ class Session:
         unanswered (it takes no streams then)."""
         self._active_copy = self._active_streams()
         unanswered = self._leases_unanswered is not None and self._leases_unanswered()
+        if unanswered != self._withholding:
+            self._withholding = unanswered
+            if unanswered:
+                logger.warning("advertising no capacity: lease renewals unanswered")
+            else:
+                logger.info("advertising capacity again")
         self._capacity_copy = (
             0 if unanswered else self.slots.usable_capacity(self.settings.capacity)
         )
