@@ -27,8 +27,10 @@ from local.invariants import load_records
 from local.moto_process import hold_dynamodb_writes, stop_holding_writes
 from local.testbed import Testbed
 from local.worker_process import WorkerProcess
+from streamlease import aws
 from streamlease.lease_store import wall_ms
 from streamlease.schema import Liveness, belongs_to_task, worker_key
+from streamlease.session_store import SessionStore
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -55,7 +57,8 @@ def renewal_match(bed: Testbed, worker: WorkerProcess) -> list[str]:
 def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Testbed) -> None:
     """The worker that holds most streams gets no answer to any renewal while every renewal
     lands 1.5 s late: each of its streams is owned by a peer within two leases of the start,
-    and records of a peer reach the sink for each; no overlap, no gap."""
+    and records of a peer reach the sink for each; no overlap, no gap. Per-stream leases: its
+    worker item, which goes on renewing, advertises no room meanwhile."""
     ids = start_fleet(bed)
     holdings = bed.holdings()
     gray = max(bed.live_workers(), key=lambda w: len(holdings.get(w.worker_id, ())))
@@ -71,8 +74,21 @@ def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Tes
     )
     started, started_wall_ms = time.monotonic(), wall_ms()
     moved_at: dict[str, float] = {}
+    per_stream = bed.settings.liveness is Liveness.STREAM
+    sessions = SessionStore(aws.client("dynamodb", bed.settings), bed.settings.table_name)
+    no_room_seen = False
+
+    def advertises_no_room() -> bool:
+        """Whether the gray worker's item (its first session: its own id) said it takes none."""
+        nonlocal no_room_seen
+        if not no_room_seen:
+            item = sessions.read(gray.worker_id)
+            no_room_seen = item is not None and item.capacity == 0
+        return no_room_seen
 
     def all_moved() -> bool:
+        if per_stream:
+            advertises_no_room()
         owners = bed.owners()
         now = time.monotonic()
         for stream_id in held - moved_at.keys():
@@ -82,6 +98,8 @@ def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Tes
 
     try:
         bed.wait_for(all_moved, recovery_timeout(bed.settings), "the gray worker's streams moved")
+        if per_stream:
+            bed.wait_for(advertises_no_room, LEASE_SECONDS, "the gray worker advertised no room")
     finally:
         stop_holding_writes(endpoint)
     leases = sorted(t / LEASE_SECONDS for t in moved_at.values())
