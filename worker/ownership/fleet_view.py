@@ -61,8 +61,8 @@ def count_fleet(
     """``(streams owned or wanted, live workers)`` from the worker items.
 
     Streams: this worker's ``held`` + every other live or draining session's
-    ``active_streams`` (a draining, dead or withholding worker's streams need a new home too) +
-    ``orphans``. Live workers: this one + :func:`sharing_peers`.
+    ``active_streams`` (the streams of a draining or dead worker, or of one advertising no room,
+    need a new home too) + ``orphans``. Live workers: this one + :func:`sharing_peers`.
     """
     others = [w for w in workers if w.worker_id != me and (w.is_live or w.active_streams)]
     total = held + orphans + sum(max(0, w.active_streams) for w in others)
