@@ -165,6 +165,7 @@ class Worker:
             self.holdings,
             SessionStore(renewal_dynamodb or dynamodb, settings.table_name),
             self.metrics.observe,
+            self.renewals.unanswered,
         )
         self.own_leases = OwnLeases(
             self.ctx, self.holdings, self.keeper.request_rollover, sessions=self.uses_sessions

@@ -3,8 +3,9 @@ its client gave up (a latency spike, a half-broken network path), while its peer
 
 Its peers see its renewals land and would never judge it dead; the worker itself never sees a
 renewal succeed. That must end in a handover, not a pause: each of its streams is delivered by
-a peer within two leases (three with per-stream leases: see HANDOVER_LEASES) of the gray failure
-starting, with no overlap and no gap.
+a peer within two leases of the gray failure starting, with no overlap and no gap. With
+per-stream leases its worker item still renews: it advertises no room while its lease renewals
+go unanswered, so its peers share its streams among themselves instead of shedding them back.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from local.invariants import load_records
 from local.moto_process import hold_dynamodb_writes, stop_holding_writes
 from local.testbed import Testbed
 from local.worker_process import WorkerProcess
+from streamlease import aws
 from streamlease.lease_store import wall_ms
 from streamlease.schema import Liveness, belongs_to_task, worker_key
+from streamlease.session_store import SessionStore
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -36,11 +39,8 @@ GRAY_DELAY_SECONDS: Final = 1.5
 reproduction (renewals applied 1.5 s late against a 1 s timeout)."""
 GRAY_REQUESTS: Final = 100_000
 """Hold every matching request for the whole scenario."""
-HANDOVER_LEASES: Final = {Liveness.SESSION: 2.0, Liveness.STREAM: 3.0}
-"""Every stream of the gray worker is delivered by a peer within this many leases. Per-stream
-leases get a lease more: the gray worker's own item still renews (late), so its peers count it
-in the fair share and shed what they took above it, and the last of its streams can wait for an
-orphan round (2.5 leases in full-suite runs on two cores, 1.5-1.7 alone)."""
+HANDOVER_LEASES: Final = 2.0
+"""Every stream of the gray worker is delivered by a peer within this many leases (both modes)."""
 
 
 def renewal_match(bed: Testbed, worker: WorkerProcess) -> list[str]:
@@ -57,7 +57,8 @@ def renewal_match(bed: Testbed, worker: WorkerProcess) -> list[str]:
 def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Testbed) -> None:
     """The worker that holds most streams gets no answer to any renewal while every renewal
     lands 1.5 s late: each of its streams is owned by a peer within two leases of the start,
-    and records of a peer reach the sink for each; no overlap, no gap."""
+    and records of a peer reach the sink for each; no overlap, no gap. Per-stream leases: its
+    worker item, which goes on renewing, advertises no room meanwhile."""
     ids = start_fleet(bed)
     holdings = bed.holdings()
     gray = max(bed.live_workers(), key=lambda w: len(holdings.get(w.worker_id, ())))
@@ -73,8 +74,21 @@ def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Tes
     )
     started, started_wall_ms = time.monotonic(), wall_ms()
     moved_at: dict[str, float] = {}
+    per_stream = bed.settings.liveness is Liveness.STREAM
+    sessions = SessionStore(aws.client("dynamodb", bed.settings), bed.settings.table_name)
+    no_room_seen = False
+
+    def advertises_no_room() -> bool:
+        """Whether the gray worker's item (its first session: its own id) said it takes none."""
+        nonlocal no_room_seen
+        if not no_room_seen:
+            item = sessions.read(gray.worker_id)
+            no_room_seen = item is not None and item.capacity == 0
+        return no_room_seen
 
     def all_moved() -> bool:
+        if per_stream:
+            advertises_no_room()
         owners = bed.owners()
         now = time.monotonic()
         for stream_id in held - moved_at.keys():
@@ -84,6 +98,8 @@ def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Tes
 
     try:
         bed.wait_for(all_moved, recovery_timeout(bed.settings), "the gray worker's streams moved")
+        if per_stream:
+            bed.wait_for(advertises_no_room, LEASE_SECONDS, "the gray worker advertised no room")
     finally:
         stop_holding_writes(endpoint)
     leases = sorted(t / LEASE_SECONDS for t in moved_at.values())
@@ -91,8 +107,7 @@ def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Tes
         f"gray failure → owned by a peer: median {statistics.median(leases):.2f}, "
         f"max {leases[-1]:.2f} leases ({len(leases)} streams)"
     )
-    bound = HANDOVER_LEASES[bed.settings.liveness]
-    assert leases[-1] <= bound, f"moved after {leases[-1]:.2f} leases: {leases}"
+    assert leases[-1] <= HANDOVER_LEASES, f"moved after {leases[-1]:.2f} leases: {leases}"
     bed.wait_all_owned(ids, recovery_timeout(bed.settings))
     time.sleep(LEASE_SECONDS)  # the peers deliver for a while
     report = finish(bed)

@@ -9,7 +9,9 @@ on probation takes nothing until one of its renewals succeeded.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ import pytest
 from streamlease import rules
 from streamlease.errors import StoreError
 from streamlease.model import WorkerInfo
-from streamlease.schema import WorkerState
+from streamlease.schema import Liveness, WorkerState
 from streamlease.session_store import Expiry
 from streamlease.settings import Settings
 from worker.fencing.session import Session, SessionState
@@ -37,6 +39,8 @@ class ScriptedStore:
         self.read_answers = read
         self.read_state = read_state
         self.calls: list[str] = []
+        self.capacities: list[int | None] = []
+        """The capacity each renewal advertised, in order."""
         self._lock = threading.Lock()
 
     def _call(self, name: str) -> None:
@@ -46,8 +50,10 @@ class ScriptedStore:
     def create(self, info: WorkerInfo) -> None:
         self._call("create")
 
-    def renew(self, worker_id: str, **_: Any) -> None:
+    def renew(self, worker_id: str, *, capacity: int | None = None, **_: Any) -> None:
         self._call("renew")
+        with self._lock:
+            self.capacities.append(capacity)
         if not self.renewals_answer:
             raise StoreError("read timeout")
 
@@ -64,11 +70,18 @@ class ScriptedStore:
         return Expiry(True, None)
 
 
-def make_session(store: ScriptedStore, lost: list[SessionState], *, probation: bool) -> Session:
+def make_session(
+    store: ScriptedStore,
+    lost: list[SessionState],
+    *,
+    probation: bool,
+    settings: Settings = SETTINGS,
+    leases_unanswered: Callable[[], bool] | None = None,
+) -> Session:
     identity = Identity(worker_id=ME, task_arn="", host="h", pid=1, version="test")
     session = Session(
         ME,
-        SETTINGS,
+        settings,
         identity,
         store,  # type: ignore[arg-type]
         store,  # type: ignore[arg-type]
@@ -76,6 +89,7 @@ def make_session(store: ScriptedStore, lost: list[SessionState], *, probation: b
         on_expired=lambda s: lost.append(s.state),
         active_streams=lambda: 0,
         probation=probation,
+        leases_unanswered=leases_unanswered,
     )
     return session
 
@@ -146,3 +160,40 @@ def test_a_worker_is_unreachable_after_four_leases_without_an_answer() -> None:
     """The give-up bound counts from the last renewal answered."""
     assert not rules.is_unreachable(100.0, 100.0 - 3.9 * 20, 20.0)
     assert rules.is_unreachable(100.0, 100.0 - rules.UNREACHABLE_LEASES * 20, 20.0)
+
+
+def test_a_worker_whose_lease_renewals_go_unanswered_advertises_no_capacity() -> None:
+    """Per-stream leases (architecture §4b): the worker item renews fine, but while the worker's
+    lease renewals go unanswered its item's renewals advertise a capacity of 0, so its peers
+    leave it out of the fair share; once they are answered again, its capacity again."""
+    settings = dataclasses.replace(SETTINGS, liveness=Liveness.STREAM)
+    store = ScriptedStore(renewals=True, read=False, read_state=None)
+    unanswered = False
+    session = make_session(
+        store, [], probation=False, settings=settings, leases_unanswered=lambda: unanswered
+    )
+    sent = store.capacities
+
+    async def until(advertised: Callable[[], bool]) -> None:
+        async with asyncio.timeout(20 * settings.heartbeat_seconds):
+            while not advertised():
+                await session.wait_renewed(settings.heartbeat_seconds)
+
+    async def scenario() -> None:
+        nonlocal unanswered
+        await session.open()
+        session.start()
+        try:
+            await until(lambda: settings.capacity in sent)
+            unanswered = True
+            await until(lambda: 0 in sent)
+            unanswered = False
+            await until(lambda: sent[-1] == settings.capacity)
+        finally:
+            session.stop()
+
+    asyncio.run(scenario())
+    withheld = sent.index(0)
+    assert set(sent[:withheld]) == {settings.capacity}
+    assert sent[-1] == settings.capacity
+    assert session.live

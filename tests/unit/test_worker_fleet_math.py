@@ -13,8 +13,10 @@ from worker.ownership.rebalancer import choose_to_shed, jittered
 from worker.ownership.reconciler import query_limit, room_for
 
 
-def info(worker_id: str, streams: int, state: WorkerState = WorkerState.RUNNING) -> WorkerInfo:
-    return WorkerInfo(worker_id, state, 0, 0, streams, 100, "host", 1)
+def info(
+    worker_id: str, streams: int, state: WorkerState = WorkerState.RUNNING, capacity: int = 100
+) -> WorkerInfo:
+    return WorkerInfo(worker_id, state, 0, 0, streams, capacity, "host", 1)
 
 
 def test_the_fleet_count_includes_draining_workers_streams_but_not_the_workers() -> None:
@@ -107,6 +109,27 @@ def test_the_deficit_is_what_running_workers_below_the_share_lack() -> None:
     update_view(view, workers, "me", held=12, dead=frozenset({"dead"}))
     assert view.share == 9  # 26 streams over 3 live workers
     assert view.deficit == 9
+
+
+def test_a_worker_advertising_no_room_has_no_part_in_the_share() -> None:
+    """A per-stream worker whose lease renewals go unanswered advertises a capacity of 0: the
+    share and the deficit are counted over the workers that can hold streams (the 33 streams of
+    a fleet of three, one of them gray, are shared by two), its streams still need a home."""
+    workers = [info("me", 11), info("b", 11), info("gray", 11, capacity=0)]
+    view = FleetView()
+    update_view(view, workers, "me", held=11)
+    assert (view.total_streams, view.live_workers, view.share) == (33, 2, 17)
+    assert view.deficit == 6  # what b lacks; nothing is shed towards the gray worker
+
+
+def test_every_peer_advertising_no_room_at_once_counts_them_all() -> None:
+    """At least two running peers all without room: the store fails for the fleet, not for
+    them; the share stays counted over everyone, so the first to recover does not take all. A
+    single peer without room (a fleet of two, one of them gray) has no part in it."""
+    workers = [info("me", 0), info("b", 0, capacity=0), info("c", 0, capacity=0)]
+    assert count_fleet(workers, "me", held=0, orphans=30, dead=frozenset()) == (30, 3)
+    alone = [info("me", 0), info("b", 0, capacity=0)]
+    assert count_fleet(alone, "me", held=0, orphans=30, dead=frozenset()) == (30, 1)
 
 
 def test_a_large_fleets_share_comes_from_the_digest_plus_the_orphans_seen() -> None:

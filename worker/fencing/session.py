@@ -34,7 +34,9 @@ publishes the new deadline and records the lease event in the same step, so what
 and what the event log shows are one and the same.
 
 In per-stream mode (``liveness = stream``) the same session is the worker item's heartbeat:
-it carries no vector and fences nothing (each lease has its own deadline).
+it carries no vector and fences nothing (each lease has its own deadline). While the worker's
+lease renewals go unanswered it takes no streams, and its renewals say so: they advertise a
+capacity of 0, so its peers leave it out of the fair share (architecture §4b).
 """
 
 from __future__ import annotations
@@ -98,13 +100,16 @@ class Session:
         observe: Callable[[str, float], None] | None = None,
         probation: bool = False,
         count: Callable[[str], None] | None = None,
+        leases_unanswered: Callable[[], bool] | None = None,
     ) -> None:
         """``store``: for the loop's own writes; ``renewal_store``: on the renewal thread's
         client. ``active_streams()`` is read by the loop only (the thread gets a copy).
         ``observe(metric, ms)`` records each renewal's lag and round trip (called in the loop);
         ``count(metric)`` counts a lost checkpoint slot. ``probation``: not :meth:`healthy`
         until a renewal succeeded (a worker that lost its previous session proves its renewals
-        get through before it takes streams again)."""
+        get through before it takes streams again). ``leases_unanswered()`` (per-stream mode,
+        read by the loop only): True while the worker's lease renewals go unanswered; the
+        renewals then advertise a capacity of 0."""
         self.worker_id = worker_id
         self.settings = settings
         self.state = SessionState.LIVE
@@ -118,6 +123,9 @@ class Session:
         self._active_streams = active_streams
         self._observe = observe
         self._count = count
+        self._leases_unanswered = leases_unanswered
+        self._withholding = False
+        """True while the renewals advertise no capacity (lease renewals unanswered)."""
         self._active_copy = 0
         self._capacity_copy = settings.capacity
         self.retiring = False
@@ -254,10 +262,20 @@ class Session:
         )
 
     def refresh_active_streams(self) -> None:
-        """Copy the stream count and the capacity the slots leave for the next renewal (the
-        thread reads the copies)."""
+        """Copy the stream count and the capacity the worker can use for the next renewal (the
+        thread reads the copies): what the slots leave, or 0 while its lease renewals go
+        unanswered (it takes no streams then)."""
         self._active_copy = self._active_streams()
-        self._capacity_copy = self.slots.usable_capacity(self.settings.capacity)
+        unanswered = self._leases_unanswered is not None and self._leases_unanswered()
+        if unanswered != self._withholding:
+            self._withholding = unanswered
+            if unanswered:
+                logger.warning("advertising no capacity: lease renewals unanswered")
+            else:
+                logger.info("advertising capacity again")
+        self._capacity_copy = (
+            0 if unanswered else self.slots.usable_capacity(self.settings.capacity)
+        )
 
     def lose_slot(
         self, slot: int, stream_id: str, now_mono: float, *, write_may_land: bool

@@ -63,15 +63,19 @@ class SessionKeeper:
         holdings: Holdings,
         renewal_sessions: SessionStore,
         observe: Callable[[str, float], None],
+        leases_unanswered: Callable[[], bool],
     ) -> None:
         """``renewal_sessions``: the store on the renewal threads' own client; ``observe``:
         where sessions record their renewals' lag and round trip, and the keeper how long ago
-        the last answered renewal was sent."""
+        the last answered renewal was sent; ``leases_unanswered()``: whether the per-stream
+        lease renewals go unanswered (per-stream mode: the sessions then advertise no
+        capacity)."""
         self._ctx = ctx
         self._holdings = holdings
         self._renewal_sessions = renewal_sessions
         self._observe = observe
         self._uses_sessions = ctx.settings.liveness is Liveness.SESSION
+        self._leases_unanswered = None if self._uses_sessions else leases_unanswered
         self._lost = asyncio.Event()
         self._incarnation = 0
         self._sessions_lost = 0
@@ -113,6 +117,7 @@ class SessionKeeper:
                 observe=self._observe,
                 probation=self._sessions_lost > 0,
                 count=ctx.metrics.incr,
+                leases_unanswered=self._leases_unanswered,
             )
             try:
                 await session.open()

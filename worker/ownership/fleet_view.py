@@ -28,8 +28,31 @@ class FleetView:
     orphans: int = 0
     """Streams wanted and unowned at the last reconcile (counted into the total)."""
     deficit: int = 0
-    """Streams the other live, running workers lack to reach the share (what shedding fills)."""
+    """Streams the other workers with a part in the share lack to reach it (what shedding
+    fills)."""
     updated_mono: float = 0.0
+
+
+def sharing_peers(workers: Sequence[WorkerInfo], me: str, dead: frozenset[str]) -> list[WorkerInfo]:
+    """The other workers that have a part in the fair share: RUNNING, not judged ``dead``, and
+    advertising room (``capacity`` above 0).
+
+    A per-stream worker whose lease renewals go unanswered takes no streams and advertises a
+    capacity of 0 on its item's renewal (architecture §4b): counting it would keep the share too
+    small for the peers that take its streams, and they would shed them again. When every one
+    of at least two running peers advertises no room at once, the store fails for the fleet
+    rather than for them: they all count, so the first worker to recover does not take
+    everything.
+    """
+    running = [
+        w
+        for w in workers
+        if w.worker_id != me and w.state is WorkerState.RUNNING and w.worker_id not in dead
+    ]
+    with_room = [w for w in running if w.capacity > 0]
+    if not with_room and len(running) >= 2:
+        return running
+    return with_room
 
 
 def count_fleet(
@@ -38,13 +61,12 @@ def count_fleet(
     """``(streams owned or wanted, live workers)`` from the worker items.
 
     Streams: this worker's ``held`` + every other live or draining session's
-    ``active_streams`` (a draining or dead worker's streams need a new home too) + ``orphans``.
-    Live workers: this one + the others that are RUNNING and not judged ``dead``.
+    ``active_streams`` (the streams of a draining or dead worker, or of one advertising no room,
+    need a new home too) + ``orphans``. Live workers: this one + :func:`sharing_peers`.
     """
     others = [w for w in workers if w.worker_id != me and (w.is_live or w.active_streams)]
     total = held + orphans + sum(max(0, w.active_streams) for w in others)
-    live = 1 + sum(1 for w in others if w.state is WorkerState.RUNNING and w.worker_id not in dead)
-    return total, live
+    return total, 1 + len(sharing_peers(workers, me, dead))
 
 
 def update_view(
@@ -60,9 +82,7 @@ def update_view(
     view.live_workers = live
     view.share = rules.fair_share(total, live)
     view.deficit = sum(
-        max(0, view.share - max(0, w.active_streams))
-        for w in workers
-        if w.worker_id != me and w.state is WorkerState.RUNNING and w.worker_id not in dead
+        max(0, view.share - max(0, w.active_streams)) for w in sharing_peers(workers, me, dead)
     )
     view.updated_mono = time.monotonic()
 

@@ -21,6 +21,9 @@ holding of the worker while its leases look renewed to everyone else. So while a
 been waiting for its answer for more than a heartbeat, or the last one to come back went
 unanswered less than a lease ago, the worker takes no new streams (:meth:`Renewals.unanswered`):
 its peers take the released ones instead of watching it take them back only to fence them again.
+Its worker item, which may well renew meanwhile, advertises a capacity of 0
+(:mod:`worker.fencing.session`), so its peers leave it out of the fair share and keep what they
+took instead of shedding it back towards a worker that takes nothing.
 """
 
 from __future__ import annotations
