@@ -2,7 +2,7 @@
 
 A timer per connection (websockets' own keepalive task) costs every held stream a wake-up per
 ping interval whether or not it is silent. Here one task visits every open connection a few
-times per interval (:meth:`~worker.stream.websocket.WebSocketTransport.check_alive`): a
+times per interval (:func:`visit`): a
 connection that read anything since the last visit is alive and costs nothing more; one silent
 for ``ping_interval_seconds`` is pinged, and one still silent ``ping_timeout_seconds`` after
 its ping is closed with 1011 (and then reconnected by its stream, as any dropped connection).
@@ -20,11 +20,49 @@ MIN_VISIT_SECONDS: Final = 0.05
 
 
 class Watched(Protocol):
-    """A connection as the keepalive sees it."""
+    """A connection as the keepalive sees it: both upstream transports. It sets ``active`` on
+    every read; the keepalive keeps ``idle_since`` and ``ping_sent_at`` (loop time; 0: no ping
+    unanswered) on it."""
 
-    def check_alive(self, now: float, interval_seconds: float, timeout_seconds: float) -> None:
-        """Ping it if it was silent too long, fail it if its ping went unanswered."""
+    active: bool
+    idle_since: float
+    ping_sent_at: float
+
+    @property
+    def is_open(self) -> bool:
+        """True between a successful handshake and the start of the closing handshake."""
         ...
+
+    @property
+    def reading_paused(self) -> bool:
+        """True while its reading is paused (it is not silent then, only unread)."""
+        ...
+
+    def fail(self, code: int, reason: str) -> None:
+        """Fail the connection with close ``code``."""
+        ...
+
+    def keepalive_ping(self) -> None:
+        """Send the keepalive's ping."""
+        ...
+
+
+def visit(connection: Watched, now: float, interval_seconds: float, timeout_seconds: float) -> None:
+    """One visit of ``connection`` (``now`` in loop time): one silent for ``interval_seconds``
+    is pinged; one still silent ``timeout_seconds`` after the ping is failed with 1011.
+    Anything read proves it alive, a pong or a message."""
+    if connection.active or connection.reading_paused:
+        connection.active = False
+        connection.idle_since = now
+        connection.ping_sent_at = 0.0
+        return
+    if connection.ping_sent_at:
+        if now - connection.ping_sent_at >= timeout_seconds:
+            connection.fail(1011, "keepalive ping timeout")
+        return
+    if now - connection.idle_since >= interval_seconds and connection.is_open:
+        connection.keepalive_ping()
+        connection.ping_sent_at = now
 
 
 class Keepalive:
@@ -59,7 +97,7 @@ class Keepalive:
             await asyncio.sleep(self.visit_seconds)
             now = loop.time()
             for connection in list(self._connections):
-                connection.check_alive(now, interval, timeout)
+                visit(connection, now, interval, timeout)
 
 
 def keepalive_from(interval_seconds: float, timeout_seconds: float) -> Keepalive | None:

@@ -42,13 +42,15 @@ from websockets.frames import BINARY, TEXT, Frame, Opcode
 from websockets.http11 import USER_AGENT, Response
 from websockets.uri import parse_uri
 
-from worker.stream.transport import CloseBy, Closed, SocketConnection, Target, UpstreamHandler
-from worker.stream.websocket import (
-    CLOSE_TIMEOUT_SECONDS,
-    KEEPALIVE_PING,
-    KeepaliveRegistry,
-    tls_context,
+from worker.stream.transport import (
+    CloseBy,
+    Closed,
+    SocketConnection,
+    Target,
+    UpstreamHandler,
+    connect_socket,
 )
+from worker.stream.websocket import CLOSE_TIMEOUT_SECONDS, KEEPALIVE_PING, KeepaliveRegistry
 
 READ_BUFFER_BYTES: Final = 2048
 """picows' read buffer to start with (its smallest); it doubles while a read fills it."""
@@ -126,15 +128,8 @@ async def open_picows(
             READ_BUFFER_BYTES,
         )
 
-    tls = tls_context() if uri.secure else None
     try:
-        _, ws_protocol = await loop.create_connection(
-            protocol,
-            host=target.address,
-            port=uri.port,
-            ssl=tls,
-            server_hostname=uri.host if tls is not None else None,
-        )
+        ws_protocol = await connect_socket(target, uri, protocol)
         await connection.handshake_done(ws_protocol)
     except BaseException:
         connection.abort()
@@ -221,7 +216,7 @@ class PicowsTransport(WSListener, SocketConnection):
         self._paused = False
         self._timer: asyncio.TimerHandle | None = None
         self.active = False
-        """Set by every frame read; the keepalive clears it (see :meth:`check_alive`)."""
+        """Set by every frame read; the keepalive clears it (``keepalive.visit``)."""
         self.idle_since = loop.time()
         self.ping_sent_at = 0.0
         """When the keepalive ping still unanswered was sent (0: none is)."""
@@ -302,7 +297,8 @@ class PicowsTransport(WSListener, SocketConnection):
         if raw is not None:
             raw.abort()
 
-    def _ping(self) -> None:
+    def keepalive_ping(self) -> None:
+        """Send the shared keepalive's ping."""
         if self._ws is not None:
             self._ws.send_ping(KEEPALIVE_PING)
 

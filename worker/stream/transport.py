@@ -17,12 +17,15 @@ compiled framing), chosen by ``Settings.upstream_library``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import ssl
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 from typing import Protocol
 
 from websockets.frames import Frame
+from websockets.uri import WebSocketURI
 
 
 class CloseBy(StrEnum):
@@ -91,35 +94,23 @@ class UpstreamTransport(Protocol):
 
 
 class SocketConnection:
-    """What both transports do alike, as a base of theirs: pausing the socket's reading, the
-    end's future and the shared keepalive's visit. The transport sets ``_transport`` (the
-    loop's, None until connected), ``_paused``, ``_closed`` and the keepalive's ``active``,
-    ``idle_since`` and ``ping_sent_at``, and has ``is_open``, ``fail`` and ``_ping``."""
+    """What both transports do alike, as a base of theirs: pausing the socket's reading and the
+    end's future. The transport sets ``_transport`` (the loop's, None until connected),
+    ``_paused`` and ``_closed``."""
 
     __slots__ = ()  # the transport's own slots hold the state (the ignores below: mypy's view)
     _transport: asyncio.Transport | None
     _paused: bool
     _closed: asyncio.Future[Closed]
-    active: bool
-    idle_since: float
-    ping_sent_at: float
-
-    @property
-    def is_open(self) -> bool:
-        """True between a successful handshake and the start of the closing handshake."""
-        raise NotImplementedError
-
-    def fail(self, code: int, reason: str) -> None:
-        """Fail the connection with close ``code`` (a protocol error, a keepalive timeout)."""
-        raise NotImplementedError
-
-    def _ping(self) -> None:
-        """Send the keepalive's ping."""
-        raise NotImplementedError
 
     async def wait_closed(self) -> Closed:
         """How the connection ended, once it has (cancelling the wait changes nothing)."""
         return await asyncio.shield(self._closed)
+
+    @property
+    def reading_paused(self) -> bool:
+        """True while reading is paused (by :meth:`pause_reading`)."""
+        return self._paused
 
     def pause_reading(self) -> None:
         """See :meth:`UpstreamTransport.pause_reading`."""
@@ -135,23 +126,29 @@ class SocketConnection:
             self._paused = False  # type: ignore[misc]
             transport.resume_reading()
 
-    def check_alive(self, now: float, interval_seconds: float, timeout_seconds: float) -> None:
-        """The shared keepalive's visit (``now`` in loop time): a connection silent for
-        ``interval_seconds`` is pinged; one still silent ``timeout_seconds`` after the ping is
-        failed with 1011. Anything read proves it alive, a pong or a message; a connection
-        whose reading is paused is not silent, only unread."""
-        if self.active or self._paused:
-            self.active = False  # type: ignore[misc]
-            self.idle_since = now  # type: ignore[misc]
-            self.ping_sent_at = 0.0  # type: ignore[misc]
-            return
-        if self.ping_sent_at:
-            if now - self.ping_sent_at >= timeout_seconds:
-                self.fail(1011, "keepalive ping timeout")
-            return
-        if now - self.idle_since >= interval_seconds and self.is_open:
-            self._ping()
-            self.ping_sent_at = now  # type: ignore[misc]
+
+@cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings of every upstream: the system's trust store, certificates and host
+    names verified (one context per process: building one reads the trust store)."""
+    return ssl.create_default_context()
+
+
+async def connect_socket(
+    target: Target, uri: WebSocketURI, protocol: Callable[[], asyncio.BaseProtocol]
+) -> asyncio.BaseProtocol:
+    """Open the socket of ``target`` and return its protocol (made by ``protocol()``): to the
+    checked address (never a fresh lookup of the host), TLS for ``wss`` with the URL's host as
+    SNI and the name certificates are verified against."""
+    tls = tls_context() if uri.secure else None
+    _, made = await asyncio.get_running_loop().create_connection(
+        protocol,
+        host=target.address,
+        port=uri.port,
+        ssl=tls,
+        server_hostname=uri.host if tls is not None else None,
+    )
+    return made
 
 
 @dataclass(frozen=True)

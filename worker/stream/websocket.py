@@ -14,8 +14,6 @@ system's trust store, SNI being the URL's host while the socket goes to the chec
 from __future__ import annotations
 
 import asyncio
-import ssl
-from functools import cache
 from typing import Final, Protocol, cast
 
 from websockets.client import ClientProtocol
@@ -27,7 +25,14 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from worker.stream.keepalive import Watched
-from worker.stream.transport import CloseBy, Closed, SocketConnection, Target, UpstreamHandler
+from worker.stream.transport import (
+    CloseBy,
+    Closed,
+    SocketConnection,
+    Target,
+    UpstreamHandler,
+    connect_socket,
+)
 
 CLOSE_TIMEOUT_SECONDS: Final = 3.0
 """How long a closing handshake may take before the socket is dropped."""
@@ -41,13 +46,6 @@ class KeepaliveRegistry(Protocol):
     def add(self, connection: Watched) -> None: ...
 
     def discard(self, connection: Watched) -> None: ...
-
-
-@cache
-def tls_context() -> ssl.SSLContext:
-    """The TLS settings of every upstream: the system's trust store, certificates and host
-    names verified (one context per process: building one reads the trust store)."""
-    return ssl.create_default_context()
 
 
 async def open_websocket(
@@ -71,15 +69,8 @@ async def open_websocket(
     request.headers.update(target.headers)
     request.headers.setdefault("User-Agent", USER_AGENT)
     connection = WebSocketTransport(protocol, request, handler, keepalive, loop)
-    tls = tls_context() if uri.secure else None
     try:
-        await loop.create_connection(
-            lambda: connection,
-            host=target.address,
-            port=uri.port,
-            ssl=tls,
-            server_hostname=uri.host if tls is not None else None,
-        )
+        await connect_socket(target, uri, lambda: connection)
         await connection.handshake_done()
     except BaseException:
         connection.abort()
@@ -136,7 +127,7 @@ class WebSocketTransport(asyncio.Protocol, SocketConnection):
         self._paused = False
         self._timer: asyncio.TimerHandle | None = None
         self.active = False
-        """Set by every read; the keepalive clears it (see :meth:`check_alive`)."""
+        """Set by every read; the keepalive clears it (:func:`worker.stream.keepalive.visit`)."""
         self.idle_since = loop.time()
         self.ping_sent_at = 0.0
         """When the keepalive ping still unanswered was sent (0: none is)."""
@@ -190,7 +181,8 @@ class WebSocketTransport(asyncio.Protocol, SocketConnection):
         if transport is not None:
             transport.abort()
 
-    def _ping(self) -> None:
+    def keepalive_ping(self) -> None:
+        """Send the shared keepalive's ping."""
         self._protocol.send_ping(KEEPALIVE_PING)
         self._send()
 
