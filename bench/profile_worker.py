@@ -1,16 +1,22 @@
-"""Where a worker's CPU goes per message: one ``python -m worker`` under cProfile.
+"""Where a worker's CPU goes per message: one ``python -m worker``, measured, then profiled.
 
 ``python -m bench.profile_worker [--streams 1000] [--rate 10] [--seconds 15] [--sink null]
 [--library websockets]``
-starts a moto server and the upstream simulator (own process), seeds the streams, runs one
-worker under :mod:`cProfile` until it has received for ``--seconds``, stops it gracefully and
-prints where the time went: first by part of the worker (:data:`PARTS`: the WebSocket protocol,
-the transport, the sequencer, delivery, the sink, progress, keepalive, DynamoDB, the event
-loop, ...) in µs per message, then the top functions by own time and by cumulative time — so a
-change to the data path can be judged by its profile, not by guesswork. The event loop's idle
-time (uvloop waits in C, unseen by cProfile, and the time lands on the holder's awaiting task)
-is shown apart and left out of the total. With ``--sink
-kinesis`` the records go to the moto server's Kinesis stream.
+starts a moto server and the upstream simulator (own process), seeds the streams and runs one
+worker (:mod:`bench.profiled_worker`). Once it holds every stream and they all flow, two
+windows of ``--seconds`` follow, the start-up left out of both:
+
+1. *unprofiled*: the worker's CPU per message received, split between the event loop's thread
+   (the data path, the loops) and the other threads (DynamoDB calls, the sink's stores,
+   session renewals: the upkeep of held streams, which does not grow with their messages);
+2. *profiled*: :mod:`cProfile` on the event loop's thread, the time summed by part of the worker
+   (:data:`PARTS`: the WebSocket protocol, the transport, the sequencer, delivery, the sink,
+   progress, keepalive, the event loop, ...) in µs per message, then the top functions by own
+   time and by cumulative time — so a change to the data path can be judged by its profile, not
+   by guesswork. The event loop's idle time (uvloop waits in C) is not in it: the profile
+   starts inside a signal handler, with no frame of ours open that the wait could land on.
+
+With ``--sink kinesis`` the records go to the moto server's Kinesis stream.
 
 Not part of ``make bench``: a profiler slows what it measures (Python calls cost it most, so
 the Python parts look larger than they are); the throughput section gives the figures, this
@@ -20,14 +26,16 @@ says where they come from.
 from __future__ import annotations
 
 import argparse
+import os
 import pstats
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from bench import worker_scale
+from bench import profiled_worker, worker_scale
 from bench.upstream_throughput import simulator_process
 from local.moto_process import MotoProcess
 from local.resources import create_resources
@@ -37,12 +45,7 @@ from worker.os_limits import raise_open_file_limit
 
 LEASE_SECONDS = 60.0
 
-WAITING: str = "waiting: the event loop idle (see below)"
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # uvloop waits for the sockets in C, which cProfile does not see: that time lands on the
-    # Python frame the loop resumes, the holder's task that awaits its end. Shown apart, and
-    # left out of the per-message total.
-    (WAITING, ("worker/ownership/holder.py run",)),
     ("WebSocket library: frames, handshake, close", ("/websockets/", "/picows/")),
     (
         "transport: the library's glue, batches",
@@ -100,14 +103,45 @@ def print_parts(stats: pstats.Stats, messages: int) -> None:
         own_seconds = row[2]
         name = part_of(filename, function)
         totals[name] = totals.get(name, 0.0) + own_seconds
-    waiting = totals.pop(WAITING, 0.0)
     overall = sum(totals.values())
     print("| part | µs per message (profiled) | share |\n|---|---:|---:|")
     for name, seconds in sorted(totals.items(), key=lambda item: -item[1]):
         per_message = seconds / max(1, messages) * 1e6
         print(f"| {name} | {per_message:.2f} | {seconds / overall:.0%} |")
-    print(f"| all but waiting | {overall / max(1, messages) * 1e6:.2f} | 100% |")
-    print(f"| {WAITING} | {waiting / max(1, messages) * 1e6:.2f} | – |")
+    print(f"| all | {overall / max(1, messages) * 1e6:.2f} | 100% |")
+
+
+def _received(worker: WorkerProcess, seen: int, seconds: float) -> tuple[int, float, int]:
+    """Messages the worker reported received over about ``seconds`` (whole metric flushes),
+    the window's length, and how many flush lines have been read by its end."""
+    _, seen = worker_scale.flush_lines(worker, seen)
+    start = time.monotonic()
+    records: list[dict[str, Any]] = []
+    while time.monotonic() - start < seconds or not records:
+        time.sleep(0.1)
+        new, seen = worker_scale.flush_lines(worker, seen)
+        records += new
+        if not worker.alive:
+            raise RuntimeError(f"worker exited:\n{worker.log_tail()}")
+    messages = sum(int(r["counters"]["MessagesReceived"]) for r in records)
+    return messages, time.monotonic() - start, seen
+
+
+def _wait_flowing(worker: WorkerProcess, streams: int, timeout: float) -> int:
+    """Wait until the worker holds every stream and they all flow; returns flush lines read."""
+    seen = 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        records, seen = worker_scale.flush_lines(worker, seen)
+        if any(
+            r.get("active_connections") == streams and r["counters"]["MessagesReceived"]
+            for r in records
+        ):
+            return seen
+        if not worker.alive:
+            raise RuntimeError(f"worker exited:\n{worker.log_tail()}")
+        time.sleep(0.5)
+    raise RuntimeError(f"the worker did not hold all {streams} streams within {timeout:g} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_worker", description=__doc__)
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=10.0, help="msg/s per stream; 0: flat out")
-    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--seconds", type=float, default=15.0, help="each window: unprofiled, then profiled"
+    )
     parser.add_argument("--sink", default="null", choices=["null", "kinesis", "file"])
     parser.add_argument(
         "--library",
@@ -153,30 +189,44 @@ def main(argv: list[str] | None = None) -> int:
             settings,
             "profiled",
             work / "worker.log",
-            command=("-m", "cProfile", "-o", str(out), "-m", "worker"),
+            command=("-m", "bench.profiled_worker", str(out)),
         )
         try:
             ids = [f"prof-{i:05d}" for i in range(args.streams)]
             worker_scale.seed(
                 settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={args.rate:g}"
             )
-            seen = 0
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # until the streams flow
-                records, seen = worker_scale.flush_lines(worker, seen)
-                if any(r["counters"]["MessagesReceived"] for r in records):
-                    break
-                time.sleep(0.5)
-            print(f"profiling {args.seconds:g} s ...", file=sys.stderr)
-            time.sleep(args.seconds)
-            messages = 0
-            records, seen = worker_scale.flush_lines(worker, 0)
-            messages = sum(r["counters"]["MessagesReceived"] for r in records)
+            seen = _wait_flowing(worker, args.streams, timeout=60 + args.streams * 0.06)
+            print(
+                f"measuring {args.seconds:g} s, then profiling {args.seconds:g} s ...",
+                file=sys.stderr,
+            )
+            main_before, others_before = worker_scale.thread_cpu_seconds(worker.pid)
+            messages, seconds, seen = _received(worker, seen, args.seconds)
+            main_after, others_after = worker_scale.thread_cpu_seconds(worker.pid)
+            os.kill(worker.pid, profiled_worker.START)
+            profiled, profiled_seconds, seen = _received(worker, seen, args.seconds)
+            os.kill(worker.pid, profiled_worker.STOP)
+            deadline = time.monotonic() + 30
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
         finally:
             worker.stop(settings.shutdown_budget_seconds + 10)
+    per_message = 1e6 / max(1, messages)
+    main_cpu, others_cpu = main_after - main_before, others_after - others_before
+    print(
+        f"# Unprofiled, {seconds:.0f} s: {messages / seconds:,.0f} messages/s from {args.streams}"
+        f" streams; CPU {(main_cpu + others_cpu) * per_message:.1f} µs per message"
+        f" ({100 * (main_cpu + others_cpu) / seconds:.1f} % of a core): the event loop's thread"
+        f" {main_cpu * per_message:.1f}, the other threads {others_cpu * per_message:.1f}"
+        " (DynamoDB calls, the sink's stores, session renewals; cProfile does not see them)"
+    )
     stats = pstats.Stats(str(out), stream=sys.stdout)
-    print(f"# {messages} messages received over the whole run ({args.streams} streams)")
-    print_parts(stats, messages)
+    print(
+        f"# Profiled, the event loop's thread only, {profiled_seconds:.0f} s:"
+        f" {profiled:,} messages from {args.streams} streams"
+    )
+    print_parts(stats, profiled)
     stats.sort_stats("tottime").print_stats(args.top)
     stats.sort_stats("cumulative").print_stats(args.top)
     return 0

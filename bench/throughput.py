@@ -57,6 +57,8 @@ class Run:
     held: int | None = None
     """Fewest streams the worker held during the window (None: not a worker)."""
     rss_per_stream_kib: float | None = None
+    other_threads_cpu_seconds: float | None = None
+    """CPU of the worker's threads besides its event loop's (None: not a worker)."""
 
     @property
     def per_second(self) -> float:
@@ -67,6 +69,13 @@ class Run:
     def cpu_us_per_message(self) -> float:
         """Client CPU (user + system) per message, µs."""
         return self.cpu_seconds / self.messages * 1e6 if self.messages else float("nan")
+
+    @property
+    def other_threads_us_per_message(self) -> float:
+        """The worker's CPU off its event loop's thread, per message, µs."""
+        if self.other_threads_cpu_seconds is None or not self.messages:
+            return float("nan")
+        return self.other_threads_cpu_seconds / self.messages * 1e6
 
 
 def _rss_kib(pid: int) -> float:
@@ -95,6 +104,8 @@ class Window:
     lag_max: float
     held_min: int
     seconds: float
+    other_threads_cpu_seconds: float
+    """Of ``cpu_seconds``, what the threads besides the event loop's took."""
 
 
 def _measure(worker: WorkerProcess, streams: int, seconds: float, ramp_seconds: float) -> Window:
@@ -110,12 +121,14 @@ def _measure(worker: WorkerProcess, streams: int, seconds: float, ramp_seconds: 
             raise RuntimeError(f"worker exited:\n{worker.log_tail()}")
         time.sleep(0.2)
     start_cpu, start = worker_scale.cpu_seconds(worker.pid), time.monotonic()
+    _, start_threads = worker_scale.thread_cpu_seconds(worker.pid)
     records: list[dict[str, Any]] = []
     while time.monotonic() - start < seconds or not records:
         time.sleep(0.1)
         new, seen = worker_scale.flush_lines(worker, seen)
         records += new
     end_cpu, end = worker_scale.cpu_seconds(worker.pid), time.monotonic()
+    _, end_threads = worker_scale.thread_cpu_seconds(worker.pid)
     return Window(
         cpu_seconds=end_cpu - start_cpu,
         messages=sum(r["counters"]["MessagesReceived"] for r in records),
@@ -123,6 +136,7 @@ def _measure(worker: WorkerProcess, streams: int, seconds: float, ramp_seconds: 
         lag_max=max(r["renewal_lag_ms_max"] for r in records),
         held_min=min(int(r.get("active_connections", 0)) for r in records),
         seconds=end - start,
+        other_threads_cpu_seconds=end_threads - start_threads,
     )
 
 
@@ -179,6 +193,7 @@ def worker_run(
         held=window.held_min,
         # Flat out, every socket's buffers are full: that is buffer, not the cost of a stream.
         rss_per_stream_kib=(rss_full - rss_empty) / max(1, window.held_min) if rate else None,
+        other_threads_cpu_seconds=window.other_threads_cpu_seconds,
     )
     return run, window
 
@@ -276,6 +291,7 @@ def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) 
             "client",
             "msgs/s",
             "CPU µs/msg",
+            "of it off the event loop",
             "CPU % of a core",
             "worker / bare",
             "memory per held stream",
@@ -289,6 +305,7 @@ def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) 
             BARE,
             _spread([b.per_second for b in alt.bares], "{:,.0f}"),
             _spread(bare_cpu, "{:.1f}"),
+            None,
             _spread([100 * b.cpu_seconds / b.seconds for b in alt.bares], "{:.1f}"),
             None,
             None,
@@ -306,6 +323,7 @@ def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) 
             run.client,
             run.per_second,
             run.cpu_us_per_message,
+            run.other_threads_us_per_message,
             100 * run.cpu_seconds / run.seconds,
             f"{run.cpu_us_per_message / null:.2f}× the null sink's CPU/msg",
             None if run.rss_per_stream_kib is None else f"{run.rss_per_stream_kib:.0f} KiB",
@@ -321,6 +339,10 @@ def _table(alternations: list[Alternation], kinesis: tuple[Run, Window] | None) 
         "CPU is user + system time of the client process over the window (100 % = one core);"
         " the worker's includes its session renewals, keepalive, connection-state writer and"
         " loops. Flat out, msgs/s is the comparable figure (each client uses what CPU it gets).",
+        "Off the event loop: the part of the worker's CPU per message taken by its other threads"
+        " — the DynamoDB calls of its upkeep (session renewals, progress writes, the fleet and"
+        " gone-session reads) and the sink's stores; the upkeep grows with the streams held, not"
+        " with their messages.",
         "Each round measures the worker on every upstream library in turn (websockets' sans-I/O"
         " client, picows); the Kinesis window runs the default library.",
         f"Worker: our defaults (sessions), lease {THROUGHPUT_LEASE_SECONDS:g} s / heartbeat"
@@ -353,6 +375,7 @@ def _add_worker_row(
         client,
         _spread([w.per_second for w in runs], "{:,.0f}"),
         _spread([w.cpu_us_per_message for w in runs], "{:.1f}"),
+        _spread([w.other_threads_us_per_message for w in runs], "{:.1f}"),
         _spread([100 * w.cpu_seconds / w.seconds for w in runs], "{:.1f}"),
         ratio,
         f"{_spread(memory, '{:.1f}')} KiB" if memory else None,

@@ -87,6 +87,24 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> tuple[float, float]:
+    """User + system CPU time so far of process ``pid``'s main thread and of all its other
+    threads together (Linux ``/proc``; a thread that ended since takes its time with it)."""
+    main = others = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime
+        if task.name == str(pid):
+            main += ticks
+        else:
+            others += ticks
+    hertz = os.sysconf("SC_CLK_TCK")
+    return main / hertz, others / hertz
+
+
 def flush_lines(worker: WorkerProcess, seen: int) -> tuple[list[dict[str, Any]], int]:
     """New "metrics flushed" log records of ``worker`` after the first ``seen`` ones."""
     records = []
