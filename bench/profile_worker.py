@@ -33,9 +33,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
-from bench import profiled_worker, worker_scale
+from bench import profiled_worker, throughput, worker_scale
 from bench.upstream_throughput import simulator_process
 from local.moto_process import MotoProcess
 from local.resources import create_resources
@@ -111,39 +110,6 @@ def print_parts(stats: pstats.Stats, messages: int) -> None:
     print(f"| all | {overall / max(1, messages) * 1e6:.2f} | 100% |")
 
 
-def _received(worker: WorkerProcess, seen: int, seconds: float) -> tuple[int, float, int]:
-    """Messages the worker reported received over about ``seconds`` (whole metric flushes),
-    the window's length, and how many flush lines have been read by its end."""
-    _, seen = worker_scale.flush_lines(worker, seen)
-    start = time.monotonic()
-    records: list[dict[str, Any]] = []
-    while time.monotonic() - start < seconds or not records:
-        time.sleep(0.1)
-        new, seen = worker_scale.flush_lines(worker, seen)
-        records += new
-        if not worker.alive:
-            raise RuntimeError(f"worker exited:\n{worker.log_tail()}")
-    messages = sum(int(r["counters"]["MessagesReceived"]) for r in records)
-    return messages, time.monotonic() - start, seen
-
-
-def _wait_flowing(worker: WorkerProcess, streams: int, timeout: float) -> int:
-    """Wait until the worker holds every stream and they all flow; returns flush lines read."""
-    seen = 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        records, seen = worker_scale.flush_lines(worker, seen)
-        if any(
-            r.get("active_connections") == streams and r["counters"]["MessagesReceived"]
-            for r in records
-        ):
-            return seen
-        if not worker.alive:
-            raise RuntimeError(f"worker exited:\n{worker.log_tail()}")
-        time.sleep(0.5)
-    raise RuntimeError(f"the worker did not hold all {streams} streams within {timeout:g} s")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Profile one worker; prints the profile. Returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m bench.profile_worker", description=__doc__)
@@ -196,37 +162,37 @@ def main(argv: list[str] | None = None) -> int:
             worker_scale.seed(
                 settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={args.rate:g}"
             )
-            seen = _wait_flowing(worker, args.streams, timeout=60 + args.streams * 0.06)
-            print(
-                f"measuring {args.seconds:g} s, then profiling {args.seconds:g} s ...",
-                file=sys.stderr,
-            )
-            main_before, others_before = worker_scale.thread_cpu_seconds(worker.pid)
-            messages, seconds, seen = _received(worker, seen, args.seconds)
-            main_after, others_after = worker_scale.thread_cpu_seconds(worker.pid)
+            # Measured, then profiled: each window starts once the streams flow (messages of
+            # the metric flushes after its start only), the start-up left out of both.
+            window = f"{args.seconds:g} s"
+            print(f"measuring {window}, then profiling {window} ...", file=sys.stderr)
+            ramp = 60 + args.streams * 0.06
+            measured = throughput.measure(worker, args.streams, args.seconds, ramp_seconds=ramp)
             os.kill(worker.pid, profiled_worker.START)
-            profiled, profiled_seconds, seen = _received(worker, seen, args.seconds)
+            profiled = throughput.measure(worker, args.streams, args.seconds, ramp_seconds=0)
             os.kill(worker.pid, profiled_worker.STOP)
             deadline = time.monotonic() + 30
             while not out.exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
         finally:
             worker.stop(settings.shutdown_budget_seconds + 10)
-    per_message = 1e6 / max(1, messages)
-    main_cpu, others_cpu = main_after - main_before, others_after - others_before
+    per_message = 1e6 / max(1, measured.messages)
+    others = measured.other_threads_cpu_seconds
+    main_thread = measured.cpu_seconds - others
     print(
-        f"# Unprofiled, {seconds:.0f} s: {messages / seconds:,.0f} messages/s from {args.streams}"
-        f" streams; CPU {(main_cpu + others_cpu) * per_message:.1f} µs per message"
-        f" ({100 * (main_cpu + others_cpu) / seconds:.1f} % of a core): the event loop's thread"
-        f" {main_cpu * per_message:.1f}, the other threads {others_cpu * per_message:.1f}"
-        " (DynamoDB calls, the sink's stores, session renewals; cProfile does not see them)"
+        f"# Unprofiled, {measured.seconds:.0f} s: {measured.messages / measured.seconds:,.0f}"
+        f" messages/s from {args.streams} streams; CPU {measured.cpu_seconds * per_message:.1f}"
+        f" µs per message ({100 * measured.cpu_seconds / measured.seconds:.1f} % of a core): the"
+        f" event loop's thread {main_thread * per_message:.1f}, the other threads"
+        f" {others * per_message:.1f} (DynamoDB calls, the sink's stores, session renewals;"
+        " cProfile does not see them)"
     )
     stats = pstats.Stats(str(out), stream=sys.stdout)
     print(
-        f"# Profiled, the event loop's thread only, {profiled_seconds:.0f} s:"
-        f" {profiled:,} messages from {args.streams} streams"
+        f"# Profiled, the event loop's thread only, {profiled.seconds:.0f} s:"
+        f" {profiled.messages:,} messages from {args.streams} streams"
     )
-    print_parts(stats, profiled)
+    print_parts(stats, profiled.messages)
     stats.sort_stats("tottime").print_stats(args.top)
     stats.sort_stats("cumulative").print_stats(args.top)
     return 0

@@ -108,14 +108,16 @@ class Window:
     """Of ``cpu_seconds``, what the threads besides the event loop's took."""
 
 
-def _measure(worker: WorkerProcess, streams: int, seconds: float, ramp_seconds: float) -> Window:
+def measure(worker: WorkerProcess, streams: int, seconds: float, ramp_seconds: float) -> Window:
     """Like :func:`bench.worker_scale.measure`, but a worker that never holds all ``streams``
-    (CPU-bound, fencing) is measured anyway, and the fewest streams it held is recorded."""
+    (CPU-bound, fencing) is measured anyway, and the fewest streams it held is recorded: wait
+    up to ``ramp_seconds`` for it to hold them all, then measure about ``seconds`` (whole metric
+    flushes: only messages reported after the wait count)."""
     seen = 0
     deadline = time.monotonic() + ramp_seconds
-    while time.monotonic() < deadline:
+    while True:
         new, seen = worker_scale.flush_lines(worker, seen)
-        if any(r.get("active_connections") == streams for r in new):
+        if time.monotonic() >= deadline or any(r.get("active_connections") == streams for r in new):
             break
         if not worker.alive:
             raise RuntimeError(f"worker exited:\n{worker.log_tail()}")
@@ -178,7 +180,7 @@ def worker_run(
         ctx.progress.update(
             f"worker on {library}: {streams} streams at {rate:g} msg/s, {sink} sink", force=True
         )
-        window = _measure(worker, streams, seconds, ramp_seconds=30 + streams * 0.06)
+        window = measure(worker, streams, seconds, ramp_seconds=30 + streams * 0.06)
         rss_full = _rss_kib(worker.pid)
     finally:
         worker.stop(settings.shutdown_budget_seconds + 10)
