@@ -1,9 +1,11 @@
-"""The walk for streams of gone sessions against the moto server: a turn covers as many entries
-as before, in small pages each done with before the next (what a worker parses at once stays
-bounded whatever its capacity), reads each owner once, and frees only a gone owner's streams."""
+"""The walk for streams of gone sessions against the moto server: a turn reads the fleet's
+streams spread over a lease's rounds, in small pages each done with before the next (what a
+worker parses at once stays bounded whatever its capacity), reads each owner once, frees only a
+gone owner's streams, and reads as much as it may after a turn that freed some."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any, cast
@@ -13,7 +15,7 @@ from stream_items import SESSION_HELD_MS, Handoffs, put_stream
 
 from streamlease.lease_store import LeaseStore
 from streamlease.model import LeaseView
-from worker.liveness.gone_sessions import PAGE_ITEMS, GoneSessions
+from worker.liveness.gone_sessions import PAGE_ITEMS, GoneSessions, turn_entries
 from worker.ownership.reconciler import query_limit
 
 SELF = "self/1-aa"
@@ -28,12 +30,15 @@ class CountingStore:
         self._store = store
         self.pages: list[tuple[int, int]] = []
         """(limit asked, entries returned) per Scan request."""
+        self.walk_ended = False
+        """Whether the last page was the walk's last."""
 
     def held_through_sessions(
         self, *, limit: int, start: Mapping[str, Any] | None = None
     ) -> tuple[list[LeaseView], Mapping[str, Any] | None]:
         page, cursor = self._store.held_through_sessions(limit=limit, start=start)
         self.pages.append((limit, len(page)))
+        self.walk_ended = cursor is None
         return page, cursor
 
     def __getattr__(self, name: str) -> Any:
@@ -51,20 +56,26 @@ class Sessions:
         return None if worker_id == GONE else object()
 
 
-def walker(store: LeaseStore, capacity: int) -> tuple[GoneSessions, CountingStore, Sessions]:
+def walker(
+    store: LeaseStore, capacity: int, *, total_streams: int = 0, rounds_per_lease: int = 1
+) -> tuple[GoneSessions, CountingStore, Sessions]:
+    """The walk of this worker, of ``capacity``, in a fleet of ``total_streams`` (as the fleet
+    view counts them) whose lease lasts ``rounds_per_lease`` reconcile rounds."""
     counting, sessions = CountingStore(store), Sessions()
     ctx = SimpleNamespace(
         worker_id=SELF,
         store=counting,
         sessions=sessions,
-        settings=SimpleNamespace(capacity=capacity, handoff_on_release=True),
+        settings=SimpleNamespace(
+            capacity=capacity,
+            handoff_on_release=True,
+            reconcile_seconds=5.0,
+            lease_seconds=5.0 * rounds_per_lease,
+        ),
         handoffs=Handoffs(),
     )
-    return (
-        GoneSessions(cast(Any, ctx), cast(Any, SimpleNamespace(live_workers=1))),
-        counting,
-        sessions,
-    )
+    view = SimpleNamespace(live_workers=1, total_streams=total_streams)
+    return GoneSessions(cast(Any, ctx), cast(Any, view)), counting, sessions
 
 
 @pytest.fixture
@@ -89,10 +100,10 @@ def fleet(dynamodb: Any, aws_settings: Any) -> dict[str, str]:
 async def test_a_turn_reads_its_entries_in_small_pages_and_frees_the_gone_sessions_streams(
     store: LeaseStore, fleet: dict[str, str]
 ) -> None:
-    """Capacity 100: a turn covers 250 entries (the whole fleet here) as before, but no Scan
-    request asks for (or returns) more than a page; each other owner is read once; only the
-    gone session's streams are freed, and handed off."""
-    gone_sessions, counting, sessions = walker(store, capacity=100)
+    """Capacity 100, a lease of one round: a turn covers 250 entries (the whole fleet here), but
+    no Scan request asks for (or returns) more than a page; each other owner is read once; only
+    the gone session's streams are freed, and handed off."""
+    gone_sessions, counting, sessions = walker(store, capacity=100, total_streams=len(fleet))
     assert query_limit(100) == len(fleet) > PAGE_ITEMS
 
     freed = await gone_sessions.free_once()
@@ -124,3 +135,48 @@ async def test_a_small_workers_turn_reads_no_more_than_its_share_and_the_walk_go
 
     assert freed == 10
     assert all(found <= PAGE_ITEMS for _, found in counting.pages)
+
+
+async def test_a_turn_reads_the_fleet_spread_over_a_lease_and_hurries_once_it_freed_streams(
+    store: LeaseStore, fleet: dict[str, str]
+) -> None:
+    """A lease of four rounds: a quiet turn asks for a page (250 streams / 4 rounds, at least a
+    page), not the 250 this worker could; after a turn that freed streams the next asks for all
+    it may (or reads to the walk's end); the gone session's streams are all freed within the
+    lease's four turns."""
+    gone_sessions, counting, _ = walker(
+        store, capacity=100, total_streams=len(fleet), rounds_per_lease=4
+    )
+
+    async def turn() -> tuple[int, int, bool]:
+        """(streams freed, entries asked for, whether the walk ended) of one turn."""
+        before = len(counting.pages)
+        freed = await gone_sessions.free_once()
+        return freed, sum(limit for limit, _ in counting.pages[before:]), counting.walk_ended
+
+    turns = [await turn() for _ in range(4)]
+
+    assert sum(freed for freed, _, _ in turns) == 10
+    assert turns[0][1] == PAGE_ITEMS
+    for (freed_before, _, _), (_, asked, ended) in itertools.pairwise(turns):
+        if freed_before:
+            assert asked == query_limit(100) or ended
+        else:
+            assert asked <= PAGE_ITEMS
+    while (await turn())[0]:  # the last hurried turns
+        pass
+    assert (await turn())[:2] == (0, PAGE_ITEMS)  # quiet again
+
+
+@pytest.mark.parametrize(
+    ("capacity", "total", "rounds", "entries"),
+    [
+        (1000, 1000, 4, 250),  # the fleet spread over a lease
+        (1000, 50, 4, PAGE_ITEMS),  # at least a page
+        (1000, 0, 4, PAGE_ITEMS),  # before the first count
+        (100, 10_000, 4, 250),  # at most query_limit(capacity)
+        (1000, 400, 0, 400),  # a lease shorter than a round: the whole fleet each turn
+    ],
+)
+def test_turn_entries(capacity: int, total: int, rounds: int, entries: int) -> None:
+    assert turn_entries(capacity, total, rounds) == entries

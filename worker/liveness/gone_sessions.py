@@ -10,9 +10,12 @@ switch left behind, so a page is usually empty), one turn per reconcile round: e
 worker takes its turn with probability ``1 / live workers``, so the fleet as a whole takes about
 one a round, whatever its size (with sessions every stream is such a stream, and a turn per
 worker per round would cost as much as the sessions themselves). A turn reads the next
-:func:`~worker.ownership.reconciler.query_limit` entries of the walk in small pages
-(:data:`PAGE_ITEMS`), one after the other: a fleet of up to that many streams is covered every
-round, a larger one in as many rounds as it takes. Each owner on a page is read consistently,
+:func:`turn_entries` entries of the walk in small pages (:data:`PAGE_ITEMS`), one after the
+other: the fleet's streams spread over the rounds of a lease, so the walk covers the fleet about
+once a lease (the bound a gone session's streams are taken within), a fleet too large for that
+in as many rounds as it takes; after a turn that freed streams the next reads as much as it may
+(gone sessions' streams count in no worker's item, so the fleet's total leaves them out: a
+mode switch can leave most of the table on them). Each owner on a page is read consistently,
 once a turn (a page holds the streams of a few sessions; its acquire could have come from a
 session created a moment ago, which an eventually consistent read could miss; the worker's role
 has no batch read, and needs none), and each stream of an owner that is gone is freed
@@ -46,6 +49,16 @@ PAGE_ITEMS: Final = 100
 streams are looked at, so this bounds what a turn holds at once, whatever the capacity."""
 
 
+def turn_entries(capacity: int, total_streams: int, rounds_per_lease: int) -> int:
+    """Entries one turn of the walk reads: the fleet's ``total_streams`` spread over the
+    ``rounds_per_lease`` turns the fleet takes in a lease (about one a round), at least a page,
+    at most :func:`~worker.ownership.reconciler.query_limit` of this worker's ``capacity``.
+    Reading every entry every round would cost a fleet of 1,000 streams a Scan page a second
+    and about 12 read units per stream-hour for a net under what the protocol never does."""
+    spread = -(-total_streams // max(1, rounds_per_lease))
+    return min(query_limit(capacity), max(PAGE_ITEMS, spread))
+
+
 class GoneSessions:
     """Walks the streams held through sessions and frees those whose session is gone."""
 
@@ -53,6 +66,8 @@ class GoneSessions:
         self._ctx = ctx
         self._view = view
         self._cursor: Mapping[str, Any] | None = None
+        self._hurry = False
+        """The last turn freed streams: read as much as this worker may until one frees none."""
 
     async def free_periodically(self) -> None:
         """Every ``reconcile_seconds`` (±20 %), this worker's turn with probability
@@ -66,13 +81,20 @@ class GoneSessions:
             await asyncio.sleep(jittered(self._ctx.settings.reconcile_seconds, random.random()))
 
     async def free_once(self) -> int:
-        """Read this turn's entries: up to :func:`~worker.ownership.reconciler.query_limit` in
-        all, in pages of at most :data:`PAGE_ITEMS`, each parsed and done with before the next
-        is read (the worker's resident set keeps the high-water mark of what it parsed at once);
-        the turn ends early where the walk does. Returns how many streams of gone sessions it
-        freed. Raises :class:`StoreError` when a page or an owner cannot be read."""
+        """Read this turn's entries (:func:`turn_entries`), in pages of at most
+        :data:`PAGE_ITEMS`, each parsed and done with before the next is read (the worker's
+        resident set keeps the high-water mark of what it parsed at once); the turn ends early
+        where the walk does. Returns how many streams of gone sessions it freed. Raises
+        :class:`StoreError` when a page or an owner cannot be read."""
         ctx = self._ctx
-        left = query_limit(ctx.settings.capacity)
+        settings = ctx.settings
+        left = turn_entries(
+            settings.capacity,
+            self._view.total_streams,
+            int(settings.lease_seconds // settings.reconcile_seconds),
+        )
+        if self._hurry:
+            left = query_limit(settings.capacity)
         alive: dict[str, bool] = {}  # an owner's entries run on over pages: read it once a turn
         freed = 0
         while left > 0:
@@ -89,6 +111,7 @@ class GoneSessions:
                     freed += await self._free(view.stream_id, view.owner, view.epoch)
             if self._cursor is None:
                 break  # the walk is over: the next turn starts it again
+        self._hurry = freed > 0
         return freed
 
     async def _free(self, stream_id: str, owner: str, epoch: int) -> int:
