@@ -53,7 +53,7 @@ def turn_entries(capacity: int, total_streams: int, rounds_per_lease: int) -> in
     """Entries one turn of the walk reads: the fleet's ``total_streams`` spread over the
     ``rounds_per_lease`` turns the fleet takes in a lease (about one a round), at least a page,
     at most :func:`~worker.ownership.reconciler.query_limit` of this worker's ``capacity``.
-    Reading every entry every round would cost a fleet of 1,000 streams a Scan page a second
+    Reading every entry every round would cost a fleet of 1,000 streams two Scan pages a second
     and about 12 read units per stream-hour for a net under what the protocol never does."""
     spread = -(-total_streams // max(1, rounds_per_lease))
     return min(query_limit(capacity), max(PAGE_ITEMS, spread))
