@@ -80,29 +80,32 @@ class Window:
     """Byte offsets of the worker's log (stdout + stderr) at the window's start and end."""
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _stat_cpu_seconds(stat: Path) -> float:
+    """User + system CPU time in a ``/proc`` ``stat`` file (a process's or a thread's)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    return _stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
 def thread_cpu_seconds(pid: int) -> tuple[float, float]:
     """User + system CPU time so far of process ``pid``'s main thread and of all its other
     threads together (Linux ``/proc``; a thread that ended since takes its time with it)."""
-    main = others = 0
+    main = others = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            seconds = _stat_cpu_seconds(task / "stat")
         except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime
         if task.name == str(pid):
-            main += ticks
+            main += seconds
         else:
-            others += ticks
-    hertz = os.sysconf("SC_CLK_TCK")
-    return main / hertz, others / hertz
+            others += seconds
+    return main, others
 
 
 def flush_lines(worker: WorkerProcess, seen: int) -> tuple[list[dict[str, Any]], int]:

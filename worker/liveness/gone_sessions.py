@@ -88,13 +88,14 @@ class GoneSessions:
         :class:`StoreError` when a page or an owner cannot be read."""
         ctx = self._ctx
         settings = ctx.settings
-        left = turn_entries(
-            settings.capacity,
-            self._view.total_streams,
-            int(settings.lease_seconds // settings.reconcile_seconds),
-        )
         if self._hurry:
             left = query_limit(settings.capacity)
+        else:
+            left = turn_entries(
+                settings.capacity,
+                self._view.total_streams,
+                int(settings.lease_seconds // settings.reconcile_seconds),
+            )
         alive: dict[str, bool] = {}  # an owner's entries run on over pages: read it once a turn
         freed = 0
         while left > 0:
