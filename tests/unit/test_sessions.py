@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from streamlease import checkpoints, rules
 from streamlease.rules import BREAKER_LEASES, DeadSessionDetector
 from streamlease.seqs import MAX_SEQ
-from worker.fencing.slots import SlotTable
+from worker.fencing.slots import HeldCheckpoint, SlotTable
 
 LEASE = 20.0
 
@@ -39,6 +39,10 @@ def test_the_vector_round_trips(values: list[checkpoints.Checkpoint | None]) -> 
 
 def held(epoch: int, seq: int, stream_id: str) -> checkpoints.Checkpoint:
     return checkpoints.Checkpoint(epoch, seq, checkpoints.stream_tag(stream_id))
+
+
+def holding(epoch: int, seq: int, stream_id: str) -> HeldCheckpoint:
+    return HeldCheckpoint(epoch, seq, checkpoints.stream_tag(stream_id))
 
 
 def test_a_hundred_streams_fit_well_under_a_kilobyte() -> None:
@@ -128,7 +132,7 @@ def test_a_freed_slot_is_reused_only_after_a_renewal_sent_later_succeeded() -> N
     slots = SlotTable(4)
     first = slots.reserve(cleared_before_mono=0.0)
     assert first == 0
-    slots.hold(0, held(7, 40, "a"))
+    slots.hold(0, holding(7, 40, "a"))
     slots.free(0, now_mono=10.0)
     assert slots.reserve(cleared_before_mono=9.0) == 1
     assert slots.reserve(cleared_before_mono=10.5) == 0
@@ -140,7 +144,7 @@ def test_a_lost_slot_is_not_used_again_until_recovered() -> None:
     slots = SlotTable(3)
     slot = slots.reserve(0.0)
     assert slot == 0
-    slots.hold(0, held(1, 5, "a"))
+    slots.hold(0, holding(1, 5, "a"))
     slots.lose(0, "a", check_after_mono=50.0)
     assert slots.entry(0) is None
     assert slots.lost_due(49.0) == []
@@ -172,7 +176,7 @@ def test_a_checkpoint_the_vector_cannot_carry_fails_its_holder_not_the_session()
     slots = SlotTable(2)
     slots.reserve(0.0)
     with pytest.raises(ValueError):
-        slots.hold(0, checkpoints.Checkpoint(1, MAX_SEQ + 1, 7))
+        slots.hold(0, HeldCheckpoint(1, MAX_SEQ + 1, 7))
     assert checkpoints.decode(slots.vector()) == []
 
 
@@ -180,11 +184,39 @@ def test_the_vector_says_what_each_slot_holds() -> None:
     slots = SlotTable(4)
     for _ in range(3):
         slots.reserve(0.0)
-    slots.hold(0, held(2, 10, "a"))
-    slots.hold(2, held(9, 77, "c"))
+    slots.hold(0, holding(2, 10, "a"))
+    slots.hold(2, holding(9, 77, "c"))
     assert checkpoints.decode(slots.vector()) == [held(2, 10, "a"), None, held(9, 77, "c")]
     slots.free(2, 1.0)
     assert checkpoints.decode(slots.vector()) == [held(2, 10, "a")]
+
+
+def test_a_held_entry_moves_with_its_holders_acknowledgements() -> None:
+    """The holder moves its entry's seq in place; every renewal reads it as it is then, and a
+    freed slot's entry is no longer read (its holder's late moves change no vector)."""
+    slots = SlotTable(4)
+    slots.reserve(0.0)
+    entry = holding(2, 10, "a")
+    slots.hold(0, entry)
+    entry.last_seq = 15
+    assert slots.entry(0) == held(2, 15, "a")
+    assert checkpoints.decode(slots.vector()) == [held(2, 15, "a")]
+    slots.free(0, 1.0)
+    entry.last_seq = 20
+    assert checkpoints.decode(slots.vector()) == []
+
+
+def test_a_seq_the_vector_cannot_carry_leaves_its_slot_empty_not_the_renewal_failing() -> None:
+    """A feed the worker numbers could pass 2^63 - 1 after being held: its slot reads as free
+    (a takeover resumes it from its item), the other slots as they are."""
+    slots = SlotTable(4)
+    slots.reserve(0.0)
+    slots.reserve(0.0)
+    first, second = holding(2, 10, "a"), holding(3, 5, "b")
+    slots.hold(0, first)
+    slots.hold(1, second)
+    first.last_seq = MAX_SEQ + 1
+    assert checkpoints.decode(slots.vector()) == [None, held(3, 5, "b")]
 
 
 # --- the dead-session verdict ------------------------------------------------------------------

@@ -14,6 +14,7 @@ from websockets.frames import TEXT, Frame
 from streamlease.errors import SinkDeadlinePassed, SinkError
 from streamlease.telemetry import WorkerMetric
 from worker.fencing.fence import DeliveryGate
+from worker.fencing.slots import HeldCheckpoint
 from worker.metrics import WorkerMetrics
 from worker.sinks import BatchHeader, SinkBatch
 from worker.stream import delivery as delivery_module
@@ -58,7 +59,7 @@ class Fence:
     def __init__(self, *, pauses: bool = True, remaining: float = NEVER) -> None:
         self.pauses = pauses
         self.remaining = remaining
-        self.checkpoints: list[int] = []
+        self.checkpoint = HeldCheckpoint(3, 0, 0)
 
     @property
     def deadline_mono(self) -> float:
@@ -70,9 +71,6 @@ class Fence:
 
     def remaining_seconds(self) -> float:
         return self.remaining
-
-    def checkpoint(self, seq: int) -> None:
-        self.checkpoints.append(seq)
 
 
 class Reading:
@@ -121,7 +119,7 @@ async def test_one_batch_in_the_sink_and_what_comes_meanwhile_goes_next() -> Non
     assert rig.delivery.acked_seq == 0
     rig.sink.store()
     assert rig.sink.seqs() == [3, 4, 5]
-    assert (rig.delivery.acked_seq, rig.fence.checkpoints) == (2, [2])
+    assert (rig.delivery.acked_seq, rig.fence.checkpoint.last_seq) == (2, 2)
     rig.sink.store()
     assert (rig.delivery.acked_seq, rig.progress.delivered) == (5, 5)
     assert rig.metrics.total(WorkerMetric.MESSAGES_RECEIVED) == 5

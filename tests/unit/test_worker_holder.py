@@ -24,6 +24,7 @@ from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.fencing.fence import Fence, LeaseFence
+from worker.fencing.slots import HeldCheckpoint
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
@@ -420,7 +421,6 @@ class FakeSession:
         self.deadline = deadline_mono
         self.live = True
         self.renewed = asyncio.Event()
-        self.checkpoints: list[int] = []
 
     @property
     def deadline_mono(self) -> float:
@@ -449,6 +449,7 @@ class FakeSessionFence:
 
     def __init__(self, session: FakeSession) -> None:
         self.session = session
+        self.checkpoint = HeldCheckpoint(1, 0, 0)
 
     @property
     def deadline_mono(self) -> float:
@@ -470,9 +471,6 @@ class FakeSessionFence:
 
     async def wait_renewed(self, timeout_seconds: float | None) -> None:
         await self.session.wait_renewed(timeout_seconds)
-
-    def checkpoint(self, seq: int) -> None:
-        self.session.checkpoints.append(seq)
 
     def stop_renewing(self) -> None:
         return
@@ -497,7 +495,8 @@ async def test_a_session_fence_pauses_delivery_and_a_renewal_resumes_it(
     rig = make_rig(sim, tmp_path)
     session = FakeSession(time.monotonic() + 0.3)
     fenced_at = session.deadline
-    holder = rig.holder("s10", fence=FakeSessionFence(session))
+    fence = FakeSessionFence(session)
+    holder = rig.holder("s10", fence=fence)
     run_gate(rig, session, holder)
     task = asyncio.create_task(holder.run())
     await asyncio.sleep(0.6)
@@ -511,7 +510,7 @@ async def test_a_session_fence_pauses_delivery_and_a_renewal_resumes_it(
     await asyncio.wait_for(task, 10)
     written = rig.journal.written()
     assert written == list(range(1, len(written) + 1)), "no gap, no repeat across the pause"
-    assert session.checkpoints[-1] == holder.acked_seq == written[-1]
+    assert fence.checkpoint.last_seq == holder.acked_seq == written[-1]
 
 
 async def test_a_lost_session_ends_a_paused_holder_without_a_write(

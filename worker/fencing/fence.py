@@ -22,12 +22,9 @@ from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 
 from streamlease import checkpoints, rules
-from streamlease.checkpoints import Checkpoint
 from streamlease.settings import Settings
 from worker.fencing.session import Session, SessionState
-
-_new = tuple.__new__
-
+from worker.fencing.slots import HeldCheckpoint
 
 class Deadline(Protocol):
     """A fencing deadline as whoever must not act past it sees it (sinks, before they send).
@@ -55,6 +52,10 @@ class Fence(Protocol):
 
     pauses: bool
     """True: past the deadline delivery waits for it to move; False: the holding ends."""
+    checkpoint: HeldCheckpoint | None
+    """A session's: the holding's entry in the checkpoint vector, whose ``last_seq`` the
+    delivery moves on each acknowledgement and every renewal reads. None for a per-stream lease
+    (its renewal carries the holder's acknowledged seq)."""
 
     @property
     def deadline_mono(self) -> float:
@@ -84,10 +85,6 @@ class Fence(Protocol):
         """Return when the deadline may have moved (or after the timeout)."""
         ...
 
-    def checkpoint(self, seq: int) -> None:
-        """The sink acknowledged up to ``seq``."""
-        ...
-
     def stop_renewing(self) -> None:
         """Delivery has ended for good; no more renewals are needed."""
         ...
@@ -107,6 +104,7 @@ class LeaseFence:
 
     __slots__ = ("_deadline", "_epoch", "_renewals", "_settings", "_stream_id", "sent_expires_ms")
     pauses = False
+    checkpoint = None
 
     def __init__(
         self,
@@ -153,9 +151,6 @@ class LeaseFence:
     async def wait_renewed(self, timeout_seconds: float | None) -> None:
         raise RuntimeError("a per-stream lease does not pause")
 
-    def checkpoint(self, seq: int) -> None:
-        return  # the next renewal reads the holder's acknowledged seq
-
     def stop_renewing(self) -> None:
         self._renewals.untrack(self._stream_id, self._epoch)
 
@@ -191,12 +186,11 @@ class SessionFence:
     """The fence of a stream attached to a session: the session's deadline, and a slot."""
 
     __slots__ = (
-        "_epoch",
         "_finished",
         "_release_unanswered",
         "_shared",
         "_stream_id",
-        "_tag",
+        "checkpoint",
         "session",
         "slot",
     )
@@ -208,15 +202,16 @@ class SessionFence:
         self.session = session
         self.slot = slot
         self._stream_id = stream_id
-        self._epoch = epoch
-        self._tag = checkpoints.stream_tag(stream_id)
         self._finished = False
         self._release_unanswered = False
         shared = _SESSION_DEADLINES.get(session)
         if shared is None:
             shared = _SESSION_DEADLINES[session] = SessionDeadline(session)
         self._shared = shared
-        session.slots.hold(slot, Checkpoint(epoch, last_seq, self._tag))
+        self.checkpoint: HeldCheckpoint = HeldCheckpoint(
+            epoch, last_seq, checkpoints.stream_tag(stream_id)
+        )
+        session.slots.hold(slot, self.checkpoint)
 
     @property
     def sink_deadline(self) -> Deadline:
@@ -239,13 +234,6 @@ class SessionFence:
 
     async def wait_renewed(self, timeout_seconds: float | None) -> None:
         await self.session.wait_renewed(timeout_seconds)
-
-    def checkpoint(self, seq: int) -> None:
-        # Once per acknowledged batch: the slot entry is replaced whole, as SlotTable.hold does.
-        # The entry is built without Checkpoint's generated __new__ (a Python call per batch).
-        session = self.session
-        if not self._finished and session.state is SessionState.LIVE:
-            session.slots.hold(self.slot, _new(Checkpoint, (self._epoch, seq, self._tag)))
 
     def stop_renewing(self) -> None:
         return  # the session renews on; the slot keeps the checkpoint until the release

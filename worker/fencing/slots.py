@@ -18,8 +18,11 @@ that, :meth:`SlotTable.usable_capacity` says how many streams the session can st
 worker advertises that, not its configured capacity), and below half the configured capacity the
 session is worth replacing by a fresh one (:meth:`SlotTable.needs_rollover`).
 
-The table is written by the event loop and read by the renewal thread: entries are replaced
-whole (one list store), and the thread copies the list before encoding it.
+A held slot's entry is a :class:`HeldCheckpoint` its holder moves in place: each acknowledged
+batch stores its seq into ``last_seq`` (one attribute store, no call), and each renewal reads
+every entry as it is then. The table is written by the event loop and read by the renewal
+thread: entries are set whole (one list store), a seq is one attribute store, and the thread
+copies the list before it reads the entries.
 """
 
 from __future__ import annotations
@@ -29,6 +32,26 @@ from dataclasses import dataclass
 from streamlease import checkpoints
 from streamlease.checkpoints import Checkpoint
 from streamlease.seqs import MAX_SEQ
+
+
+class HeldCheckpoint:
+    """The entry of a held slot: the stream's epoch and tag, and the last seq its sink
+    acknowledged — moved in place by the holder (:attr:`last_seq`), read by every renewal."""
+
+    __slots__ = ("epoch", "last_seq", "tag")
+
+    def __init__(self, epoch: int, last_seq: int, tag: int) -> None:
+        self.epoch = epoch
+        self.last_seq = last_seq
+        self.tag = tag
+
+    def __repr__(self) -> str:
+        return f"HeldCheckpoint({self.epoch}, {self.last_seq}, {self.tag})"
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The entry as the vector carries it, as of now."""
+        return Checkpoint(self.epoch, self.last_seq, self.tag)
 
 
 @dataclass(frozen=True)
@@ -46,7 +69,7 @@ class SlotTable:
     def __init__(self, max_slots: int) -> None:
         """``max_slots``: the most slots ever in use (held, reserved, quarantined or lost)."""
         self.max_slots = max_slots
-        self._entries: list[Checkpoint | None] = []
+        self._entries: list[HeldCheckpoint | None] = []
         self._in_use: set[int] = set()
         self._freed_at: dict[int, float] = {}
         self._lost: dict[int, LostSlot] = {}
@@ -69,17 +92,14 @@ class SlotTable:
             return slot
         return None
 
-    def hold(self, slot: int, entry: Checkpoint) -> None:
-        """The stream in ``slot`` is held at ``entry`` (epoch, acknowledged seq, stream tag).
-        Raises ``ValueError`` for an entry the vector cannot carry: the one holder fails here,
-        instead of every renewal of the session failing to encode it."""
-        if not (0 < entry.epoch <= MAX_SEQ and 0 <= entry.last_seq <= MAX_SEQ):
+    def hold(self, slot: int, entry: HeldCheckpoint) -> None:
+        """The stream in ``slot`` is held: ``entry`` (epoch, stream tag, acknowledged seq, which
+        its holder moves from now on). Raises ``ValueError`` for an entry the vector cannot
+        carry: the one holder fails here, instead of every renewal of the session failing to
+        encode it."""
+        if not (0 < entry.epoch <= MAX_SEQ and 0 <= entry.last_seq <= MAX_SEQ and entry.tag >= 0):
             raise ValueError(f"checkpoint out of range: {entry!r}")
-        entries = self._entries
-        if slot < len(entries):  # every acknowledged batch comes here: the common case first
-            entries[slot] = entry
-        else:
-            self._set(slot, entry)
+        self._set(slot, entry)
 
     def cancel(self, slot: int) -> None:
         """The acquire for ``slot`` did not win, and its write can no longer land."""
@@ -115,13 +135,17 @@ class SlotTable:
         self._freed_at[slot] = now_mono
 
     def entry(self, slot: int) -> Checkpoint | None:
-        """What the next renewal will say for ``slot``."""
+        """What a renewal now would say for ``slot``."""
         entries = self._entries
-        return entries[slot] if slot < len(entries) else None
+        held = entries[slot] if slot < len(entries) else None
+        return None if held is None else held.checkpoint
 
     def vector(self) -> bytes:
-        """The checkpoint vector of this moment (called from the renewal thread)."""
-        return checkpoints.encode(list(self._entries))
+        """The checkpoint vector of this moment (called from the renewal thread). A seq the
+        vector cannot carry (beyond 2^63 − 1: a feed numbered by the worker that long) leaves
+        its slot empty rather than failing the session's renewal: a takeover then resumes
+        that stream from its item's checkpoint."""
+        return checkpoints.encode([_carried(held) for held in list(self._entries)])
 
     @property
     def in_use(self) -> int:
@@ -142,10 +166,18 @@ class SlotTable:
         """True once lost slots leave room for less than half of ``capacity``."""
         return 2 * self.usable_capacity(capacity) < capacity
 
-    def _set(self, slot: int, entry: Checkpoint | None) -> None:
+    def _set(self, slot: int, entry: HeldCheckpoint | None) -> None:
         entries = self._entries
         if slot >= len(entries):
             if entry is None:
                 return
             entries.extend([None] * (slot + 1 - len(entries)))
         entries[slot] = entry
+
+
+def _carried(held: HeldCheckpoint | None) -> Checkpoint | None:
+    """What the vector says for ``held`` (see :meth:`SlotTable.vector`)."""
+    if held is None:
+        return None
+    seq = held.last_seq  # read once: the event loop may move it meanwhile
+    return Checkpoint(held.epoch, seq, held.tag) if seq <= MAX_SEQ else None

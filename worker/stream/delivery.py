@@ -67,6 +67,7 @@ class Delivery:
         "_fenced_since",
         "_gaps_counted",
         "_gate",
+        "_held",
         "_in_flight",
         "_malformed_counted",
         "_metrics",
@@ -108,6 +109,7 @@ class Delivery:
         """Highest seq the sink acknowledged: the checkpoint renewals and the release carry."""
         self._sequencer = progress.sequencer
         self._fence = fence
+        self._held = fence.checkpoint
         self._sink_deadline = fence.sink_deadline
         self._sink = sink
         self._metrics = metrics
@@ -178,7 +180,9 @@ class Delivery:
         records = batch.records
         last = records[-1]
         seq = self.acked_seq = last.seq
-        self._fence.checkpoint(seq)
+        held = self._held
+        if held is not None:  # a session's slot: its renewals read the seq from here
+            held.last_seq = seq
         progress = self.progress
         progress.delivered += len(records)
         progress.last_message_at_ms = last.received_at_ms
