@@ -26,6 +26,7 @@ from streamlease.settings import Settings
 from worker.fencing.session import Session, SessionState
 from worker.fencing.slots import HeldCheckpoint
 
+
 class Deadline(Protocol):
     """A fencing deadline as whoever must not act past it sees it (sinks, before they send).
 
@@ -52,10 +53,13 @@ class Fence(Protocol):
 
     pauses: bool
     """True: past the deadline delivery waits for it to move; False: the holding ends."""
-    checkpoint: HeldCheckpoint | None
-    """A session's: the holding's entry in the checkpoint vector, whose ``last_seq`` the
-    delivery moves on each acknowledgement and every renewal reads. None for a per-stream lease
-    (its renewal carries the holder's acknowledged seq)."""
+
+    @property
+    def checkpoint(self) -> HeldCheckpoint | None:
+        """A session's: the holding's entry in the checkpoint vector, whose ``last_seq`` the
+        delivery moves on each acknowledgement and every renewal reads. None for a per-stream
+        lease (its renewal carries the holder's acknowledged seq)."""
+        ...
 
     @property
     def deadline_mono(self) -> float:
