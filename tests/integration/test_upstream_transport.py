@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from multidict import CIMultiDict
 from websockets.exceptions import InvalidStatus, NegotiationError
 from websockets.frames import BINARY, CLOSE, CONT, PING, PONG, TEXT, Close, Frame
-from websockets.http11 import Response
+from websockets.http11 import Request, Response
 from websockets.streams import StreamReader
 from websockets.utils import accept_key
 
@@ -184,21 +185,33 @@ async def test_what_one_read_completed_is_one_batch_in_order(open_upstream: Open
         transport.abort()
 
 
-async def test_an_open_connection_keeps_none_of_the_handshake_answers_headers() -> None:
-    """The library's parser holds on to the handshake's answer for as long as the connection
-    lives: what a chatty upstream said in it (cookies, policies) is not kept with it. (websockets
-    only: picows keeps its answer on its transport for the connection's life.)"""
+async def test_an_open_connection_keeps_none_of_the_handshakes_headers(
+    open_upstream: Opener,
+) -> None:
+    """Both libraries hold on to the handshake for as long as the connection lives (websockets'
+    parser its answer, picows its request and answer): what a chatty upstream said (cookies,
+    policies) is not kept with every held stream, nor the request's resolved secrets."""
     chatty = b"".join(b"X-Chatty-%d: %s\r\n" % (n, b"v" * 200) for n in range(20))
+    secret = "Bearer kept-nowhere-0123456789"
     async with raw_server(headers=chatty) as (url, peers):
-        transport, recorder = await opened(open_websocket, url)
+        recorder = Recorder()
+        target = Target(url, "127.0.0.1", headers=[("Authorization", secret)], max_size=LIMIT)
+        transport = await open_upstream(target, recorder, None)
         peer = await peers.get()
+        assert secret.encode() in peer.request
         peer.write(text("a"))
         await recorder.until(lambda: recorder.messages == [b"a"])
+        del target
         gc.collect()
-        kept = [
-            o for o in gc.get_objects() if isinstance(o, Response) and o.headers.get("X-Chatty-0")
-        ]
-        assert kept == []
+
+        def holds_them(o: object) -> bool:
+            if isinstance(o, Request | Response):
+                return "X-Chatty-0" in o.headers or secret in o.headers.values()
+            if isinstance(o, CIMultiDict):  # picows' headers
+                return "X-Chatty-0" in o or secret in o.values()
+            return False
+
+        assert [o for o in gc.get_objects() if holds_them(o)] == []
         transport.abort()
 
 

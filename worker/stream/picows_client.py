@@ -314,6 +314,11 @@ class PicowsTransport(WSListener, SocketConnection):
             self.abort()  # the answer accepted what was not offered
             return
         self._handler = self._owner
+        # picows keeps the handshake's request and answer for as long as the connection lives.
+        # What they said is checked by now; their headers would cost every held stream over a
+        # kilobyte, and the request's carry the profile's resolved secrets.
+        transport.request.headers.clear()
+        transport.response.headers.clear()
         if opened is not None and not opened.done():
             opened.set_result(None)
 
