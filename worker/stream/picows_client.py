@@ -134,6 +134,8 @@ async def open_picows(
     except BaseException:
         connection.abort()
         raise
+    finally:
+        headers.clear()  # picows keeps the list it was given (the request is long sent)
     if keepalive is not None and connection.is_open:
         keepalive.add(connection)
     return connection
