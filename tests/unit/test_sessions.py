@@ -175,8 +175,13 @@ def test_a_checkpoint_the_vector_cannot_carry_fails_its_holder_not_the_session()
     """Refused when held, so no renewal of the session ever fails to encode its vector."""
     slots = SlotTable(2)
     slots.reserve(0.0)
-    with pytest.raises(ValueError):
-        slots.hold(0, HeldCheckpoint(1, MAX_SEQ + 1, 7))
+    for entry in (
+        HeldCheckpoint(1, MAX_SEQ + 1, 7),
+        HeldCheckpoint(0, 1, 7),
+        HeldCheckpoint(1, 1, 1 << 16),
+    ):
+        with pytest.raises(ValueError):
+            slots.hold(0, entry)
     assert checkpoints.decode(slots.vector()) == []
 
 

@@ -28,10 +28,13 @@ copies the list before it reads the entries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from streamlease import checkpoints
 from streamlease.checkpoints import Checkpoint
 from streamlease.seqs import MAX_SEQ
+
+_TAG_MAX: Final = (1 << 8 * checkpoints.TAG_BYTES) - 1
 
 
 class HeldCheckpoint:
@@ -97,7 +100,8 @@ class SlotTable:
         its holder moves from now on). Raises ``ValueError`` for an entry the vector cannot
         carry: the one holder fails here, instead of every renewal of the session failing to
         encode it."""
-        if not (0 < entry.epoch <= MAX_SEQ and 0 <= entry.last_seq <= MAX_SEQ and entry.tag >= 0):
+        epoch, seq, tag = entry.epoch, entry.last_seq, entry.tag
+        if not (0 < epoch <= MAX_SEQ and 0 <= seq <= MAX_SEQ and 0 <= tag <= _TAG_MAX):
             raise ValueError(f"checkpoint out of range: {entry!r}")
         self._set(slot, entry)
 
