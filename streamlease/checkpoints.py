@@ -57,6 +57,12 @@ def stream_tag(stream_id: str) -> int:
     return int.from_bytes(digest, "big")
 
 
+def carriable(epoch: int, seq: int, tag: int) -> bool:
+    """Whether a vector can carry this entry: an epoch in ``1 .. MAX_SEQ``, a seq in
+    ``0 .. MAX_SEQ`` and a 16-bit tag."""
+    return 0 < epoch <= MAX_SEQ and 0 <= seq <= MAX_SEQ and not tag >> 16
+
+
 def encode(entries: Sequence[Checkpoint | None]) -> bytes:
     """The vector of ``entries`` (index = slot). Raises ``ValueError`` for an epoch outside
     ``1 .. MAX_SEQ``, a seq outside ``0 .. MAX_SEQ``, or a tag that is not 16 bits."""
@@ -69,7 +75,7 @@ def encode(entries: Sequence[Checkpoint | None]) -> bytes:
             out.append(0)
             continue
         epoch, seq, tag = entry
-        if not (0 < epoch <= MAX_SEQ and 0 <= seq <= MAX_SEQ) or tag is None or tag >> 16:
+        if tag is None or not carriable(epoch, seq, tag):
             raise ValueError(f"invalid checkpoint {entry!r}")
         _put_varint(out, epoch)
         out += tag.to_bytes(TAG_BYTES, "big")

@@ -28,13 +28,10 @@ copies the list before it reads the entries.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 from streamlease import checkpoints
 from streamlease.checkpoints import Checkpoint
 from streamlease.seqs import MAX_SEQ
-
-_TAG_MAX: Final = (1 << 8 * checkpoints.TAG_BYTES) - 1
 
 
 class HeldCheckpoint:
@@ -50,11 +47,6 @@ class HeldCheckpoint:
 
     def __repr__(self) -> str:
         return f"HeldCheckpoint({self.epoch}, {self.last_seq}, {self.tag})"
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        """The entry as the vector carries it, as of now."""
-        return Checkpoint(self.epoch, self.last_seq, self.tag)
 
 
 @dataclass(frozen=True)
@@ -100,8 +92,7 @@ class SlotTable:
         its holder moves from now on). Raises ``ValueError`` for an entry the vector cannot
         carry: the one holder fails here, instead of every renewal of the session failing to
         encode it."""
-        epoch, seq, tag = entry.epoch, entry.last_seq, entry.tag
-        if not (0 < epoch <= MAX_SEQ and 0 <= seq <= MAX_SEQ and 0 <= tag <= _TAG_MAX):
+        if not checkpoints.carriable(entry.epoch, entry.last_seq, entry.tag):
             raise ValueError(f"checkpoint out of range: {entry!r}")
         self._set(slot, entry)
 
@@ -141,8 +132,7 @@ class SlotTable:
     def entry(self, slot: int) -> Checkpoint | None:
         """What a renewal now would say for ``slot``."""
         entries = self._entries
-        held = entries[slot] if slot < len(entries) else None
-        return None if held is None else held.checkpoint
+        return _carried(entries[slot]) if slot < len(entries) else None
 
     def vector(self) -> bytes:
         """The checkpoint vector of this moment (called from the renewal thread). A seq the
