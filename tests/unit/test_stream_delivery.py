@@ -5,6 +5,7 @@ two ways a holding ends."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -218,6 +219,57 @@ async def test_a_graceful_end_delivers_what_was_received_once_without_retries() 
     await asyncio.wait_for(drained, 1)
     assert len(rig.sink.batches) == 2
     assert rig.delivery.acked_seq == 1
+
+
+async def test_a_drain_that_gives_up_submits_nothing_after_it() -> None:
+    """The drain's limit passes with a batch still in the sink: when the sink acknowledges it
+    later, what waited behind it is not submitted (the lease may be released by then)."""
+    rig = Rig()
+    rig.delivery.messages_received(frames(1))
+    rig.delivery.messages_received(frames(2, 3))
+    rig.delivery.stop(graceful=True)
+    await rig.delivery.drain(0.01)
+    rig.sink.store()
+    assert len(rig.sink.batches) == 1
+    assert rig.delivery.acked_seq == 1
+
+
+async def test_settling_closes_the_batch_in_the_sink_to_sends_not_begun() -> None:
+    """Before the lease is given up, the batch still in the sink gets a deadline that has
+    passed for good (a sink looks at it right before it sends), and the release waits until
+    the sink settles it."""
+    rig = Rig()
+    rig.delivery.messages_received(frames(1))
+    rig.delivery.stop(graceful=True)
+    await rig.delivery.drain(0.01)
+    batch = rig.sink.batches[0]
+    settling = asyncio.create_task(rig.delivery.settle(5.0))
+    await asyncio.sleep(0)
+    assert batch.deadline.remaining_seconds() == -math.inf
+    assert not settling.done()
+    rig.sink.refuse(SinkDeadlinePassed("fencing deadline passed", unsent=batch.records))
+    assert await asyncio.wait_for(settling, 1) is True
+    assert rig.sink.batches == [batch]
+
+
+async def test_settling_gives_up_after_its_limit_and_says_so() -> None:
+    """A sink that never settles holds the release back only for the limit given."""
+    rig = Rig()
+    rig.delivery.messages_received(frames(1))
+    rig.delivery.stop(graceful=False)
+    assert await rig.delivery.settle(0.01) is False
+    assert await rig.delivery.wait_settled(0.01) is False
+    rig.sink.store()
+    assert await rig.delivery.wait_settled(0.01) is True
+
+
+async def test_settling_with_nothing_in_the_sink_returns_at_once() -> None:
+    """Nothing in the sink: nothing to wait for, and nothing is submitted afterwards."""
+    rig = Rig()
+    rig.delivery.stop(graceful=True)
+    assert await rig.delivery.settle(0.0) is True
+    rig.delivery.messages_received(frames(1))
+    assert rig.sink.batches == []
 
 
 async def test_nothing_is_taken_in_once_the_holding_ends() -> None:

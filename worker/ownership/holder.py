@@ -12,7 +12,9 @@ per-stream lease's deadline (a timer, or a batch that finds it passed) the holdi
 (FENCED); a session's deadline pauses delivery in the worker's delivery gate instead, and a lost
 session ends every holder (LOST). An end request from another task (stop, shed, shutdown, lost)
 interrupts the link at once; a batch in the sink is never recalled, and after an abrupt end
-nothing more is submitted.
+nothing more is submitted. No lease is given up (released, or freed for a handover) while a
+batch of its holding may still be sent: the batch is closed to every send not begun and
+settled first.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ BEST_EFFORT_RELEASE_SECONDS: Final = 2.0
 """How long a fenced holder tries to release its lapsed lease before giving up."""
 DRAIN_SECONDS: Final = 10.0
 """How long a graceful end waits for the sink to take what was received (bounded by the
-deadline too: the sink sends nothing after it)."""
+deadline too: the sink sends nothing after it). A batch still in the sink then is closed and
+settled before the release (:meth:`StreamHolder._settle_sink`)."""
 
 _LINK_STATES: Final = {
     UpstreamEventKind.CONNECTED: ConnectionState.CONNECTED,
@@ -308,11 +311,13 @@ class StreamHolder:
                 await self.delivery.drain(limit)
                 code = 1000 if reason in (EndReason.STOPPED, EndReason.ENDED) else 1001
                 await self._link.close(code)
+                await self._settle_sink()
                 await self._give_back()
             else:
                 self._record_abrupt_end()
                 await self._link.close(1001)
                 if reason is EndReason.FENCED:
+                    await self._settle_sink()
                     await self._release_lapsed()
         except Exception as exc:  # a bug must not take the worker down
             logger.exception(
@@ -320,6 +325,7 @@ class StreamHolder:
             )
             self.fence.stop_renewing()
             await self._link.close(1001)
+            await self._settle_sink()
             await self._release_lapsed()  # conditional on owner and epoch: safe in any state
         finally:
             if self._deadline_timer is not None:
@@ -440,6 +446,15 @@ class StreamHolder:
         )
 
     # --- the last steps ------------------------------------------------------------------------
+
+    async def _settle_sink(self) -> None:
+        """Before the lease is given up: nothing more of this holding may reach the sink. Its
+        batch still there is closed to every send not begun, and waited for at most the fence
+        margin, which covers a send begun before (architecture §4, "Fencing")."""
+        if not await self.delivery.settle(self._settings.fence_margin_seconds):
+            logger.warning(
+                "sink batch unsettled at release", stream_id=self.stream_id, epoch=self.epoch
+            )
 
     async def _give_back(self) -> None:
         """Final checkpoint + release, then a handoff command if the stream is still wanted."""

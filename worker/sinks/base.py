@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -136,6 +137,25 @@ class NoDeadline:
         return float("inf")
 
 
+class _Closed:
+    """A deadline that has passed for good: what a batch's deadline becomes when its holding
+    gives the lease up while the batch is still in the sink (:data:`CLOSED`)."""
+
+    __slots__ = ()
+
+    def remaining_seconds(self) -> float:
+        """Always minus infinity."""
+        return -math.inf
+
+    def __repr__(self) -> str:
+        return "CLOSED"
+
+
+CLOSED: Final[Deadline] = _Closed()
+"""The deadline of a batch whose holding is giving its lease up: a sink that looks at
+``batch.deadline`` right before it sends (as it must) sends nothing more of it."""
+
+
 class BatchOwner(Protocol):
     """Who submitted a batch, and is told how it went (from the event loop)."""
 
@@ -151,7 +171,12 @@ class BatchOwner(Protocol):
 
 
 class SinkBatch:
-    """One stream's records in seq order, its header, its deadline, and who to tell."""
+    """One stream's records in seq order, its header, its deadline, and who to tell.
+
+    ``deadline`` may be replaced by :data:`CLOSED` while the batch is in the sink (its holding
+    is giving the lease up): a sink reads the attribute at each last-moment check, never a copy
+    taken earlier.
+    """
 
     __slots__ = ("deadline", "header", "owner", "records")
 

@@ -36,6 +36,7 @@ from worker.fencing.fence import DeliveryGate, Fence
 from worker.logs import describe, logger
 from worker.metrics import WorkerMetrics
 from worker.sinks import BatchHeader, Sink, SinkBatch, SinkRecord
+from worker.sinks.base import CLOSED
 from worker.stream.progress import ProgressWatch
 
 MAX_WAITING_RECORDS: Final = 500
@@ -201,15 +202,14 @@ class Delivery:
         front of the queue; past the deadline the fence decides, otherwise it is retried after
         a backoff (not once the holding ends)."""
         self._in_flight = None
-        if self._stopped:
-            return
-        unsent = batch.records if error.unsent is None else list(error.unsent)
-        # Only what the sink did not store is sent again: a retry repeats nothing.
-        self._waiting[:0] = [r for r in unsent if isinstance(r, SinkRecord)]
-        if isinstance(error, SinkDeadlinePassed):
-            self._past_deadline()
-        else:
-            self._refused(error)
+        if not self._stopped:
+            unsent = batch.records if error.unsent is None else list(error.unsent)
+            # Only what the sink did not store is sent again: a retry repeats nothing.
+            self._waiting[:0] = [r for r in unsent if isinstance(r, SinkRecord)]
+            if isinstance(error, SinkDeadlinePassed):
+                self._past_deadline()
+            else:
+                self._refused(error)
         if self._settled is not None:
             self._settled.set()
 
@@ -283,21 +283,36 @@ class Delivery:
 
     async def drain(self, limit_seconds: float) -> None:
         """After a graceful :meth:`stop`: let the sink take what was received (the batch in it,
-        then one more with what waited), within ``limit_seconds``; no retries."""
+        then one more with what waited), within ``limit_seconds``; no retries. Nothing is
+        submitted once the drain is over, whether it ended or gave up; what the sink still
+        holds then is for :meth:`settle`."""
         if self._in_flight is None and self._waiting and self._retry_timer is None:
             self._submit_waiting()
-        if self._in_flight is None:
-            return
-        settled = self._settled = asyncio.Event()
         try:
-            async with asyncio.timeout(limit_seconds):
-                while self._in_flight is not None and not self._stopped:
-                    settled.clear()
-                    await settled.wait()
-        except TimeoutError:
-            return
+            await self._until_settled(limit_seconds, while_delivering=True)
         finally:
-            self._settled = None
+            self._end_submitting()
+
+    async def settle(self, limit_seconds: float) -> bool:
+        """The holding delivers no more: close the batch in the sink (if any) to every send not
+        begun yet, then wait at most ``limit_seconds`` for the sink to settle it. True when
+        nothing of this holding is in the sink any more.
+
+        Call before the lease is given up (a release, a handover): a batch still in the sink
+        then could be written after the next holder began, and a send already begun ends within
+        the sink's own call timeout, which the fence margin covers.
+        """
+        self._end_submitting()
+        batch = self._in_flight
+        if batch is None:
+            return True
+        batch.deadline = CLOSED  # the sink looks at it again right before it sends
+        return await self._until_settled(limit_seconds, while_delivering=False)
+
+    async def wait_settled(self, limit_seconds: float) -> bool:
+        """Wait at most ``limit_seconds`` until nothing of this holding is in the sink (it
+        ended abruptly: its deadline is already closed). True when nothing is."""
+        return await self._until_settled(limit_seconds, while_delivering=False)
 
     def close(self) -> None:
         """The holding is over: no timer, no place in the gate."""
@@ -307,6 +322,32 @@ class Delivery:
         self._gate.forget(self)
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _end_submitting(self) -> None:
+        """From now on nothing more goes to the sink (a graceful end after its drain)."""
+        self._stopped = True
+        self._waiting = []
+        self._waiting_bytes = 0
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
+
+    async def _until_settled(self, limit_seconds: float, *, while_delivering: bool) -> bool:
+        """Wait at most ``limit_seconds`` until no batch is in the sink; ``while_delivering``:
+        an abrupt :meth:`stop` ends the wait too. True when none is."""
+        if self._in_flight is None:
+            return True
+        settled = self._settled = asyncio.Event()
+        try:
+            async with asyncio.timeout(max(0.0, limit_seconds)):
+                while self._in_flight is not None and not (while_delivering and self._stopped):
+                    settled.clear()
+                    await settled.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._settled = None
+        return self._in_flight is None
 
     def _submit_waiting(self) -> None:
         if self._retry_timer is not None or self._fenced_since is not None:
