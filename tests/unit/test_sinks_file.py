@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,3 +114,52 @@ async def test_write_after_close_is_refused(tmp_path: Path) -> None:
     await sink.close()
     with pytest.raises(SinkError):
         await write(sink, ("a", [1]))
+
+
+class SlowDisk:
+    """An open sink file whose appends take a while (a disk under load); notes when each
+    append returned."""
+
+    def __init__(self, inner: Any, seconds: float) -> None:
+        self._inner = inner
+        self._seconds = seconds
+        self.appended_ms: list[int] = []
+
+    def write(self, data: bytes) -> int:
+        time.sleep(self._seconds)
+        written = int(self._inner.write(data))
+        self._inner.flush()
+        self.appended_ms.append(time.time_ns() // 1_000_000)
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class SlowFileSink(FileSink):
+    def __init__(self, directory: Path, seconds: float) -> None:
+        super().__init__(directory)
+        self._seconds = seconds
+        self.disks: list[SlowDisk] = []
+
+    def _open(self, stream_id: str) -> Any:
+        disk = SlowDisk(super()._open(stream_id), self._seconds)
+        self.disks.append(disk)
+        return disk
+
+
+async def test_each_record_says_when_its_append_finished_not_when_it_began(
+    tmp_path: Path,
+) -> None:
+    """The invariant checker judges overlaps by the write time: an append that takes long
+    must read as late as it landed, for every record of the batch, and earlier batches keep
+    their own time."""
+    sink = SlowFileSink(tmp_path, 0.05)
+    await write(sink, ("a", [1, 2, 3]))
+    await write(sink, ("a", [4, 5]))
+    await sink.close()
+    first, second = (disk.appended_ms[0] for disk in sink.disks)
+    stamps = [r[SinkField.WRITTEN_AT_MS] for r in read_records(tmp_path / "a.jsonl")]
+    assert all(first <= s <= second for s in stamps[:3]), (stamps, first, second)
+    assert all(s >= second for s in stamps[3:]), (stamps, second)
+    assert seqs(tmp_path / "a.jsonl") == [1, 2, 3, 4, 5]
