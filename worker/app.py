@@ -24,9 +24,10 @@ Shutdown (first SIGTERM/SIGINT), in this order, under ``shutdown_budget_seconds`
    pool); the session keeps renewing meanwhile, so no stream is fenced while it drains; then
    wait for the command poll cancelled in step 1 to end (at most its long-poll wait): still
    open, it may receive this worker's own handoffs, which it gives back;
-4. stop the remaining loops, flush metrics, revoke the session (its tombstone, etcd's revoke:
-   a renewal still on its way can never bring it back; the fleet deletes it later), close the
-   sink, exit 0.
+4. stop the remaining loops, flush metrics, close the sink (what is still in it is settled:
+   nothing is sent under a deadline that has passed), revoke the session (its tombstone,
+   etcd's revoke: a renewal still on its way can never bring it back; the fleet deletes it
+   later), exit 0.
 
 A second signal skips the draining of queued messages (holders release at once with the last
 acknowledged checkpoint). Past the budget the remaining holders are cancelled and the exit status
@@ -341,11 +342,14 @@ class Worker:
             flush(self.metrics, self.publisher)
         except Exception as exc:
             logger.warning("final metrics flush failed", error=describe(exc))
-        await self.keeper.revoke()
+        # The sink settles first: a batch of a holding cut short (the budget ran out, or its
+        # session was lost) may still be in it, and the tombstone lets peers take its stream
+        # at once.
         try:
             await self.ctx.sink.close()
         except Exception as exc:
             logger.warning("sink close failed", error=describe(exc))
+        await self.keeper.revoke()
         self.ctx.events.close()
         self.ctx.tracing.shutdown()
         logger.info("worker stopped")

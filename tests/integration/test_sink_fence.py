@@ -32,6 +32,9 @@ pytestmark = pytest.mark.slow
 
 HOLD_SECONDS = 30.0
 """How late the moto server applies A's held renewals: long after B took over."""
+CLOCK_READING_SECONDS = 0.02
+"""How far apart two processes' readings of one wall clock can be (millisecond stamps, an
+offset from a median of pairs)."""
 
 
 def renewals_of(worker: WorkerProcess, stream_id: str, liveness: Liveness) -> list[str]:
@@ -131,3 +134,71 @@ def test_without_the_check_in_the_sink_thread_the_checker_catches_the_overlap(
     stream = report.streams[stream_id]
     assert stream.written_after_takeover >= 1, format_report(report)
     assert any("written after a newer epoch acquired" in v for v in report.violations())
+
+
+def test_a_self_revoked_session_hands_over_only_after_its_fence_margin(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator, settings: Settings
+) -> None:
+    """Sessions: A's renewals go unanswered while the store answers its reads (a gray failure)
+    and a batch of A waits in its stalled sink. A revokes its session and hands the stream over
+    itself, but not before its deadline + the fence margin (a send begun before the deadline may
+    be under way until then): B's acquire comes after that, by the wall clock both share."""
+    stream_id, a, b = run_scenario(
+        fleet, streams, upstream, settings, Liveness.SESSION, "stalled_sink:fenced"
+    )
+    fleet.stop_all()
+    report = fleet.report()
+    assert report.ok, format_report(report)
+
+    a_events = [e for e in fleet.events() if e.worker_id == a.worker_id]
+    deadline = max(
+        e.deadline_mono
+        for e in a_events
+        if e.deadline_mono is not None
+        and e.event in (LeaseEventKind.ACQUIRED, LeaseEventKind.SESSION_RENEWED)
+    )
+    b_acquired_ms = min(
+        e.wall_ms
+        for e in fleet.events(LeaseEventKind.ACQUIRED, stream_id)
+        if e.worker_id.startswith(b.worker_id.split("/")[0])
+    )
+    margin_passed = deadline + wall_offset(a_events) + settings.fence_margin_seconds
+    assert b_acquired_ms / 1000 >= margin_passed - CLOCK_READING_SECONDS, (
+        f"B acquired {margin_passed - b_acquired_ms / 1000:.3f} s before A's margin was over"
+    )
+
+
+def test_a_drain_that_gives_up_never_lets_its_batch_land_after_the_release(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator, settings: Settings
+) -> None:
+    """A holds six streams and its sink thread stalls, with a batch of each queued behind the
+    stall. B starts and A sheds streams to it: each shed drain gives up on its batch and
+    releases, B acquires and delivers. When A's sink comes back, A's session is still live, but
+    no batch of a stream A released is written: by the sink's own write times nothing of A
+    lands after B acquired, and nothing was submitted after the drain."""
+    a = fleet.start("a", command=RUN_WORKER, sink="stalled_sink:fenced")
+    ids = new_ids(6)
+    for stream_id in ids:
+        streams.put(stream_id, upstream.url_for(stream_id))
+    for stream_id in ids:
+        fleet.wait_seq(stream_id, 5)
+    control_file(a.settings, "stall").touch()
+    fleet.wait(lambda: control_file(a.settings, "stalled").exists(), 5, "A's sink stalled")
+    b = fleet.start("b")
+
+    def delivered_by_b() -> list[str]:
+        return [
+            s for s in ids if any(r[SinkField.WORKER_ID] == b.worker_id for r in fleet.records(s))
+        ]
+
+    moved = fleet.wait(delivered_by_b, 30, "A shed a stream and B delivered it")
+    control_file(a.settings, "resume").touch()
+    fleet.wait(lambda: control_file(a.settings, "resumed").exists(), 5, "A's sink resumed")
+    written = {s: len(fleet.records(s)) for s in moved}
+    fleet.wait(
+        lambda: all(len(fleet.records(s)) >= written[s] + 5 for s in moved), 10, "B delivers on"
+    )
+    fleet.stop_all()
+    report = fleet.report()
+    assert report.ok, format_report(report)
+    assert all(report.streams[s].written_after_takeover == 0 for s in moved)

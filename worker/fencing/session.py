@@ -22,7 +22,10 @@ merely frozen tries a renewal first), the thread reads the session item. If the 
 that read, the renewals are what fails: the thread stops renewing and *revokes* the session
 (``state = EXPIRED`` on condition it is live; a renewal still on its way lands on a tombstone
 and changes nothing, since EXPIRED never renews), retrying the revoke until it is answered, and
-the worker hands the streams over (:mod:`worker.liveness.session_keeper`). If the read is not
+the worker hands the streams over (:mod:`worker.liveness.session_keeper`). Neither happens inside
+the fence margin after the deadline while a sink call begun before it may still be under way:
+delivery stops at once, the tombstone waits for the margin, the handover for the margin or the
+sink, whichever is first. If the read is not
 answered either, the store is out of reach (or sick for everyone, when no peer could take anything):
 renewals go on, and the worker gives up only after
 :data:`~streamlease.rules.UNREACHABLE_LEASES` leases. The next session of a worker whose
@@ -332,7 +335,7 @@ class Session:
                 )
                 if now_mono >= next_check and not rules.is_safe_to_deliver(now_mono, deadline):
                     next_check = now_mono + interval  # one read per heartbeat while out of reach
-                    if self._revoked_unanswered():
+                    if self._revoked_unanswered(deadline + settings.fence_margin_seconds):
                         return
                 next_send = time.monotonic() + rules.retry_delay_seconds(interval, random.random())
                 continue
@@ -341,10 +344,12 @@ class Session:
             self._to_loop(self._renewed_at, sent)
             next_send = sent + interval
 
-    def _revoked_unanswered(self) -> bool:
+    def _revoked_unanswered(self, revoke_from_mono: float) -> bool:
         """Past the deadline with no renewal answered: find out why (see the module docstring).
         True when the session is over (revoked here, or expired by a peer); False to go on
-        renewing."""
+        renewing. The tombstone, which lets peers take the streams at once, is not written
+        before ``revoke_from_mono`` (the deadline + the fence margin: a sink call begun before
+        the deadline has ended by then)."""
         try:
             stored = self._renewal_store.read(self.worker_id)
         except Exception as exc:  # the store does not answer this worker at all
@@ -356,6 +361,8 @@ class Session:
         # The store answers, the renewals do not get through: give the session up. Renewals
         # stop first; one still on its way lands on the tombstone and changes nothing.
         self._to_loop(self._lost, SessionState.REVOKED)
+        if self._stop.wait(max(0.0, revoke_from_mono - time.monotonic())):
+            return True  # the worker is leaving: its exit writes the tombstone, sink closed
         interval = self.settings.heartbeat_seconds
         give_up_at = time.monotonic() + self.settings.lease_seconds
         while True:

@@ -10,10 +10,12 @@ one, and giving up when no renewal gets through (architecture §4a).
   A session that asked to be *rolled over* (its lost checkpoint slots leave it too little
   room, :mod:`worker.ownership.own_leases`) is still live: its streams are released with their
   checkpoints and handed off as in a drain, it is revoked, and a new session opens at once.
-  A revoked session's streams are handed over at once: once its holders have stopped, each is
-  freed at exactly its epoch with the checkpoint its holder acknowledged (fresher than any
-  vector) and handed off — the sweep a peer would run a moment later, without the wait, and
-  safe whatever the store says of the session, since nothing delivers under it any more. The
+  A revoked session's streams are handed over at once: once its holders have stopped and
+  nothing of theirs is left in the sink (or the fence margin past the session's deadline is
+  over, which covers a send begun before it), each is freed at exactly its epoch with the
+  checkpoint its holder acknowledged (fresher than any vector) and handed off — the sweep a
+  peer would run a moment later, without the wait, and safe whatever the store says of the
+  session, since nothing delivers under it any more. The
   new session then waits a lease: meanwhile this worker has no live session, so its peers do
   not count it when they share the streams out. In per-stream mode the leases are the streams'
   own, so only the worker item is replaced.
@@ -161,6 +163,7 @@ class SessionKeeper:
                 held = self._end_holders_of(lost, EndReason.LOST)
                 await self._until_no_holder_of(lost)
                 if lost.state is SessionState.REVOKED and not ctx.shutdown_requested.is_set():
+                    await self._until_sink_settled(lost, held)
                     await self._hand_over(lost.worker_id, held)
             if lost.state is SessionState.REVOKED and await self._stopping_within(
                 ctx.settings.lease_seconds
@@ -219,6 +222,15 @@ class SessionKeeper:
     async def _until_no_holder_of(self, session: Session) -> None:
         while any(h.owner == session.worker_id for h in self._holdings):
             await self._holdings.wait_changed(LOST_CHECK_SECONDS)
+
+    async def _until_sink_settled(self, session: Session, held: list[StreamHolder]) -> None:
+        """Until nothing of ``held`` is in the sink, or the fence margin has passed since the
+        lost ``session``'s deadline (a send begun before the deadline has ended by then): only
+        then may a peer deliver their streams (architecture §4, "Fencing")."""
+        until = session.deadline_mono + self._ctx.settings.fence_margin_seconds
+        for holder in held:
+            if not await holder.delivery.wait_settled(until - time.monotonic()):
+                return  # the margin is over: no batch of the session can still be sent
 
     async def _hand_over(self, session_id: str, held: list[StreamHolder]) -> None:
         """Free the streams of revoked session ``session_id`` whose holders ``held`` have
