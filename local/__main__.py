@@ -36,7 +36,12 @@ def banner(stack: LocalStack) -> list[str]:
         f"  upstream   {stack.upstream_url}/<stream id>?rate=<msgs/s>   (simulator)",
         f"  moto       {s.aws_endpoint_url}   table {s.table_name}",
         f"  workers    {s.local_workers}, replaced {s.local_respawn_seconds:g} s after one dies",
-        f"  files      sink {paths.sink_dir}/<stream id>.jsonl, logs {paths.logs_dir}/",
+        (
+            f"  files      sink {paths.sink_dir}/<stream id>.jsonl, logs {paths.logs_dir}/"
+            if s.sink == "file"
+            else f"  sink       Kinesis stream {s.kinesis_stream_name} on moto"
+            f" (streamlease consume reads it), logs {paths.logs_dir}/"
+        ),
         "",
         "Next, in a second terminal:",
         "  source .venv/bin/activate",

@@ -104,11 +104,12 @@ def tcp_open(host: str, port: int) -> bool:
 
 
 def local_settings(settings: Settings, paths: StackPaths, moto_url: str) -> Settings:
-    """The settings every local process runs with: moto, file sink, local upstreams allowed."""
+    """The settings every local process runs with: moto, the local sink (``local_sink``: the
+    file sink, or the Kinesis sink on moto), local upstreams allowed."""
     return dataclasses.replace(
         settings,
         aws_endpoint_url=moto_url,
-        sink="file",
+        sink=settings.local_sink,
         sink_dir=str(paths.sink_dir),
         allow_insecure_ws=True,
         allow_loopback_upstreams=True,
@@ -322,6 +323,8 @@ class LocalStack:
             "aws_region": self.settings.aws_region,
             "table_name": self.settings.table_name,
             "queue_url": self.settings.queue_url,
+            "sink": self.settings.sink,
+            "kinesis_stream_name": self.settings.kinesis_stream_name,
             "state_dir": str(self.paths.state_dir),
             "sink_dir": str(self.paths.sink_dir),
             "events_dir": str(self.paths.events_dir),

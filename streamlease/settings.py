@@ -24,6 +24,8 @@ from streamlease.telemetry import TraceExport
 
 ENV_PREFIX: Final = "STREAMLEASE_"
 MAX_CAPACITY: Final = 8_000
+LOCAL_SINKS: Final = ("file", "kinesis")
+"""The sinks the local stack can run its workers with (``local_sink``)."""
 
 SettingValue = str | int | float | bool | Sequence[str]
 """A value :func:`settings_environment` can write: a field's value, or a CDK token string."""
@@ -205,6 +207,10 @@ class Settings:
     """``metrics_flush_seconds`` of the local stack's workers, so its dashboard moves while one
     watches (AWS: every minute)."""
     local_respawn_seconds: float = 2.0
+    local_sink: str = "file"
+    """The sink of the local stack's workers: ``file`` (JSONL per stream under ``sink_dir``:
+    the dashboard, the demo and the invariant checker read it) or ``kinesis`` (the AWS default
+    against moto's Kinesis, aggregated: read it with ``streamlease consume``)."""
 
     def __post_init__(self) -> None:
         var = env_name  # messages name the environment variables: an operator sets those
@@ -237,6 +243,8 @@ class Settings:
                 " deadline may be under way for about twice its timeout, and only the margin"
                 " keeps it from overlapping the next holder"
             )
+        if self.local_sink not in LOCAL_SINKS:
+            problems.append(f"{var('local_sink')} must be one of {', '.join(LOCAL_SINKS)}")
         for name in ("capacity", "shed_batch", "sink_max_attempts"):
             if getattr(self, name) < 1:
                 problems.append(f"{var(name)} must be at least 1")

@@ -276,3 +276,10 @@ def test_a_client_asked_for_one_attempt_never_retries_behind_the_callers_back() 
     default = aws.client("dynamodb", settings)
     assert one.meta.config.retries["total_max_attempts"] == 1
     assert default.meta.config.retries["total_max_attempts"] == 3
+
+
+def test_the_local_stack_runs_the_file_or_the_kinesis_sink_and_nothing_else():
+    """STREAMLEASE_LOCAL_SINK picks the local workers' sink; a typo is refused by name."""
+    assert Settings.from_env({"STREAMLEASE_LOCAL_SINK": "kinesis"}).local_sink == "kinesis"
+    with pytest.raises(ConfigError, match="STREAMLEASE_LOCAL_SINK"):
+        Settings.from_env({"STREAMLEASE_LOCAL_SINK": "kinsis"})
