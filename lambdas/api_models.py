@@ -6,7 +6,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamlease import checkpoints, rules
+from streamlease import checkpoints, rules, seqs
 from streamlease.model import Stream, WorkerInfo, iso_ms
 from streamlease.profile import (
     DEFAULT_IDLE_SECONDS,
@@ -257,7 +257,11 @@ class StreamView(BaseModel):
     lease_remaining_ms: int = Field(description="Milliseconds left on the lease; 0 when none.")
     owned_since: str | None = Field(description="When the current owner acquired (ISO-8601).")
     epoch: int = Field(description="Fencing epoch: +1 on every acquisition.")
-    last_seq: int = Field(description="Last upstream sequence number delivered to the sink.")
+    last_seq: int | None = Field(
+        description="Last upstream sequence number delivered to the sink; null while nothing "
+        "was delivered (a stream created by an earlier version, before it delivered anything, "
+        "says 0)."
+    )
     generation: int = Field(description="+1 on every desired_state change.")
     takeovers: int = Field(description="Acquisitions of a lease its holder did not release.")
     connection_state: ConnectionState | None = Field(
@@ -322,9 +326,9 @@ class StreamView(BaseModel):
             if session is not None and stream.slot is not None:
                 # The live checkpoint rides on the session's renewals, not on the stream item.
                 entry = checkpoints.entry_at(session.checkpoints, stream.slot)
-                last_seq = max(
-                    last_seq, rules.checkpoint_for(entry, stream.stream_id, stream.epoch) or 0
-                )
+                live = rules.checkpoint_for(entry, stream.stream_id, stream.epoch)
+                if live is not None:
+                    last_seq = max(last_seq, live)
         remaining = max(0, expires - now_ms) if stream.owner else 0
         lease_state = "held" if remaining > 0 else "expired"
         if stream.owner is None:
@@ -341,7 +345,7 @@ class StreamView(BaseModel):
             if stream.owner and stream.acquired_at_ms
             else None,
             epoch=stream.epoch,
-            last_seq=last_seq,
+            last_seq=seqs.delivered(last_seq),
             generation=stream.generation,
             takeovers=stream.takeovers,
             connection_state=stream.connection_state,

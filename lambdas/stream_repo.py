@@ -33,6 +33,7 @@ from streamlease.schema import (
     stream_attributes,
     stream_key,
 )
+from streamlease.seqs import NOTHING_DELIVERED
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
@@ -91,7 +92,9 @@ class StreamRepo:
 
         One conditional write, taken only where there is no item or a tombstone: a new id
         starts at epoch 0 and generation 1; a deleted id continues at the tombstone's epoch + 1
-        and generation + 1, with ``last_seq`` 0 (the new epoch tells its records apart). An
+        and generation + 1. Either way ``last_seq`` is
+        :data:`~streamlease.seqs.NOTHING_DELIVERED` (the new epoch tells a re-created stream's
+        records apart). An
         existing stream with the same ``ws_url`` and profile is returned unchanged with
         ``created`` False (a retried create, whatever its state). Raises
         :class:`StreamConflict` (field ``ws_url`` or ``profile``) when the id exists with
@@ -107,6 +110,7 @@ class StreamRepo:
             ":url": ws_url,
             ":zero": 0,
             ":one": 1,
+            ":nothing": NOTHING_DELIVERED,
             ":epoch_base": _NEW_STREAM_EPOCH_BASE,
             ":now": now,
             ":actor": actor,
@@ -120,7 +124,7 @@ class StreamRepo:
                 TableName=self._table,
                 Key=self._key(stream_id),
                 UpdateExpression=(
-                    "SET #id = :id, #state = :started, #url = :url, #exp = :zero, #seq = :zero,"
+                    "SET #id = :id, #state = :started, #url = :url, #exp = :zero, #seq = :nothing,"
                     " #shard = :shard,"
                     f"{profile_update}"
                     " #takeovers = :zero, #epoch = if_not_exists(#epoch, :epoch_base) + :one,"

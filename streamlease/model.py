@@ -22,6 +22,7 @@ from streamlease.schema import (
     stream_id_of,
     worker_key,
 )
+from streamlease.seqs import NOTHING_DELIVERED
 
 
 def iso_ms(epoch_ms: int) -> str:
@@ -127,6 +128,8 @@ class Stream:
     owner: str | None
     expires_at_ms: int
     last_seq: int
+    """The last seq its sink acknowledged, or :data:`~streamlease.seqs.NOTHING_DELIVERED` (also
+    for an item without one)."""
     epoch: int
     generation: int
     takeovers: int = 0
@@ -181,7 +184,7 @@ class Stream:
             ws_url=str(item.get(StreamAttr.WS_URL, "")),
             owner=_str(item.get(StreamAttr.LEASE_OWNER)),
             expires_at_ms=_int(item.get(StreamAttr.LEASE_EXPIRES_AT_MS)),
-            last_seq=_int(item.get(StreamAttr.LAST_SEQ)),
+            last_seq=_int(item.get(StreamAttr.LAST_SEQ), NOTHING_DELIVERED),
             epoch=_int(item.get(StreamAttr.LEASE_EPOCH)),
             generation=_int(item.get(StreamAttr.GENERATION)),
             takeovers=_int(item.get(StreamAttr.TAKEOVERS)),
@@ -215,6 +218,8 @@ class Lease:
     epoch: int
     expires_at_ms: int
     last_seq: int
+    """The checkpoint to resume after (:data:`~streamlease.seqs.NOTHING_DELIVERED`: from the
+    feed's beginning)."""
     ws_url: str
     generation: int
     previous_owner: str | None = None

@@ -149,13 +149,29 @@ class Profile:
     def query_for(self, last_seq: int, default_param: str) -> list[tuple[str, str]]:
         """The query parameters of a connect that resumes after ``last_seq`` (the shorthand
         resume by query asks for ``last_seq + 1`` in ``resume_param``, else
-        ``default_param``; an empty name: not at all)."""
-        params = [(name, value.render({}, last_seq)) for name, value in self.query]
+        ``default_param``; an empty name: not at all). Before the first delivery a parameter
+        holding ``{last_seq}`` is left out (:meth:`~streamlease.templates.Template.leaves_out`)."""
+        params = [
+            (name, value.render({}, last_seq))
+            for name, value in self.query
+            if not value.leaves_out(last_seq)
+        ]
         if self.resume == RESUME_QUERY and not any(v.resumes for _, v in self.query):
             param = self.resume_param or default_param
             if param:
                 params.append((param, str(last_seq + 1)))
         return params
+
+    def headers_for(self, resolved: Mapping[str, str], last_seq: int) -> list[tuple[str, str]]:
+        """The extra handshake headers of a connect that resumes after ``last_seq``
+        (``resolved``: secret reference text → value). Before the first delivery a header
+        holding ``{last_seq}`` (a ``Last-Event-ID``) is left out, as a first connect sends
+        none."""
+        return [
+            (name, value.render(resolved, last_seq))
+            for name, value in self.headers
+            if not value.as_template.leaves_out(last_seq)
+        ]
 
     def to_item(self) -> dict[str, Any]:
         """The profile as stored on the stream item and shown by the API (defaults left out;

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.templates import (
     LAST_SEQ,
     MAX_CONTROL_CONDITIONS,
@@ -93,9 +94,9 @@ class HeaderValue:
         """The secrets this value needs, in order."""
         return self.as_template.secrets
 
-    def render(self, resolved: Mapping[str, str], last_seq: int = 0) -> str:
+    def render(self, resolved: Mapping[str, str], last_seq: int = NOTHING_DELIVERED) -> str:
         """The value with every secret replaced (``resolved``: reference text → value) and the
-        resume point after ``last_seq``."""
+        resume point after ``last_seq`` (default: nothing delivered)."""
         return self.as_template.render(resolved, last_seq)
 
 

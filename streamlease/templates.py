@@ -3,7 +3,12 @@ messages and application pings (pure; shared by API and worker; see :mod:`stream
 
 A *template* is text with placeholders, each replaced when the worker connects:
 
-- ``{next_seq}`` / ``{last_seq}``: the resume point (the checkpoint + 1, the checkpoint);
+- ``{next_seq}`` / ``{last_seq}``: the resume point (the checkpoint + 1, the checkpoint). Before
+  the stream's first delivery (checkpoint :data:`~streamlease.seqs.NOTHING_DELIVERED`)
+  ``{next_seq}`` is 0, the first seq there is, and ``{last_seq}`` is -1 ("after nothing"); a
+  query parameter or header whose value holds ``{last_seq}`` is then left out instead
+  (:meth:`Template.leaves_out`), so the connect states no resume point and the upstream starts
+  the feed from its beginning, as on a first subscription;
 - ``{secret:<name>}`` / ``{secret:<name>#<key>}``: a Secrets Manager secret (or one key of a JSON
   one), read by the worker, never stored, logged or shown. In a JSON message the value is put in
   JSON-escaped, so a secret with a quote in it cannot change the message's shape.
@@ -21,6 +26,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from streamlease.seqs import NOTHING_DELIVERED
 
 NEXT_SEQ: Final = "{next_seq}"
 LAST_SEQ: Final = "{last_seq}"
@@ -115,10 +122,16 @@ class Template:
         """Whether it carries the resume point."""
         return NEXT_SEQ in self.text or LAST_SEQ in self.text
 
+    def leaves_out(self, last_seq: int) -> bool:
+        """Whether a query parameter or header of this value is left out of a connect that
+        resumes after ``last_seq``: it needs ``{last_seq}`` and nothing was delivered."""
+        return last_seq == NOTHING_DELIVERED and LAST_SEQ in self.text
+
     def render(self, resolved: Mapping[str, str], last_seq: int) -> str:
         """The text with every placeholder replaced (``resolved``: reference text → value;
-        ``last_seq``: the checkpoint the connection resumes after), in one pass: a secret's
-        value is never read for placeholders."""
+        ``last_seq``: the checkpoint the connection resumes after, or
+        :data:`~streamlease.seqs.NOTHING_DELIVERED`), in one pass: a secret's value is never
+        read for placeholders."""
 
         def value(match: re.Match[str]) -> str:
             ref, next_seq, _ = match.groups()

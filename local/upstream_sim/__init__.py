@@ -12,8 +12,10 @@ answered with HTTP 400), also settable per stream at run time with
 :meth:`UpstreamSimulator.set_fault` for tests that cannot change a stored URL:
 
 ``rate``           messages/s (default 10; ``0`` = flat out)
-``from_seq``       first seq to send (default 1; the resume parameter, named otherwise with
-                   ``UpstreamSimulator(resume_param=...)``)
+``first_seq``      the feed's first seq (default 1; 0 for a feed that begins at 0): where a
+                   connection starts that asks for no seq, or for one before it
+``from_seq``       first seq to send (default ``first_seq``; the resume parameter, named
+                   otherwise with ``UpstreamSimulator(resume_param=...)``)
 ``until_seq``      stop sending after this seq and keep the connection open, idle
 ``drop_after``     abort the TCP connection after N messages (no close frame: the client sees 1006)
 ``close_code``     close with this code after ``close_after`` messages
@@ -28,7 +30,7 @@ answered with HTTP 400), also settable per stream at run time with
 ``subprotocol``    require the client to offer this subprotocol (``Sec-WebSocket-Protocol``) and
                    select it; a client that does not offer it: HTTP 400
 ``subscribe=1``    send nothing until the client sends a text frame holding a JSON object with
-                   ``"type": "subscribe"``; its integer ``"from"`` (at least 1), if present,
+                   ``"type": "subscribe"``; its integer ``"from"`` (at least 0), if present,
                    replaces ``from_seq``; other client messages are ignored (and counted).
                    ``rate``, ``drop_after``, ``close_after`` and ``until_seq`` count from the
                    subscription
@@ -44,10 +46,10 @@ answered with HTTP 400), also settable per stream at run time with
                    :func:`payload_for` of the message number ``n`` (counting from ``from_seq``)
 
 Where the payload lands: ``data`` in every text mode except a ``seq_field`` under ``data``, where
-it is ``data.d`` (:func:`payload_path` says which); the whole frame in ``binary=1``. ``from_seq``,
-``until_seq``, ``gap_every`` and ``replay_back`` work in every mode. Unknown parameters (a
-``token=...`` credential in the query, say) are left to the URL. The ``bearer`` value is never
-logged nor kept in stats; :class:`StreamStats` counts ``auth_failures``,
+it is ``data.d`` (:func:`payload_path` says which); the whole frame in ``binary=1``. ``first_seq``,
+``from_seq``, ``until_seq``, ``gap_every`` and ``replay_back`` work in every mode. Unknown
+parameters (a ``token=...`` credential in the query, say) are left to the URL. The ``bearer``
+value is never logged nor kept in stats; :class:`StreamStats` counts ``auth_failures``,
 ``subprotocol_failures`` and ``ignored_messages``, and lists the ``subprotocols`` selected and
 the ``subscriptions`` (where each asked to start).
 

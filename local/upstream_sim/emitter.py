@@ -50,7 +50,7 @@ class Emitter:
     ) -> None:
         self.ws = ws
         self.knobs = knobs
-        self.seq = max(1, knobs.from_seq - knobs.replay_back)
+        self.seq = max(knobs.first_seq, knobs.from_seq - knobs.replay_back)
         self.sent = 0
         self.started = now
         self.limit, self.end_code = end_plan(knobs)

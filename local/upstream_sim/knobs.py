@@ -29,7 +29,11 @@ class Knobs:
     """What one connection does. Parsed from the query, overridden by a programmatic fault."""
 
     rate: float = DEFAULT_RATE
+    first_seq: int = 1
+    """The feed's first seq: where a connection that asks for none, or for an earlier one,
+    starts (0 for a feed that begins at 0)."""
     from_seq: int = 1
+    """The first seq asked for (from the query: ``first_seq`` when not asked)."""
     until_seq: int | None = None
     drop_after: int | None = None
     close_code: int | None = None
@@ -69,12 +73,13 @@ class Knobs:
         names = {f.name for f in dataclasses.fields(cls)}
         for name, raw in parse_qsl(query, keep_blank_values=True):
             key = "from_seq" if name == resume_param else name
-            if key == "after":  # an exclusive resume: replay after K
+            if key == "after":  # an exclusive resume: replay after K (-1: after nothing)
                 values["from_seq"] = int(raw) + 1
                 continue
             if key not in names:
                 continue  # unknown parameters belong to the URL, not to the simulator
             values[key] = _parse(key, raw)
+        values.setdefault("from_seq", values.get("first_seq", cls.first_seq))
         knobs = cls(**values)
         knobs.validate()
         return knobs
@@ -83,8 +88,8 @@ class Knobs:
         """Raises ``ValueError`` when a knob is out of range or modes do not combine."""
         if not math.isfinite(self.rate) or self.rate < 0:
             raise ValueError("rate must be a finite number of messages/s, at least 0")
-        if self.from_seq < 1 or self.replay_back < 0:
-            raise ValueError("from_seq or replay_back out of range")
+        if min(self.first_seq, self.from_seq, self.replay_back) < 0:
+            raise ValueError("first_seq, from_seq or replay_back out of range")
         for every in (self.garbage_every, self.gap_every):
             if every is not None and every < 1:
                 raise ValueError("garbage_every and gap_every must be at least 1")

@@ -134,9 +134,10 @@ def subscription_start(message: str | bytes, default: int) -> int | None:
     """Where a client message subscribes from, or ``None`` if it is not a subscription.
 
     A subscription is a text message holding a JSON object with ``"type": "subscribe"``; its
-    ``"from"``, when present, must be an integer of at least 1 (else it is no subscription),
-    or its ``"after"`` an integer of at least 0 (an exclusive resume: from ``after + 1``);
-    without either it starts at ``default``.
+    ``"from"``, when present, must be an integer of at least 0 (else it is no subscription),
+    or its ``"after"`` an integer of at least -1 (an exclusive resume: from ``after + 1``; -1
+    is "after nothing", a client that delivered nothing yet); without either it starts at
+    ``default``.
     """
     if not isinstance(message, str):
         return None
@@ -148,9 +149,9 @@ def subscription_start(message: str | bytes, default: int) -> int | None:
         return None
     after = body.get(SUBSCRIBE_AFTER_KEY)
     if isinstance(after, int) and not isinstance(after, bool) and SUBSCRIBE_FROM_KEY not in body:
-        return after + 1 if after >= 0 else None
+        return after + 1 if after >= -1 else None
     start = body.get(SUBSCRIBE_FROM_KEY, default)
-    if isinstance(start, bool) or not isinstance(start, int) or start < 1:
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
         return None
     return start
 

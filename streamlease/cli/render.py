@@ -17,6 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 from streamlease.schema import TROUBLE_STATES, ConnectionState, DesiredState
 
 NONE: Final = "-"
+NOTHING_DELIVERED_TEXT: Final = "none delivered yet"
+"""What ``get`` says for a stream whose sink acknowledged no message (``last_seq`` null; ``ls``
+shows :data:`NONE`)."""
 ELLIPSIS: Final = "…"
 TASK_CHARS: Final = 8
 """Characters of a worker id's task (or host) part that a short worker name keeps."""
@@ -377,6 +380,8 @@ def stream_detail(
         value = stream.get(key)
         if key == "ws_url" and value:
             text = redact_url(str(value))
+        elif key == "last_seq" and value is None:
+            text = NOTHING_DELIVERED_TEXT
         elif key == "last_error":
             text = last_error_text(stream)
             if text.startswith(PAST_ERROR):

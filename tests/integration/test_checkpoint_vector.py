@@ -12,7 +12,7 @@ from streamlease import checkpoints
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
-from streamlease.seqs import MAX_SEQ
+from streamlease.seqs import MAX_SEQ, NOTHING_DELIVERED
 from streamlease.session_store import SessionStore
 from streamlease.telemetry import WorkerMetric
 
@@ -50,7 +50,11 @@ def test_huge_seqs_are_malformed_and_a_takeover_resumes_every_stream_from_the_ve
     acked = {}
     for stream_id in (garbage, *plain):
         item = streams.read(stream_id)
-        assert item.owner == victim.worker_id and item.last_seq == 0 and item.slot is not None
+        assert (
+            item.owner == victim.worker_id
+            and item.last_seq == NOTHING_DELIVERED
+            and item.slot is not None
+        )
         entry = entries[item.slot]
         assert entry is not None and entry.tag == checkpoints.stream_tag(stream_id)
         assert 0 < entry.last_seq <= MAX_SEQ

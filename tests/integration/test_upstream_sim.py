@@ -47,6 +47,22 @@ async def test_messages_are_numbered_timestamped_and_replayable(sim: UpstreamSim
     assert all(b["ts"] > 1_600_000_000_000 for b in bodies)
 
 
+async def test_a_feed_that_begins_at_0_replays_from_0_or_from_its_beginning(
+    sim: UpstreamSimulator,
+) -> None:
+    """first_seq=0: asked for seq 0, or for nothing, it sends seq 0 first; a feed that begins
+    at 1 asked for seq 0 starts at 1."""
+    cases = [
+        (sim.url_for("z", rate=0, first_seq=0, from_seq=0, until_seq=1), 0),
+        (sim.url_for("z", rate=0, first_seq=0, until_seq=1), 0),
+        (sim.url_for("one", rate=0, from_seq=0, until_seq=1), 1),
+    ]
+    for url, expected in cases:
+        async with connect(url) as ws:
+            assert json.loads(await ws.recv())["seq"] == expected
+    assert (sim.stats("z").from_seqs, sim.stats("one").from_seqs) == ([0, 0], [0])
+
+
 async def test_default_frames_are_byte_for_byte_the_default_text_message(
     sim: UpstreamSimulator,
 ) -> None:
@@ -228,7 +244,7 @@ async def test_subscribe_mode_sends_nothing_until_a_subscription(sim: UpstreamSi
             "[1, 2]",
             '{"type": "ping"}',
             '{"type": "subscribe", "from": "2"}',
-            '{"type": "subscribe", "from": 0}',
+            '{"type": "subscribe", "from": -1}',
         ):
             await ws.send(ignored)
         await assert_quiet(ws)

@@ -57,6 +57,29 @@ def test_started_stream_is_owned_and_delivered_in_order(
     assert streams.checkpoint(stream_id) <= max(fleet.seqs(stream_id))
 
 
+def test_a_feed_that_starts_at_seq_0_delivers_it_and_a_takeover_after_it_resumes_at_1(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """A new stream has delivered nothing, not "up to 0": it asks for seq 0 and its first
+    record is seq 0. Its holder killed after delivering exactly seq 0, the survivor takes it
+    over from the session's vector and asks for seq 1: 0 is not repeated, 1 not skipped."""
+    victim = fleet.start()
+    (stream_id,) = new_ids(1)
+    streams.put(stream_id, upstream.url_for(stream_id, first_seq=0, until_seq=0))
+    fleet.wait_seq(stream_id, 0)
+    fleet.wait(lambda: streams.checkpoint(stream_id) == 0, 5, "seq 0 checkpointed")
+    assert fleet.seqs(stream_id) == [0]
+    assert upstream.stats(stream_id).from_seqs == [0]
+
+    survivor = fleet.start()
+    victim.kill()
+    fleet.wait(lambda: streams.read(stream_id).owner == survivor.worker_id, 20, "taken over")
+    fleet.wait(lambda: len(upstream.stats(stream_id).from_seqs) == 2, 10, "reconnected")
+    assert upstream.stats(stream_id).from_seqs == [0, 1]
+    assert streams.read(stream_id).last_seq == 0
+    assert fleet.seqs(stream_id) == [0]
+
+
 def test_stop_closes_the_upstream_within_a_heartbeat_and_releases(
     fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
 ) -> None:

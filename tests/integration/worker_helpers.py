@@ -38,6 +38,7 @@ from streamlease.schema import (
     StreamAttr,
     stream_key,
 )
+from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from worker.sinks import sink_file_name
@@ -105,7 +106,7 @@ class Streams:
             StreamAttr.WS_URL: {"S": ws_url},
             StreamAttr.LEASE_EXPIRES_AT_MS: {"N": "0"},
             StreamAttr.LEASE_EPOCH: {"N": "0"},
-            StreamAttr.LAST_SEQ: {"N": "0"},
+            StreamAttr.LAST_SEQ: {"N": str(NOTHING_DELIVERED)},
             StreamAttr.GENERATION: {"N": "1"},
         }
         if shard is not None:
@@ -191,9 +192,8 @@ class Streams:
             return stream.last_seq
         session = SessionStore(self.dynamodb, self.settings.table_name).read(stream.owner)
         entry = checkpoints.entry_at(session.checkpoints if session else None, stream.slot)
-        return max(
-            stream.last_seq, rules.checkpoint_for(entry, stream.stream_id, stream.epoch) or 0
-        )
+        live = rules.checkpoint_for(entry, stream.stream_id, stream.epoch)
+        return stream.last_seq if live is None else max(stream.last_seq, live)
 
     def queue_depth(self, *, dead_letter: bool = False) -> int:
         """Messages visible or in flight on the command queue (or its DLQ)."""
@@ -299,7 +299,7 @@ class Fleet:
     def wait_seq(self, stream_id: str, seq: int, timeout_seconds: float = START_TIMEOUT) -> None:
         """Wait until ``stream_id`` delivered ``seq`` or later."""
         self.wait(
-            lambda: max(self.seqs(stream_id), default=0) >= seq,
+            lambda: max(self.seqs(stream_id), default=NOTHING_DELIVERED) >= seq,
             timeout_seconds,
             f"{stream_id} reached seq {seq}",
         )

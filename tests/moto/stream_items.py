@@ -15,6 +15,7 @@ from streamlease.schema import (
     expiry_shard,
     stream_key,
 )
+from streamlease.seqs import NOTHING_DELIVERED
 
 
 def put_stream(
@@ -26,7 +27,7 @@ def put_stream(
     owner: str | None = None,
     expires_ms: int = 0,
     epoch: int = 0,
-    last_seq: int = 0,
+    last_seq: int = NOTHING_DELIVERED,
     takeovers: int = 0,
     updated_ms: int | None = None,
     liveness: Liveness = Liveness.SESSION,

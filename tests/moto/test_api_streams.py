@@ -25,6 +25,7 @@ from streamlease.schema import (
     WorkerState,
     stream_key,
 )
+from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.session_store import SessionStore
 
 URL = "wss://feed.example.com/v1/ticker"
@@ -88,7 +89,8 @@ def test_stored_create_event_creates_the_stream(
     assert set(body) == STREAM_FIELDS
     assert body["id"] == "btc-usd"
     assert body["desired_state"] == "STARTED"
-    assert (body["generation"], body["epoch"], body["last_seq"], body["takeovers"]) == (1, 0, 0, 0)
+    assert (body["generation"], body["epoch"], body["takeovers"]) == (1, 0, 0)
+    assert body["last_seq"] is None, "nothing delivered yet: no misleading 0"
     assert (body["owner"], body["lease_state"], body["lease_remaining_ms"]) == (None, "free", 0)
     assert body["created_by"] == body["updated_by"] == OPERATOR_ARN
     assert ISO_MS.match(body["created_at"]) and body["created_at"] == body["updated_at"]
@@ -100,13 +102,14 @@ def test_stored_create_event_creates_the_stream(
 def test_new_stream_item_is_in_the_index_and_unleased(
     api: Api, dynamodb: Any, control_plane: runtime.Runtime
 ) -> None:
-    """A new item has lease_expires_at_ms 0 (so the orphan index sees it) and no owner."""
+    """A new item has lease_expires_at_ms 0 (so the orphan index sees it), no owner, and
+    last_seq NOTHING_DELIVERED (-1): its feed's seq 0 is still to come."""
     assert create(api).status == 201
     item = raw_item(dynamodb, control_plane.settings.table_name, "s1")
     assert item is not None
     assert item["lease_expires_at_ms"] == {"N": "0"}
     assert item["lease_epoch"] == {"N": "0"}
-    assert item["last_seq"] == {"N": "0"}
+    assert item["last_seq"] == {"N": str(NOTHING_DELIVERED)}
     assert "lease_owner" not in item
 
 
@@ -277,6 +280,31 @@ def test_get_of_a_session_lease_shows_its_sessions_expiry_and_live_checkpoint(
     sessions.expire("w-1", by="peer", seen_hb=None)
     body = api("GET", "/streams/s1").body
     assert (body["lease_state"], body["lease_remaining_ms"]) == ("expired", 0)
+
+
+def test_get_of_a_session_lease_that_delivered_nothing_or_only_seq_0(
+    api: Api, store: LeaseStore, sessions: SessionStore
+) -> None:
+    """An empty vector slot leaves the item's "nothing delivered" (null, not 0); an entry of 0
+    says seq 0 was delivered."""
+    create(api)
+    now = wall_ms()
+    sessions.create(WorkerInfo("w-1", WorkerState.RUNNING, now, now + 20_000, 0, 10, "h", 1))
+    lease = store.acquire("s1", "w-1", 20_000, slot=0)
+    sessions.renew(
+        "w-1", expires_at_ms=now + 25_000, now_ms=now, active_streams=1, checkpoints=b"\x02"
+    )
+    assert api("GET", "/streams/s1").body["last_seq"] is None
+    sessions.renew(
+        "w-1",
+        expires_at_ms=now + 26_000,
+        now_ms=now + 1,
+        active_streams=1,
+        checkpoints=checkpoints.encode(
+            [checkpoints.Checkpoint(lease.epoch, 0, checkpoints.stream_tag("s1"))]
+        ),
+    )
+    assert api("GET", "/streams/s1").body["last_seq"] == 0
 
 
 def test_get_shows_a_lapsed_lease_as_expired(api: Api, store: LeaseStore) -> None:

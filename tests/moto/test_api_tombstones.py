@@ -28,6 +28,7 @@ from streamlease.schema import (
     StreamAttr,
     stream_key,
 )
+from streamlease.seqs import NOTHING_DELIVERED
 
 URL = "wss://feed.example.com/v1/ticker"
 OTHER_URL = "wss://feed.example.com/v2/ticker"
@@ -144,17 +145,18 @@ def test_a_tombstone_is_not_a_stream() -> None:
 
 
 def test_recreate_continues_above_the_old_epoch_and_generation(api: Api, store: LeaseStore) -> None:
-    """The new stream starts past every epoch and generation of the old one, at last_seq 0."""
+    """The new stream starts past every epoch and generation of the old one, with nothing
+    delivered (the old stream's checkpoint is not its)."""
     used_and_deleted(api, store)
     result = api("POST", "/streams", body={"id": "s1", "ws_url": OTHER_URL})
     assert result.status == 201
     stream = result.body
     assert (stream["ws_url"], stream["desired_state"]) == (OTHER_URL, "STARTED")
-    assert (stream["epoch"], stream["generation"], stream["last_seq"]) == (4, 3, 0)
+    assert (stream["epoch"], stream["generation"], stream["last_seq"]) == (4, 3, None)
     assert (stream["owner"], stream["takeovers"], stream["last_error"]) == (None, 0, None)
     assert api("GET", "/streams/s1").body == stream
     lease = store.acquire("s1", "w-2", LEASE_MS)
-    assert (lease.epoch, lease.last_seq, lease.ws_url) == (5, 0, OTHER_URL)
+    assert (lease.epoch, lease.last_seq, lease.ws_url) == (5, NOTHING_DELIVERED, OTHER_URL)
 
 
 def test_recreated_stream_is_listed_and_started(api: Api, store: LeaseStore, commands: Any) -> None:
@@ -178,7 +180,7 @@ def test_an_old_holder_cannot_touch_the_recreated_stream(api: Api, store: LeaseS
         store.renew("s1", "w-old", old.epoch, 99, LEASE_MS)
     with pytest.raises(LeaseLost):
         store.release("s1", "w-old", old.epoch, last_seq=99)
-    assert api("GET", "/streams/s1").body["last_seq"] == 0
+    assert api("GET", "/streams/s1").body["last_seq"] is None
 
 
 def test_recreate_is_one_conditional_update(

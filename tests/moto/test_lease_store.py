@@ -27,6 +27,7 @@ from streamlease.schema import (
     StreamAttr,
     stream_key,
 )
+from streamlease.seqs import NOTHING_DELIVERED
 
 NOW = 1_800_000_000_000
 LEASE_MS = 20_000
@@ -85,7 +86,7 @@ def test_acquire_free_stream_sets_owner_expiry_and_first_epoch(store, seed):
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
 
     assert (lease.owner, lease.epoch, lease.expires_at_ms) == ("w1", 1, NOW + LEASE_MS)
-    assert lease.last_seq == 0
+    assert lease.last_seq == NOTHING_DELIVERED
     assert not lease.is_takeover
     stored = store.read("s1")
     assert (stored.owner, stored.epoch, stored.expires_at_ms) == ("w1", 1, NOW + LEASE_MS)
@@ -267,7 +268,7 @@ def test_renew_with_a_stale_epoch_is_lost(store, seed):
         store.renew("s1", "w1", 2, 10, LEASE_MS, now_ms=NOW)
 
     assert lost.value.reason == "epoch moved on"
-    assert store.read("s1").last_seq == 0
+    assert store.read("s1").last_seq == NOTHING_DELIVERED
 
 
 def test_renew_after_a_takeover_is_lost(store, seed):
@@ -281,7 +282,7 @@ def test_renew_after_a_takeover_is_lost(store, seed):
         store.renew("s1", "w1", old.epoch, 500, LEASE_MS, now_ms=later + 1)
 
     stored = store.read("s1")
-    assert (stored.owner, stored.epoch, stored.last_seq) == ("w2", new.epoch, 0)
+    assert (stored.owner, stored.epoch, stored.last_seq) == ("w2", new.epoch, NOTHING_DELIVERED)
 
 
 def test_renew_after_deletion_is_lost_and_recreates_nothing(store, seed, dynamodb, table):
@@ -652,6 +653,36 @@ def test_take_from_a_dead_session_resumes_at_the_larger_checkpoint(store, seed):
     assert (a.epoch, a.last_seq, a.slot, a.previous_owner) == (4, 42, 0, "dead")
     assert (b.epoch, b.last_seq) == (4, 50)
     assert store.read("a").takeovers == 1
+
+
+def test_nothing_delivered_and_delivered_up_to_0_stay_apart_through_every_write(store, seed):
+    """Acquire, a per-stream renewal, release, takeover and the sweep's release each keep
+    "nothing delivered" when the holder delivered nothing (an empty vector slot: no merged
+    checkpoint), and move it to 0 once seq 0 was delivered; a later write never moves it
+    back to nothing."""
+    seed("fresh")
+    lease = store.acquire("fresh", "w1", LEASE_MS, now_ms=NOW)
+    assert lease.last_seq == NOTHING_DELIVERED
+    store.renew("fresh", "w1", lease.epoch, NOTHING_DELIVERED, LEASE_MS, now_ms=NOW + 1)
+    store.release("fresh", "w1", lease.epoch, last_seq=NOTHING_DELIVERED, now_ms=NOW + 2)
+    again = store.acquire("fresh", "w2", LEASE_MS, now_ms=NOW + 3)
+    assert (again.epoch, again.last_seq) == (lease.epoch + 1, NOTHING_DELIVERED)
+    store.renew("fresh", "w2", again.epoch, 0, LEASE_MS, now_ms=NOW + 4)
+    with pytest.raises(StoreError):  # a late write of "nothing" is a renewal overtaken
+        store.renew("fresh", "w2", again.epoch, NOTHING_DELIVERED, LEASE_MS, now_ms=NOW + 5)
+    assert store.read("fresh").last_seq == 0
+
+    for stream_id in ("taken", "freed", "taken0", "freed0"):
+        seed(stream_id, owner="dead", expires_ms=SESSION_HELD_MS, epoch=3)
+    vector_slot = rules.checkpoint_for(None, "taken", 3)  # the dead session delivered nothing
+    assert store.take_from("taken", "dead", 3, vector_slot, "w2", 0, now_ms=NOW).last_seq == (
+        NOTHING_DELIVERED
+    )
+    freed = store.release_for("freed", "dead", 3, vector_slot, now_ms=NOW)
+    assert freed is not None and freed.last_seq == NOTHING_DELIVERED
+    assert store.take_from("taken0", "dead", 3, 0, "w2", 1, now_ms=NOW).last_seq == 0
+    freed0 = store.release_for("freed0", "dead", 3, 0, now_ms=NOW)
+    assert freed0 is not None and freed0.last_seq == 0
 
 
 def test_take_from_at_a_stale_epoch_or_of_a_stopped_stream_conflicts(store, seed):

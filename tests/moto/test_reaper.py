@@ -16,6 +16,7 @@ from streamlease.errors import StoreError
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
 from streamlease.schema import CommandType, DesiredState, WorkerState
+from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.session_store import SessionStore
 
 URL = "wss://feed.example.com/v1"
@@ -133,7 +134,7 @@ def test_an_entry_of_another_stream_in_the_slot_is_not_applied(
     wrong = checkpoints.Checkpoint(fleet["a"], 999, checkpoints.stream_tag("b"))
     renew_dead_with(sessions, checkpoints.encode([wrong]))
     reaper.handler(load_event("ecs_task_stopped"), LambdaContext())
-    assert store.read("a").last_seq == 0  # type: ignore[union-attr]
+    assert store.read("a").last_seq == NOTHING_DELIVERED  # type: ignore[union-attr]
 
 
 def test_an_untagged_vector_of_an_older_worker_is_applied_by_epoch(

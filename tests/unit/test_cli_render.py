@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from streamlease.cli.render import (
+    NONE,
+    NOTHING_DELIVERED_TEXT,
     STREAM_HEADERS,
     connection_text,
     count_text,
@@ -94,6 +96,14 @@ def test_an_older_api_without_connection_state_shows_a_dash() -> None:
     """Fields an older API does not send are ``-``, as any missing value."""
     assert stream_row(STREAM, NOW_MS)[2] == "-"
     assert "connection:    -" in stream_detail(STREAM, NOW_MS)
+
+
+def test_a_stream_that_delivered_nothing_shows_no_last_seq() -> None:
+    """Not a misleading 0 or -1: ``ls`` shows a dash, ``get`` says so in words; seq 0 is 0."""
+    nothing = {**STREAM, "last_seq": None}
+    assert stream_row(nothing, NOW_MS)[STREAM_HEADERS.index("LAST_SEQ")] == NONE
+    assert f"{'last seq:':<15}{NOTHING_DELIVERED_TEXT}" in stream_detail(nothing, NOW_MS)
+    assert stream_row({**STREAM, "last_seq": 0}, NOW_MS)[STREAM_HEADERS.index("LAST_SEQ")] == "0"
 
 
 def test_a_past_error_is_marked_past() -> None:

@@ -11,6 +11,7 @@ from streamlease.profile import (
     SecretRef,
     parse_profile,
 )
+from streamlease.seqs import NOTHING_DELIVERED
 
 PREFIX = "streamlease/"
 
@@ -63,6 +64,27 @@ def test_a_header_carries_the_resume_point() -> None:
     profile = parse({"headers": {"Last-Event-ID": "{last_seq}"}, "resume": "header"})
     assert [(n, v.render({}, 9)) for n, v in profile.headers] == [("Last-Event-ID", "9")]
     assert profile.query_for(9, "from_seq") == []
+
+
+def test_before_the_first_delivery_the_next_seq_is_0() -> None:
+    """The shorthand asks for seq 0; an open message says 0 for {next_seq} and -1 ("after
+    nothing") for {last_seq}."""
+    assert parse({}).query_for(NOTHING_DELIVERED, "from_seq") == [("from_seq", "0")]
+    profile = parse({"open_message": '{"from":{next_seq},"after":{last_seq}}'})
+    assert profile.open_messages[0].send.render({}, NOTHING_DELIVERED) == '{"from":0,"after":-1}'
+
+
+def test_before_the_first_delivery_a_resume_by_last_seq_is_left_out() -> None:
+    """A query parameter or header that needs {last_seq} is not sent: the connect states no
+    resume point, so the upstream starts from the beginning; the rest is sent as ever."""
+    query = parse({"query": {"after": "{last_seq}", "channel": "trades"}})
+    assert query.query_for(NOTHING_DELIVERED, "from_seq") == [("channel", "trades")]
+    assert query.query_for(0, "from_seq") == [("after", "0"), ("channel", "trades")]
+    header = parse(
+        {"headers": {"Last-Event-ID": "{last_seq}", "X-From": "{next_seq}"}, "resume": "header"}
+    )
+    assert header.headers_for({}, NOTHING_DELIVERED) == [("X-From", "0")]
+    assert header.headers_for({}, 0) == [("Last-Event-ID", "0"), ("X-From", "1")]
 
 
 def test_a_login_then_subscribe_sequence_round_trips_and_resolves_its_secrets() -> None:

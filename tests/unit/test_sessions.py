@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from streamlease import checkpoints, rules
 from streamlease.rules import BREAKER_LEASES, DeadSessionDetector
-from streamlease.seqs import MAX_SEQ
+from streamlease.seqs import MAX_SEQ, NOTHING_DELIVERED
 from worker.fencing.slots import HeldCheckpoint, SlotTable
 
 LEASE = 20.0
@@ -177,6 +177,7 @@ def test_a_checkpoint_the_vector_cannot_carry_fails_its_holder_not_the_session()
     slots.reserve(0.0)
     for entry in (
         HeldCheckpoint(1, MAX_SEQ + 1, 7),
+        HeldCheckpoint(1, NOTHING_DELIVERED - 1, 7),
         HeldCheckpoint(0, 1, 7),
         HeldCheckpoint(1, 1, 1 << 16),
     ):
@@ -209,6 +210,21 @@ def test_a_held_entry_moves_with_its_holders_acknowledgements() -> None:
     slots.free(0, 1.0)
     entry.last_seq = 20
     assert checkpoints.decode(slots.vector()) == []
+
+
+def test_a_stream_that_delivered_nothing_has_an_empty_slot_until_it_delivers_seq_0() -> None:
+    """Nothing delivered is held (the vector cannot carry it: the slot reads as free, and a
+    takeover resumes from the item, which says nothing delivered too); seq 0 is then carried
+    as 0, so a takeover after it resumes at 1."""
+    slots = SlotTable(2)
+    slots.reserve(0.0)
+    entry = holding(4, NOTHING_DELIVERED, "a")
+    slots.hold(0, entry)
+    assert slots.entry(0) is None
+    assert checkpoints.decode(slots.vector()) == []
+    entry.last_seq = 0
+    assert checkpoints.decode(slots.vector()) == [held(4, 0, "a")]
+    assert rules.checkpoint_for(slots.entry(0), "a", 4) == 0
 
 
 def test_a_seq_the_vector_cannot_carry_leaves_its_slot_empty_not_the_renewal_failing() -> None:

@@ -10,6 +10,7 @@ import pytest
 from websockets.frames import BINARY, TEXT, Frame
 
 from streamlease.schema import PayloadEncoding
+from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.templates import Condition
 from worker.stream.progress import explain
 from worker.stream.sequence import Sequencer, Undeliverable
@@ -52,6 +53,37 @@ def test_a_jump_is_a_gap_counted_and_the_message_still_delivered() -> None:
     records = sequencer.take([frame(1), frame(2), frame(5), frame(9)], NOW)
     assert [r.seq for r in records] == [1, 2, 5, 9]
     assert (sequencer.gaps, sequencer.missing) == (2, 5)
+
+
+def test_a_new_stream_whose_feed_starts_at_0_delivers_seq_0() -> None:
+    """Nothing delivered is not "delivered up to 0": seq 0 is new, no replay, no gap."""
+    sequencer = Sequencer(("seq",), NOTHING_DELIVERED)
+    assert [r.seq for r in sequencer.take([frame(0), frame(1)], NOW)] == [0, 1]
+    assert (sequencer.duplicates, sequencer.gaps, sequencer.last_seq) == (0, 0, 1)
+
+
+@pytest.mark.parametrize("first", [1, 7, 1_700_000_000_000])
+def test_a_new_stream_counts_no_gap_before_its_first_seq(first: int) -> None:
+    """A feed may start anywhere; a gap is a seq missing after one delivered."""
+    sequencer = Sequencer(("seq",), NOTHING_DELIVERED)
+    assert [r.seq for r in sequencer.take([frame(first), frame(first + 2)], NOW)] == [
+        first,
+        first + 2,
+    ]
+    assert (sequencer.gaps, sequencer.missing) == (1, 1)
+
+
+def test_after_delivering_exactly_seq_0_a_resume_drops_0_and_takes_1() -> None:
+    """The checkpoint 0 means "delivered up to 0": 0 is a replay, 1 the next message."""
+    sequencer = Sequencer(("seq",), 0)
+    assert [r.seq for r in sequencer.take([frame(0), frame(1)], NOW)] == [1]
+    assert (sequencer.duplicates, sequencer.gaps) == (1, 0)
+
+
+def test_a_new_stream_without_seqs_is_numbered_from_0() -> None:
+    sequencer = Sequencer(None, NOTHING_DELIVERED)
+    assert [r.seq for r in sequencer.take([text("a"), text("b")], NOW)] == [0, 1]
+    assert sequencer.last_seq == 1
 
 
 @pytest.mark.parametrize(

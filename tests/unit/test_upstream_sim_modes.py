@@ -67,7 +67,10 @@ def test_binary_payload_is_seq_marker_and_utf8_payload() -> None:
         ('{"type": "subscribe"}', 4),
         ('{"type": "subscribe", "from": 9, "channels": ["x"]}', 9),
         ('{"type": "subscribe", "from": 1}', 1),
-        ('{"type": "subscribe", "from": 0}', None),
+        ('{"type": "subscribe", "from": 0}', 0),
+        ('{"type": "subscribe", "from": -1}', None),
+        ('{"type": "subscribe", "after": -1}', 0),
+        ('{"type": "subscribe", "after": -2}', None),
         ('{"type": "subscribe", "from": "9"}', None),
         ('{"type": "subscribe", "from": 9.0}', None),
         ('{"type": "subscribe", "from": true}', None),
@@ -78,7 +81,8 @@ def test_binary_payload_is_seq_marker_and_utf8_payload() -> None:
     ],
 )
 def test_subscription_start(message: str | bytes, start: int | None) -> None:
-    """Only a text JSON object of type subscribe subscribes; "from" must be an integer >= 1."""
+    """Only a text JSON object of type subscribe subscribes; "from" must be an integer >= 0,
+    "after" one >= -1 (after nothing: from 0)."""
     assert subscription_start(message, default=4) == start
 
 
@@ -91,6 +95,25 @@ def test_modes_parse_from_the_query() -> None:
     )
     assert (knobs.bearer, knobs.subprotocol, knobs.seq_field) == ("t", "p.v1", "data.u")
     assert (knobs.subscribe, knobs.ack, knobs.noseq, knobs.binary) == (True, True, False, False)
+
+
+@pytest.mark.parametrize(
+    ("query", "first", "start"),
+    [
+        ("", 1, 1),
+        ("first_seq=0", 0, 0),
+        ("first_seq=0&from_seq=5", 0, 5),
+        ("from_seq=0", 1, 0),
+        ("first_seq=0&after=-1", 0, 0),
+    ],
+)
+def test_a_feed_begins_at_first_seq_and_a_connection_asks_from_seq(
+    query: str, first: int, start: int
+) -> None:
+    """A feed may begin at 0; asking for nothing is asking for its beginning; asking for seq
+    0 is allowed (a client that delivered nothing yet)."""
+    knobs = Knobs.from_query(query, "from_seq", 10.0)
+    assert (knobs.first_seq, knobs.from_seq) == (first, start)
 
 
 def test_the_bearer_token_stays_out_of_the_knobs_repr() -> None:
@@ -121,6 +144,9 @@ def test_the_bearer_token_stays_out_of_the_knobs_repr() -> None:
         "subprotocol=",
         "subprotocol=a,b",
         "rate=nan",
+        "from_seq=-1",
+        "first_seq=-1",
+        "after=-2",
     ],
 )
 def test_bad_mode_values_are_refused(query: str) -> None:

@@ -20,9 +20,12 @@ session is worth replacing by a fresh one (:meth:`SlotTable.needs_rollover`).
 
 A held slot's entry is a :class:`HeldCheckpoint` its holder moves in place: each acknowledged
 batch stores its seq into ``last_seq`` (one attribute store, no call), and each renewal reads
-every entry as it is then. The table is written by the event loop and read by the renewal
-thread: entries are set whole (one list store), a seq is one attribute store, and the thread
-copies the list before it reads the entries.
+every entry as it is then. Until its stream's first delivery an entry's seq is
+:data:`~streamlease.seqs.NOTHING_DELIVERED`, which the vector does not carry: the slot stays
+empty, and a takeover resumes from the stream item, whose ``last_seq`` says nothing was
+delivered too (the holder started from it). The table is written by the event loop and read by
+the renewal thread: entries are set whole (one list store), a seq is one attribute store, and
+the thread copies the list before it reads the entries.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 from streamlease import checkpoints
 from streamlease.checkpoints import Checkpoint
-from streamlease.seqs import MAX_SEQ
+from streamlease.seqs import MAX_SEQ, NOTHING_DELIVERED
 
 
 class HeldCheckpoint:
@@ -89,10 +92,13 @@ class SlotTable:
 
     def hold(self, slot: int, entry: HeldCheckpoint) -> None:
         """The stream in ``slot`` is held: ``entry`` (epoch, stream tag, acknowledged seq, which
-        its holder moves from now on). Raises ``ValueError`` for an entry the vector cannot
-        carry: the one holder fails here, instead of every renewal of the session failing to
-        encode it."""
-        if not checkpoints.carriable(entry.epoch, entry.last_seq, entry.tag):
+        its holder moves from now on; :data:`~streamlease.seqs.NOTHING_DELIVERED` before the
+        first delivery). Raises ``ValueError`` for an entry the vector cannot carry: the one
+        holder fails here, instead of every renewal of the session failing to encode it."""
+        seq = entry.last_seq
+        if not checkpoints.carriable(
+            entry.epoch, 0 if seq == NOTHING_DELIVERED else seq, entry.tag
+        ):
             raise ValueError(f"checkpoint out of range: {entry!r}")
         self._set(slot, entry)
 
@@ -136,9 +142,9 @@ class SlotTable:
 
     def vector(self) -> bytes:
         """The checkpoint vector of this moment (called from the renewal thread). A seq the
-        vector cannot carry (beyond 2^63 − 1: a feed numbered by the worker that long) leaves
-        its slot empty rather than failing the session's renewal: a takeover then resumes
-        that stream from its item's checkpoint."""
+        vector cannot carry (beyond 2^63 − 1: a feed numbered by the worker that long; nothing
+        delivered yet) leaves its slot empty rather than failing the session's renewal: a
+        takeover then resumes that stream from its item's checkpoint."""
         return checkpoints.encode([_carried(held) for held in list(self._entries)])
 
     @property
@@ -174,4 +180,4 @@ def _carried(held: HeldCheckpoint | None) -> Checkpoint | None:
     if held is None:
         return None
     seq = held.last_seq  # read once: the event loop may move it meanwhile
-    return Checkpoint(held.epoch, seq, held.tag) if seq <= MAX_SEQ else None
+    return Checkpoint(held.epoch, seq, held.tag) if 0 <= seq <= MAX_SEQ else None

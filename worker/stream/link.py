@@ -328,7 +328,7 @@ class UpstreamLink:
                         policy=self._policy,
                         resolver=self._resolver,
                         profile=profile,
-                        headers=[(n, v.render(secrets, last_seq)) for n, v in profile.headers],
+                        headers=profile.headers_for(secrets, last_seq),
                         keepalive=self._keepalive,
                     )
             except (UrlRejected, UpstreamRejected) as exc:

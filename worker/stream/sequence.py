@@ -9,6 +9,10 @@ that match one of the profile's control conditions (pongs, heartbeats) are skipp
 counted apart (:attr:`Sequencer.control`); a profile without any pays nothing for them. A feed
 without sequence numbers (profile ``seq: none``) is numbered here, from the checkpoint on, text
 and binary frames alike (text must be UTF-8).
+
+Before the first delivery the checkpoint is :data:`~streamlease.seqs.NOTHING_DELIVERED`: any
+seq is new (seq 0 included), and the first one is no gap, wherever the feed starts (0, 1, a
+timestamp); a ``seq: none`` feed is numbered from 0.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any, Final
 from websockets.frames import BINARY, TEXT, Frame
 
 from streamlease.schema import PayloadEncoding
-from streamlease.seqs import MAX_SEQ
+from streamlease.seqs import MAX_SEQ, NOTHING_DELIVERED
 from streamlease.templates import Condition
 from worker.sinks.base import SinkRecord
 
@@ -57,7 +61,8 @@ class Sequencer:
     """The sequence of one stream under one holding (see the module docstring).
 
     ``seq_path``: the profile's path to the seq (``("seq",)``, ``("data", "u")``), or None (the
-    sequencer numbers messages). ``last_seq``: the checkpoint it continues from. ``control``:
+    sequencer numbers messages). ``last_seq``: the checkpoint it continues from (the last seq
+    delivered, or :data:`~streamlease.seqs.NOTHING_DELIVERED`). ``control``:
     conditions of the frames to skip as control frames. Counters only grow;
     :attr:`undeliverable` is the cause of the latest message skipped as undeliverable.
     """
@@ -127,7 +132,7 @@ class Sequencer:
             if seq <= last:
                 self.duplicates += 1
                 continue
-            if seq != last + 1:
+            if seq != last + 1 and last != NOTHING_DELIVERED:
                 self.gaps += 1
                 self.missing += seq - last - 1
             last = seq
@@ -136,7 +141,8 @@ class Sequencer:
         return records
 
     def _number(self, messages: list[Frame], received_at_ms: int) -> list[SinkRecord]:
-        """A feed without sequence numbers: every message is the next one."""
+        """A feed without sequence numbers: every message is the next one (the first of a new
+        stream is 0)."""
         records: list[SinkRecord] = []
         last = self.last_seq
         for message in messages:
