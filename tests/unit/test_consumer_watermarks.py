@@ -4,6 +4,8 @@ from its parents; the compact encoding round-trips; a racing or stale commit is 
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 from consumer_support import SHARD, aggregated, json_seq, numbered, one_each, seqs
 from hypothesis import given
@@ -16,7 +18,7 @@ from streamlease.consumer import (
     Watermark,
     WatermarkConflict,
 )
-from streamlease.consumer.codec import decode_marks, encode_marks
+from streamlease.consumer.codec import COMPRESSED, FORMAT, decode_marks, encode_marks
 
 
 def test_a_commit_writes_the_shards_watermarks_once() -> None:
@@ -153,15 +155,29 @@ def test_watermarks_round_trip_through_their_encoding(value: dict[str, Watermark
     assert decode_marks(encode_marks(value)) == value
 
 
-def test_the_encoding_front_codes_ids_of_one_deployment() -> None:
-    """1,000 ids like the cost bench's, seqs of a month at 10 msg/s: about 8 bytes a stream."""
+def test_the_encoding_front_codes_and_compresses_ids_of_one_deployment() -> None:
+    """1,000 ids like the cost bench's, seqs of a month at 10 msg/s: 8 bytes or so a stream
+    front-coded, under 3 compressed; a single stream is not worth compressing."""
     value = {f"c10-{i:05d}": Watermark(3, 26_000_000 + i) for i in range(1000)}
-    assert len(encode_marks(value)) < 8.5 * 1000
+    encoded = encode_marks(value)
+    assert encoded[0] == COMPRESSED and len(encoded) < 3 * 1000
+    assert decode_marks(encoded) == value
+    assert encode_marks({"s": Watermark(1, 1)})[0] == FORMAT
 
 
 def test_a_corrupt_encoding_is_refused() -> None:
-    encoded = encode_marks({"meeting:1": Watermark(1, 2), "meeting:2": Watermark(1, 3)})
-    for bad in (b"", b"\x02" + encoded[1:], encoded[:-1], encoded[:1] + b"\x09\x01a\x01\x01"):
+    small = encode_marks({"meeting:1": Watermark(1, 2), "meeting:2": Watermark(1, 3)})
+    large = encode_marks({f"meeting:{i}": Watermark(1, i) for i in range(100)})
+    assert (small[0], large[0]) == (FORMAT, COMPRESSED)
+    for bad in (
+        b"",
+        b"\x03" + small[1:],
+        small[:-1],
+        small[:1] + b"\x09\x01a\x01\x01",  # shares 9 bytes with no previous id
+        large[:-3],
+        large[:1] + b"not zlib",
+        bytes([COMPRESSED]) + zlib.compress(b"\x00" * 30_000_000),
+    ):
         with pytest.raises(ValueError):
             decode_marks(bad)
 
