@@ -145,8 +145,9 @@ class Consumer:
             problems += bad
             for m in found:
                 before = marks.get(m.stream_id)
-                upstream = seq_from_upstream(m.payload_encoding)
-                verdict, mark, missing, overlap, skipped = judge(before, m.epoch, m.seq, upstream)
+                verdict, mark, missing, restart, overlap, skipped = judge(
+                    before, m.epoch, m.seq, seq_from_upstream(m.payload_encoding)
+                )
                 if mark != before:
                     marks[m.stream_id] = mark
                     moved = True
@@ -157,7 +158,7 @@ class Consumer:
                     tally[_MESSAGES] += 1
                     tally[_GAPS] += missing > 0
                     tally[_MISSING] += missing
-                    if not upstream and before is not None and m.epoch > before.epoch:
+                    if restart:
                         tally[_RESTARTS] += 1
                         tally[_RENUMBERED] += overlap
                         tally[_SKIPPED] += skipped

@@ -40,12 +40,14 @@ class Verdict(Enum):
 
 class Judgement(NamedTuple):
     """One message judged: the verdict, the stream's watermark after it, and what it
-    reveals: seqs missing before it (a gap within the seq's numbering), and for a new epoch of
-    a worker-numbered stream the seqs numbered again (``overlap``) or left out (``skipped``)."""
+    reveals: seqs missing before it (a gap within the seq's numbering), and whether it is the
+    first of a new epoch of a worker-numbered stream (``restart``), with the seqs that epoch
+    numbers again (``overlap``) or leaves out (``skipped``)."""
 
     verdict: Verdict
     mark: Watermark
     missing: int = 0
+    restart: bool = False
     overlap: int = 0
     skipped: int = 0
 
@@ -67,6 +69,7 @@ def judge(mark: Watermark | None, epoch: int, seq: int, upstream_seq: bool) -> J
     return Judgement(
         Verdict.EMIT,
         Watermark(epoch, seq),
+        restart=True,
         overlap=max(0, mark.seq - seq + 1),
         skipped=max(0, seq - mark.seq - 1),
     )
