@@ -10,7 +10,8 @@ of the window is read back and deaggregated: records and bytes per message, and 
 time from the worker receiving it to Kinesis storing it (the sink's added latency). The JSON
 record each message would be with aggregation off is encoded from the same messages. DynamoDB
 request units per worker-hour come from the write-cost section (this run's, or measured here at
-two sizes) as a line ``fixed + per stream × streams``.
+two sizes) as a line ``fixed + per stream × streams``. A third table prices the consumer's
+watermarks (:mod:`bench.consumer_cost`) on the shards sized from those runs.
 
 :mod:`bench.cost_model` turns that into the bill of today's defaults (x86 0.5 vCPU / 1 GB tasks
 of 100 streams, one Kinesis record of JSON per message, on demand) and of the recommended
@@ -28,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bench import cost_model, upstream_throughput, worker_scale, write_cost
+from bench import consumer_cost, cost_model, upstream_throughput, worker_scale, write_cost
 from bench import prices as p
 from bench.common import Table
 from bench.context import PER_STREAM, SESSIONS, BenchContext
@@ -263,9 +264,15 @@ def run(ctx: BenchContext, size: Size | None = None) -> list[Table]:
     dynamo, seed_dollars, dynamo_source = dynamo_cost(ctx, size)
     published = sum(_names(kind) for kind in (WorkerMetric, AuditorMetric))
     cloudwatch = (published, ALARMS, 1)
+    consumer = consumer_cost.table(
+        ctx,
+        {rate: cost_model.shards_for(run.measured) for rate, run in runs.items()},
+        {rate: run.measured.bytes_per_message for rate, run in runs.items()},
+    )
     return [
         bill_table(runs, dynamo, seed_dollars, dynamo_source, cloudwatch, size.streams),
         sink_table(runs, size.streams),
+        consumer,
     ]
 
 

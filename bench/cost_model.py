@@ -241,3 +241,37 @@ def private_lines(
             "tasks have private addresses only",
         ),
     ]
+
+
+# --- the consumer's state (streamlease.consumer) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsumerState:
+    """What the consumer's watermarks cost at one rate: DynamoDB units per message and $ a
+    month for ``streams`` streams. Each shard's consumer commits once per batch (one
+    ``PutItem`` of the shard's item: 1 write unit per started KB) and, re-opening the shard
+    per batch as a Lambda handler must, reads it once (strongly consistent: 1 read unit per
+    started 4 KB)."""
+
+    rate: float
+    window_seconds: float
+    shards: int
+    write_units_per_message: float
+    read_units_per_message: float
+    dollars: float
+
+
+def consumer_state(
+    item_bytes: list[int], rate: float, window_seconds: float, streams: int = STREAMS
+) -> ConsumerState:
+    """The consumer's state cost when each of ``len(item_bytes)`` shards (its item of that
+    many bytes) is committed once per batch of ``window_seconds``."""
+    rounds = SECONDS_PER_MONTH / window_seconds
+    writes = sum(math.ceil(size / 1024) for size in item_bytes)
+    reads = sum(math.ceil(size / 4096) for size in item_bytes)
+    messages = streams * rate * window_seconds
+    dollars = rounds * (writes * p.DYNAMODB_WRITE_MILLION + reads * p.DYNAMODB_READ_MILLION) / 1e6
+    return ConsumerState(
+        rate, window_seconds, len(item_bytes), writes / messages, reads / messages, dollars
+    )

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from bench import cost
+from bench import consumer_cost, cost
 from bench.common import Progress, Table
 from bench.context import DEFAULT_SCALE, BenchContext
 from local.moto_process import MotoProcess
@@ -96,3 +96,18 @@ def test_the_inputs_have_a_row_per_rate_with_messages_and_log_bytes(tables: list
         messages, log_bytes_per_second = row[1], row[8]
         assert isinstance(messages, int) and messages > 0, row
         assert isinstance(log_bytes_per_second, float) and log_bytes_per_second > 0, row
+
+
+def test_the_consumer_state_has_a_row_per_rate_and_id_shape_and_judges_its_goal(
+    tables: list[Table],
+) -> None:
+    state = tables[2]
+    expected = [
+        (f"{rate:g} msg/s", shape) for rate in cost.RATES for shape in consumer_cost.ID_SHAPES
+    ]
+    assert [(row[0], row[1]) for row in state.rows] == expected
+    for row in state.rows:
+        assert all("$" in str(cell) for cell in row[4:]), row
+    assert sum(note.startswith("Goal, 10 msg/s") for note in state.notes) == len(
+        consumer_cost.ID_SHAPES
+    )

@@ -75,3 +75,15 @@ def test_container_insights_bills_its_metrics_only_where_it_is_on() -> None:
     saved = cost_model.CONTAINER_INSIGHTS_METRICS * p.CUSTOM_METRIC_MONTH
     assert cloudwatch(on) - cloudwatch(off) == pytest.approx(saved)
     assert saved == pytest.approx(9.0)
+
+
+def test_the_consumers_state_is_billed_per_shard_write_and_read_per_window() -> None:
+    """Four shards' items of 1.7 KB (2 write units, 1 read unit each), committed every 5 s:
+    8 write and 4 read units a round for 1,000 streams × 10 msg/s × 5 s = 50,000 messages."""
+    state = cost_model.consumer_state([1700, 1700, 1750, 1626], 10.0, 5.0)
+    rounds = cost_model.SECONDS_PER_MONTH / 5
+    assert state.write_units_per_message == pytest.approx(8 / 50_000)
+    assert state.read_units_per_message == pytest.approx(4 / 50_000)
+    expected = rounds * (8 * p.DYNAMODB_WRITE_MILLION + 4 * p.DYNAMODB_READ_MILLION) / 1e6
+    assert state.dollars == pytest.approx(expected)
+    assert state.dollars == pytest.approx(2.89, abs=0.01)
