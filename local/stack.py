@@ -322,6 +322,7 @@ class LocalStack:
             "aws_region": self.settings.aws_region,
             "table_name": self.settings.table_name,
             "queue_url": self.settings.queue_url,
+            "kinesis_stream_name": self.settings.kinesis_stream_name,
             "state_dir": str(self.paths.state_dir),
             "sink_dir": str(self.paths.sink_dir),
             "events_dir": str(self.paths.events_dir),
