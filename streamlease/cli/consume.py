@@ -21,22 +21,19 @@ import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from streamlease.cli.target import AwsTarget
-from streamlease.consumer import (
-    ConsumedMessage,
-    Consumer,
-    MemoryWatermarks,
-    ProcessedBatch,
-    ReadProblem,
-    StreamCounts,
-)
-from streamlease.consumer.kinesis_reader import LATEST, TRIM_HORIZON, KinesisReader, StartPosition
 from streamlease.errors import StreamleaseError
 from streamlease.settings import env_name
 
-FROM_CHOICES = {"trim-horizon": TRIM_HORIZON, "latest": LATEST}
+# The consumer library is imported when ``consume`` runs, not with the CLI: every other command
+# starts without it.
+if TYPE_CHECKING:
+    from streamlease.consumer import ConsumedMessage, ProcessedBatch, ReadProblem, StreamCounts
+    from streamlease.consumer.kinesis_reader import StartPosition
+
+FROM_CHOICES = {"trim-horizon": "TRIM_HORIZON", "latest": "LATEST"}
 
 
 class ConsumeUsageError(StreamleaseError):
@@ -76,6 +73,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def start_position(text: str) -> StartPosition:
     """``--from``'s value. Raises :class:`ConsumeUsageError` for one that does not parse."""
+    from streamlease.consumer.kinesis_reader import StartPosition
+
     if text.lower() in FROM_CHOICES:
         return StartPosition(FROM_CHOICES[text.lower()])
     try:
@@ -211,6 +210,9 @@ def run_consume(
         raise ConsumeUsageError("a stream id must not be empty")
     start = start_position(args.start)
     name = stream_name(args.stream, configured_stream, target)
+    from streamlease.consumer import Consumer, MemoryWatermarks
+    from streamlease.consumer.kinesis_reader import KinesisReader
+
     consumer = Consumer(MemoryWatermarks(), raw=args.raw)
     reader = KinesisReader(target.client("kinesis"), name, consumer, start=start)
     run = ConsumeRun(out, err, frozenset(args.stream_ids), as_json)
