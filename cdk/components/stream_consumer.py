@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_lambda as lambda_
@@ -30,6 +30,7 @@ from constructs import Construct
 
 from cdk.components.command_queue import dead_letter_queue
 from cdk.components.service_function import ServiceFunction
+from cdk.components.table_grants import CONSUMER_WATERMARKS, grant_table
 from streamlease import telemetry
 
 HANDLER = "lambdas.consumer.handler"
@@ -71,7 +72,18 @@ class StreamConsumer(Construct):
             timeout=Duration.seconds(60),
         )
         self.function = service.function
-        self.failures: sqs.Queue = dead_letter_queue(self, "FailedBatches")
+        # Stateless like the reaper's dead letters: what it holds points into the sink stream,
+        # which keeps records 24 hours; a queue of 14 days outlives every pointer in it.
+        self.failures: sqs.Queue = dead_letter_queue(
+            self, "FailedBatches", removal_policy=RemovalPolicy.DESTROY
+        )
+        Validations.of(self.failures).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="This queue is itself the on-failure destination of the consumer's "
+                "event source; an operator reads its messages, nothing consumes them.",
+            )
+        )
         """Descriptions of batches given up on: shard, first and last sequence numbers."""
         self.function.add_event_source(
             sources.KinesisEventSource(
@@ -88,4 +100,4 @@ class StreamConsumer(Construct):
             )
         )
         # The event source grants the stream's reads and the queue's sends; the table here.
-        watermarks.grant_read_write_data(service.role)
+        grant_table(watermarks, service.role, CONSUMER_WATERMARKS)
