@@ -17,9 +17,10 @@ its stateful stack; the CLI does not guess a stack name.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -194,21 +195,22 @@ def _problem_json(problem: ReadProblem) -> dict[str, Any]:
 
 def run_consume(
     args: argparse.Namespace,
-    target: AwsTarget,
+    find_target: Callable[[], AwsTarget],
     *,
     configured_stream: str,
     out: TextIO,
     err: TextIO,
     as_json: bool,
 ) -> int:
-    """Run ``consume`` against ``target`` until idle or Ctrl-C; 0 when it ended so. Raises
-    :class:`ConsumeUsageError` for bad arguments and
-    :class:`~streamlease.errors.SourceError` when the stream cannot be read."""
+    """Run ``consume`` until idle or Ctrl-C; 0 when it ended so. The arguments are checked
+    before ``find_target`` looks for the deployment. Raises :class:`ConsumeUsageError` for bad
+    arguments and :class:`~streamlease.errors.SourceError` when the stream cannot be read."""
     if args.until_idle is not None and not args.until_idle > 0:
         raise ConsumeUsageError("--until-idle must be more than 0 seconds")
     if any(not sid for sid in args.stream_ids):
         raise ConsumeUsageError("a stream id must not be empty")
     start = start_position(args.start)
+    target = find_target()
     name = stream_name(args.stream, configured_stream, target)
     from streamlease.consumer import Consumer, MemoryWatermarks
     from streamlease.consumer.kinesis_reader import KinesisReader

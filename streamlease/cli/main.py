@@ -338,7 +338,7 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
     elif command == "consume":
         return run_consume(
             args,
-            target_for(client),
+            lambda: target_for(client),
             configured_stream=config.settings.kinesis_stream_name,
             out=io.out,
             err=io.err,

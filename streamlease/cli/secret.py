@@ -82,4 +82,6 @@ def put_secret(store: AwsTarget, name: str, value: str) -> dict[str, str]:
         put = client.put_secret_value(SecretId=name, SecretString=value)
         return {"name": name, "result": "updated", "arn": put["ARN"]}
     except (ClientError, BotoCoreError) as exc:
-        raise SecretError(f"cannot store secret {name} in {store.describe('Secrets Manager')}: {exc}") from None
+        raise SecretError(
+            f"cannot store secret {name} in {store.describe('Secrets Manager')}: {exc}"
+        ) from None

@@ -236,7 +236,9 @@ class KinesisReader:
                 shard.opened = True
             if shard.iterator is None:
                 shard.iterator = self._iterator(shard)
-            page = self._call(self.kinesis.get_records, ShardIterator=shard.iterator, Limit=self.limit)
+            page = self._call(
+                self.kinesis.get_records, ShardIterator=shard.iterator, Limit=self.limit
+            )
         except _Throttled:
             self.progress.throttles += 1
             shard.backoff = min(
@@ -309,7 +311,9 @@ class KinesisReader:
             ) from None
         except BotoCoreError as exc:
             raise SourceError(
-                f"cannot reach Kinesis to read {name!r}: {exc}", code="Unreachable", stream_name=name
+                f"cannot reach Kinesis to read {name!r}: {exc}",
+                code="Unreachable",
+                stream_name=name,
             ) from None
 
 

@@ -150,7 +150,9 @@ class _Invocation:
                     "problem": self.problems[sequence_number],
                 },
             )
-            raise UnreadableRecord(f"{shard_id} {sequence_number}: {self.problems[sequence_number]}")
+            raise UnreadableRecord(
+                f"{shard_id} {sequence_number}: {self.problems[sequence_number]}"
+            )
         try:
             for message in self.messages.get(sequence_number, ()):
                 self.on_message(message)

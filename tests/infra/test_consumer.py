@@ -11,12 +11,12 @@ import pytest
 from aws_cdk import App
 from template_support import TemplateJson, flat, resources_of, statements_of
 
-from cdk.app import build
+from cdk.app import REPO_ROOT, build
 from cdk.components.stream_consumer import HANDLER, RETRY_ATTEMPTS
 from streamlease.schema import WATERMARK_PK
 from streamlease.settings import env_name
-from tests.infra.conftest import CDK_CONTEXT
 
+CDK_CONTEXT: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 ON = {**CDK_CONTEXT, "streamlease:consumer": True, "streamlease:consumerBatchingWindowSeconds": 7}
 
 
@@ -111,9 +111,9 @@ def test_the_function_may_read_and_write_only_its_watermarks(
     _, stateless = consumer_on
     dynamodb: set[str] = set()
     for statement in statements_of(stateless, "ConsumerFunctionRole"):
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [
-            statement["Action"]
-        ]
+        actions = (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
         text = flat(statement["Resource"])
         for action in actions:
             if action.startswith("dynamodb:"):

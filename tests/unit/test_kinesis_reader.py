@@ -34,7 +34,9 @@ if not hasattr(_library, "SourceRecord"):  # TEMPORARY in-test fake until branch
         setattr(_library, _name, object)
     _library.SourceRecord = _SourceRecord  # type: ignore[attr-defined]
 
-from streamlease.consumer.kinesis_reader import (  # noqa: E402
+import itertools
+
+from streamlease.consumer.kinesis_reader import (
     AT_TIMESTAMP,
     BUSY_POLL_SECONDS,
     LATEST,
@@ -241,7 +243,7 @@ def test_each_shard_is_polled_at_most_five_times_a_second() -> None:
     consumer = RecordingConsumer()
     reader(kinesis, consumer, idle_poll_seconds=1.0).run(lambda b: None, until_idle_seconds=3)
     times = [t for t, _, _ in kinesis.calls]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert min(gaps) >= BUSY_POLL_SECONDS - 1e-9
     assert gaps[:9] == pytest.approx([BUSY_POLL_SECONDS] * 9)  # the backlog, 2 a page
     assert gaps[-1] == pytest.approx(1.0)  # caught up
@@ -255,7 +257,10 @@ def test_throttling_backs_the_shard_off_and_loses_nothing() -> None:
     kinesis = ScriptedKinesis(
         [Shard("s", ["m1", "m2", "m3"])],
         clock,
-        errors={1: "ProvisionedThroughputExceededException", 2: "ProvisionedThroughputExceededException"},
+        errors={
+            1: "ProvisionedThroughputExceededException",
+            2: "ProvisionedThroughputExceededException",
+        },
     )
     consumer = RecordingConsumer()
     read = reader(kinesis, consumer)
