@@ -17,7 +17,6 @@ its stateful stack; the CLI does not guess a stack name.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -163,34 +162,20 @@ def summary_lines(counts: Mapping[str, StreamCounts], problems: Sequence[ReadPro
             ).rstrip()
             for row in [HEADERS, *rows]
         ]
-    for problem in problems:
-        found = _problem_json(problem)
-        lines.append(
-            f"unreadable record: shard {found.get('shard_id')} sequence number "
-            f"{found.get('sequence_number')}: {found.get('reason', '')}".rstrip(": ")
-        )
+    lines += [
+        f"unreadable record: shard {p.shard_id} sequence number {p.sequence_number}: {p.kind}"
+        f" ({p.detail})"
+        for p in problems
+    ]
     return lines
 
 
 def _counts_json(counts: StreamCounts) -> dict[str, int]:
-    return {
-        "messages": counts.messages,
-        "repeats": counts.repeats,
-        "stale": counts.stale,
-        "gaps": counts.gaps,
-        "missing": counts.missing,
-    }
+    return dict(counts._asdict())
 
 
 def _problem_json(problem: ReadProblem) -> dict[str, Any]:
-    to_json = getattr(problem, "to_json", None)
-    if callable(to_json):
-        return dict(to_json())
-    return {
-        name: getattr(problem, name)
-        for name in ("shard_id", "sequence_number", "reason")
-        if hasattr(problem, name)
-    }
+    return dict(problem._asdict())
 
 
 def run_consume(

@@ -106,7 +106,7 @@ def test_the_watermark_table_is_keyed_as_the_library_reads_it_and_kept(
 def test_the_function_may_read_and_write_only_its_watermarks(
     consumer_on: tuple[TemplateJson, TemplateJson],
 ) -> None:
-    """DynamoDB: get, batch get and put on the watermark table alone; Kinesis: reads of the sink
+    """DynamoDB: get and put on the watermark table alone; Kinesis: reads of the sink
     (the event source's grant); SQS: sends to its own on-failure queue."""
     _, stateless = consumer_on
     dynamodb: set[str] = set()
@@ -124,7 +124,7 @@ def test_the_function_may_read_and_write_only_its_watermarks(
             elif action.startswith("kinesis:"):
                 assert "SinkStream" in text
                 assert action != "kinesis:PutRecords"
-    assert dynamodb == {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem"}
+    assert dynamodb == {"dynamodb:GetItem", "dynamodb:PutItem"}
 
 
 def test_the_failed_batches_and_a_lagging_consumer_are_alarmed(

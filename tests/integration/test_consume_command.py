@@ -113,13 +113,8 @@ async def test_each_message_comes_out_once_in_order_and_the_summary_counts_the_r
     assert summary["streams"]["a"]["messages"] == 6
     assert summary["streams"]["a"]["repeats"] == 2
     assert summary["streams"]["a"]["stale"] == 1
-    assert summary["streams"]["b"] == {
-        "messages": 2,
-        "repeats": 0,
-        "stale": 0,
-        "gaps": 0,
-        "missing": 0,
-    }
+    assert summary["streams"]["b"]["messages"] == 2
+    assert not any(v for k, v in summary["streams"]["b"].items() if k != "messages")
     assert summary["problems"] == []
 
 
