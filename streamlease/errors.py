@@ -80,6 +80,18 @@ class SessionExpired(StreamleaseError):
         self.worker_id = worker_id
 
 
+class WatermarkConflict(StreamleaseError):
+    """A consumer's watermark write lost: the shard's stored watermarks are no longer the
+    version this consumer read (another consumer wrote them, or this one is stale). The
+    consumer re-opens the shard (reloading them) and processes its records again."""
+
+    def __init__(self, shard_id: str, expected: int, found: int | None) -> None:
+        super().__init__(f"watermarks of shard {shard_id!r} are at version {found}, not {expected}")
+        self.shard_id = shard_id
+        self.expected = expected
+        self.found = found
+
+
 class StateConflict(StreamleaseError):
     """A control-plane change cannot be made in the item's current state (HTTP 409)."""
 

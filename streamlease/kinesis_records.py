@@ -20,6 +20,14 @@ library from the schema above.
 
 With aggregation off, each message is one Kinesis record of one line of JSON
 (``worker.sinks.base.encode_record``, every field by name). :func:`read_record` reads either.
+
+**Where a seq comes from** (:func:`seq_from_upstream`, the one statement of the rule): a stream
+whose profile names a seq path delivers only JSON documents and each message's seq is the
+upstream's own (``payload_encoding`` ``json``); a ``seq: none`` stream's messages are numbered
+by the worker, per holding, from its checkpoint on, and are ``text`` or ``base64``. So an
+upstream seq names the same content under every epoch, while a worker-numbered seq is unique
+only within one epoch: a new holding may number content again, or skip some (architecture §4,
+"Fencing"; the consumer's rule in :mod:`streamlease.consumer`).
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ _ENCODING_TAG: Final = b"\x20"
 _PAYLOAD_TAG: Final = b"\x2a"
 
 
+class UnknownEncoding(AggregationError):
+    """A ``StreamMessage`` whose encoding code this reader does not know (a newer writer's)."""
+
+
 class StreamMessage(NamedTuple):
     """One delivered message as a consumer reads it. ``payload_encoding`` says what
     ``payload`` is: a JSON document's bytes, UTF-8 text, or a binary frame (``base64``, here
@@ -54,6 +66,13 @@ class StreamMessage(NamedTuple):
     payload: bytes
     payload_encoding: str
     worker_id: str | None
+
+
+def seq_from_upstream(payload_encoding: str) -> bool:
+    """True when a message of ``payload_encoding`` carries the upstream's own seq (``json``:
+    the stream's profile names a seq path), False when the worker numbered it (``text`` or
+    ``base64``: a ``seq: none`` stream, numbered per holding from the checkpoint on)."""
+    return payload_encoding == PayloadEncoding.JSON
 
 
 def epoch_prefix(epoch: int) -> bytes:
@@ -88,6 +107,7 @@ def encode_message(
 
 def decode_message(stream_id: str, data: bytes, worker_id: str | None = None) -> StreamMessage:
     """The ``StreamMessage`` in ``data`` (one user record's data). Raises
+    :class:`UnknownEncoding` for an encoding code it does not know and
     :class:`~streamlease.kpl.AggregationError` when it does not parse."""
     values = dict(message_fields(data))
     epoch, seq, received = values.get(1, 0), values.get(2, 0), values.get(3, 0)
@@ -101,7 +121,7 @@ def decode_message(stream_id: str, data: bytes, worker_id: str | None = None) ->
     ):
         raise AggregationError("a stream message field has the wrong wire type")
     if code not in _ENCODINGS:
-        raise AggregationError(f"a stream message has an unknown payload encoding {code}")
+        raise UnknownEncoding(f"a stream message has an unknown payload encoding {code}")
     return StreamMessage(stream_id, epoch, seq, received, payload, _ENCODINGS[code], worker_id)
 
 

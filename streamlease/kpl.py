@@ -66,6 +66,11 @@ class AggregationError(StreamleaseError):
     """Bytes that claim to be an aggregated record but are not one (bad digest, bad protobuf)."""
 
 
+class DigestMismatch(AggregationError):
+    """An aggregated record whose MD5 does not match its contents: corrupted, or cut short (a
+    cut removes the real digest, so the last 16 bytes left are compared instead)."""
+
+
 def varint(value: int) -> bytes:
     """``value`` (0 or more) as a protobuf base-128 varint."""
     if value < _SMALL:
@@ -171,14 +176,14 @@ def deaggregate(data: bytes, partition_key: str) -> Deaggregated:
     """The user records of one Kinesis record (``data`` and its ``partition_key``), in order.
 
     Data that does not start with the magic bytes is one plain record, returned as it is (as the
-    KPL readers do). Raises :class:`AggregationError` when the digest does not match or the
-    protobuf does not parse.
+    KPL readers do). Raises :class:`DigestMismatch` (an :class:`AggregationError`) when the digest
+    does not match, :class:`AggregationError` when the protobuf does not parse.
     """
     if not data.startswith(MAGIC) or len(data) < OVERHEAD_BYTES:
         return Deaggregated([UserRecord(partition_key, data)], None, aggregated=False)
     body, digest = data[len(MAGIC) : -DIGEST_BYTES], data[-DIGEST_BYTES:]
     if hashlib.md5(body).digest() != digest:  # noqa: S324 - the format's checksum
-        raise AggregationError("aggregated record's MD5 does not match its contents")
+        raise DigestMismatch("aggregated record's MD5 does not match its contents")
     keys: list[str] = []
     hash_keys: list[str] = []
     raw_records: list[bytes] = []

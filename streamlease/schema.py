@@ -485,6 +485,51 @@ def create_table_kwargs(
     }
 
 
+# --- the consumer's watermark table ----------------------------------------------------------
+# A table of its own (not the lease table): one item per (consumer, Kinesis shard) holding the
+# watermarks of every stream seen in that shard (streamlease.consumer, architecture §3 "Sink
+# records"). The CDK construct builds it from WATERMARK_PK and WATERMARK_KEY_TYPE alone.
+
+WATERMARK_PK: Final = "Pk"
+"""Partition key of the watermark table (its only key)."""
+WATERMARK_KEY_TYPE: Final[Literal["S"]] = "S"
+WATERMARK_PREFIX: Final = "SHARD#"
+
+
+class WatermarkAttr:
+    """Attribute names of a watermark item. Short: every byte of an item is billed on each
+    write (1 write unit per started KB)."""
+
+    VERSION: Final = "v"
+    """+1 on every write; each write is conditional on the version it read (a racing or stale
+    consumer cannot move watermarks back)."""
+    MARKS: Final = "wm"
+    """The watermarks, binary (``streamlease.consumer.codec``)."""
+    SEQUENCE_NUMBER: Final = "sn"
+    """The Kinesis sequence number of the last record of the last batch written."""
+
+
+def watermark_key(namespace: str, shard_id: str) -> str:
+    """Partition key value of one shard's watermark item: ``SHARD#<namespace>/<shard id>``.
+    ``namespace`` names the consuming application and the stream it reads (two applications
+    reading one stream keep separate watermarks, as KCL applications keep separate lease
+    tables)."""
+    return f"{WATERMARK_PREFIX}{namespace}/{shard_id}"
+
+
+def watermark_table_kwargs(table_name: str) -> CreateTableInputTypeDef:
+    """``CreateTable`` parameters of the watermark table for the local stack and tests
+    (on-demand billing, the key schema the CDK construct uses)."""
+    return {
+        "TableName": table_name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "KeySchema": [{"AttributeName": WATERMARK_PK, "KeyType": "HASH"}],
+        "AttributeDefinitions": [
+            {"AttributeName": WATERMARK_PK, "AttributeType": WATERMARK_KEY_TYPE}
+        ],
+    }
+
+
 # --- commands (SQS message bodies) -----------------------------------------------------------
 
 
