@@ -17,6 +17,7 @@ its stateful stack; the CLI does not guess a stack name.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -203,9 +204,7 @@ def run_consume(
     consumer = Consumer(MemoryWatermarks(), raw=args.raw)
     reader = KinesisReader(target.client("kinesis"), name, consumer, start=start)
     run = ConsumeRun(out, err, frozenset(args.stream_ids), as_json)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         reader.run(run.on_batch, until_idle_seconds=args.until_idle)
-    except KeyboardInterrupt:
-        pass
     run.summary(consumer.counts, consumer.problems, records=reader.progress.records)
     return 0

@@ -8,33 +8,12 @@ the real sink stream is ``tests/integration/test_consume_command.py``'s.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, NoCredentialsError
-
-import streamlease.consumer as _library
-
-if not hasattr(_library, "SourceRecord"):  # TEMPORARY in-test fake until branch consumer lands
-
-    @dataclass
-    class _SourceRecord:
-        shard_id: str
-        sequence_number: str
-        partition_key: str
-        data: bytes
-        arrival_ms: int | None = None
-
-        @classmethod
-        def from_get_records(cls, shard_id: str, r: dict[str, Any]) -> _SourceRecord:
-            return cls(shard_id, r["SequenceNumber"], r["PartitionKey"], r["Data"])
-
-    for _name in ("Consumer", "ProcessedBatch"):
-        setattr(_library, _name, object)
-    _library.SourceRecord = _SourceRecord  # type: ignore[attr-defined]
-
-import itertools
 
 from streamlease.consumer.kinesis_reader import (
     AT_TIMESTAMP,
