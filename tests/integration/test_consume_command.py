@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -172,3 +173,24 @@ async def test_usage_errors_exit_2(stack_api: str) -> None:
         done = await asyncio.to_thread(consume, stack_api, *args)
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("streamlease: error: ")
+
+
+def test_ctrl_c_ends_cleanly_with_the_summary(aws_settings: Settings, stack_api: str) -> None:
+    """Without --until-idle it reads until interrupted; SIGINT prints the summary, exit 0."""
+    asyncio.run(deliver(aws_settings, [("a", 1, [1, 2])]))
+    process = subprocess.Popen(
+        [str(CLI), "--api", stack_api, "--json", "consume"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()  # reading has begun
+    assert json.loads(first)["seq"] == 1
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=30)
+    assert process.stderr is not None
+    out, err = process.stdout.read(), process.stderr.read()
+    assert process.returncode == 0, err
+    assert positions(lines(out)) == [("a", 1, 2)]
+    assert json.loads(err.splitlines()[-1])["summary"]["streams"]["a"]["messages"] == 2
