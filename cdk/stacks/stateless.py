@@ -210,15 +210,13 @@ class StatelessStack(Stack):
                 code=code,
                 sink_stream=sink_stream,
                 watermarks=watermarks,
-                environment={
-                    **function_env,
-                    **settings_environment(
-                        {
-                            "watermark_table_name": watermarks.table_name,
-                            "kinesis_stream_name": sink_stream.stream_name,
-                        }
-                    ),
-                },
+                environment=settings_environment(
+                    {
+                        "watermark_table_name": watermarks.table_name,
+                        "kinesis_stream_name": sink_stream.stream_name,
+                        "aws_region": Aws.REGION,
+                    }
+                ),
                 metrics_namespace=config.metrics_namespace,
                 log_retention=log_retention,
                 batching_window_seconds=config.consumer_batching_window_seconds,
