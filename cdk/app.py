@@ -141,6 +141,7 @@ def build(app: App) -> Deployment:
         queue=stateful.queue,
         dead_letter_queue=stateful.dead_letter_queue,
         sink_stream=stateful.sink_stream,
+        watermarks=stateful.watermarks,
         lambda_asset=str(LAMBDA_ASSET),
         image_directory=str(REPO_ROOT),
         dockerfile=WORKER_DOCKERFILE,

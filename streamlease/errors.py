@@ -117,6 +117,18 @@ class SinkDeadlinePassed(SinkError):
     passed. Nothing is sent after it; ``unsent`` says what was not stored."""
 
 
+class SourceError(StreamleaseError):
+    """A Kinesis stream could not be read: it does not exist, access was refused, no
+    credentials were found, or it did not answer. ``code`` is AWS's error code
+    (``ResourceNotFoundException``, ``AccessDeniedException``, ...), ``NoCredentials`` or
+    ``Unreachable``; ``stream_name`` the stream."""
+
+    def __init__(self, message: str, *, code: str, stream_name: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.stream_name = stream_name
+
+
 class UrlRejected(StreamleaseError):
     """An upstream URL breaks the URL policy. ``field`` names the part at fault."""
 

@@ -72,6 +72,8 @@ class Settings:
     table_name: str = "streamlease"
     queue_url: str = ""
     kinesis_stream_name: str = ""
+    watermark_table_name: str = ""
+    """The consumer Lambda's watermark table (``streamlease.consumer.DynamoWatermarks``)."""
     aws_region: str = "us-east-1"
     aws_endpoint_url: str = ""
     """Empty: the real AWS endpoints. Locally: the moto server, e.g. ``http://127.0.0.1:5000``."""

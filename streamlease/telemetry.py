@@ -17,6 +17,7 @@ WORKER_SERVICE: Final = "streamlease-worker"
 API_SERVICE: Final = "streamlease-api"
 REAPER_SERVICE: Final = "streamlease-reaper"
 AUDITOR_SERVICE: Final = "streamlease-auditor"
+CONSUMER_SERVICE: Final = "streamlease-consumer"
 
 
 class WorkerMetric:

@@ -34,6 +34,7 @@ from streamlease.telemetry import (
 )
 
 FIVE_MINUTES = Duration.minutes(5)
+CONSUMER_ITERATOR_AGE_MS = 10 * 60 * 1000
 TABLE_OPERATIONS = (
     dynamodb.Operation.GET_ITEM,
     dynamodb.Operation.PUT_ITEM,
@@ -115,6 +116,7 @@ class FleetAlarms(Construct):
         renewal_lag_limit_ms: int,
         renewal_answer_age_limit_ms: int,
         email: str = "",
+        consumer: tuple[lambda_.IFunction, sqs.IQueue] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.topic = sns.Topic(self, "Topic", enforce_ssl=True)
@@ -301,10 +303,41 @@ class FleetAlarms(Construct):
             description="A control-plane function (API, reaper or auditor) failed. A failing "
             "auditor also fires the auditor alarms (no data); check the functions' logs.",
         )
+        if consumer is not None:
+            self._consumer_alarms(*consumer)
         action = cw_actions.SnsAction(self.topic)
         for alarm in self.by_name.values():
             alarm.add_alarm_action(action)
             alarm.add_ok_action(action)
+
+    def _consumer_alarms(self, function: lambda_.IFunction, failures: sqs.IQueue) -> None:
+        """The optional consumer (``streamlease:consumer``): batches given up on, and a shard
+        falling behind."""
+        self._alarm(
+            "ConsumerFailedBatches",
+            failures.metric_approximate_number_of_messages_visible(
+                statistic="Maximum", period=ONE_MINUTE
+            ),
+            description="The consumer gave up on a batch of the sink stream after its retries: "
+            "a record it cannot read (corrupt, not the sink's) or messages its function kept "
+            "refusing. Each queue message names the shard and sequence numbers; read them from "
+            "the sink (streamlease consume --from TIME) before the stream's retention ends.",
+        )
+        self._alarm(
+            "ConsumerIteratorAge",
+            cloudwatch.Metric(
+                namespace="AWS/Lambda",
+                metric_name="IteratorAge",
+                dimensions_map={"FunctionName": function.function_name},
+                statistic="Maximum",
+                period=FIVE_MINUTES,
+            ),
+            threshold=CONSUMER_ITERATOR_AGE_MS,
+            evaluation_periods=3,
+            description="The consumer is over 10 minutes behind the sink stream in 3 periods of"
+            " 5 minutes: its function is slow or failing and retrying; records older than the"
+            " stream's retention (24 h) are lost to it.",
+        )
 
     @property
     def alarms(self) -> tuple[cloudwatch.Alarm, ...]:

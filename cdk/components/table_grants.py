@@ -87,6 +87,12 @@ as well at the migration stage where this release rolls out over the previous on
 (``streamlease:tableIndexes=holder-added``), so old tasks keep working until replaced."""
 
 
+CONSUMER_WATERMARKS: Final = TableAccess(items=(GET, PUT))
+"""The consumer Lambda, on its watermark table (``streamlease.consumer.DynamoWatermarks``): a
+shard's item (a new shard's parents' too) read when a batch starts, written once when it ends
+(a put conditional on the version read)."""
+
+
 def with_access(access: TableAccess, more: TableAccess) -> TableAccess:
     """``access`` and ``more`` together."""
     indexes = {name: tuple(actions) for name, actions in access.indexes.items()}

@@ -1,15 +1,18 @@
-"""The stateful stack: the lease table, the command queues and the sink stream."""
+"""The stateful stack: the lease table, the command queues, the sink stream and, with the
+consumer on (``streamlease:consumer``), the consumer's watermark table."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aws_cdk import CfnElement, CfnOutput, Stack
+from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from cdk.components.command_queue import CommandQueue
 from cdk.components.lease_table import LeaseTable
 from cdk.components.sink_stream import SinkStream
+from cdk.components.watermark_table import WatermarkTable
 from cdk.config import DeploymentConfig
 
 PINNED_LOGICAL_IDS = {
@@ -17,6 +20,7 @@ PINNED_LOGICAL_IDS = {
     "CommandQueue": "AWS::SQS::Queue",
     "CommandDeadLetterQueue": "AWS::SQS::Queue",
     "SinkStream": "AWS::Kinesis::Stream",
+    "WatermarkTable": "AWS::DynamoDB::GlobalTable",
 }
 """Logical id → resource type of every stateful resource. A changed logical id makes
 CloudFormation create a new resource (and orphan the retained old one), so these never change."""
@@ -59,6 +63,12 @@ class StatefulStack(Stack):
         self.queue = commands.queue
         self.dead_letter_queue = commands.dead_letter_queue
         self.sink_stream = sink.stream
+        self.watermarks: dynamodb.ITableV2 | None = None
+        if config.consumer:
+            watermarks = WatermarkTable(self, "Watermarks")
+            _pin(watermarks.table.node.default_child, "WatermarkTable")
+            self.watermarks = watermarks.table
+            CfnOutput(self, "WatermarkTableName", value=watermarks.table.table_name)
 
         CfnOutput(self, "TableName", value=self.table.table_name)
         CfnOutput(self, "SinkStreamName", value=self.sink_stream.stream_name)

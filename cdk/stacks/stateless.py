@@ -24,6 +24,7 @@ from cdk.components.fleet_metrics import FleetMetrics
 from cdk.components.fleet_scaling import FleetScaling
 from cdk.components.network import Network
 from cdk.components.service_function import ServiceFunction
+from cdk.components.stream_consumer import StreamConsumer
 from cdk.components.table_grants import (
     API_TABLE,
     AUDITOR_TABLE,
@@ -55,6 +56,7 @@ class StatelessStack(Stack):
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
         sink_stream: kinesis.IStream,
+        watermarks: dynamodb.ITableV2 | None = None,
         lambda_asset: str,
         image_directory: str,
         dockerfile: str,
@@ -197,6 +199,29 @@ class StatelessStack(Stack):
             self, "Events", cluster=fleet.cluster, reaper=reaper_fn, auditor=auditor_fn
         )
 
+        # --- the optional consumer of the sink (streamlease:consumer) ---------------------------
+        consumer = None
+        if config.consumer:
+            if watermarks is None:
+                raise ValueError("the consumer needs the stateful stack's watermark table")
+            consumer = StreamConsumer(
+                self,
+                "Consumer",
+                code=code,
+                sink_stream=sink_stream,
+                watermarks=watermarks,
+                environment=settings_environment(
+                    {
+                        "watermark_table_name": watermarks.table_name,
+                        "kinesis_stream_name": sink_stream.stream_name,
+                        "aws_region": Aws.REGION,
+                    }
+                ),
+                metrics_namespace=config.metrics_namespace,
+                log_retention=log_retention,
+                batching_window_seconds=config.consumer_batching_window_seconds,
+            )
+
         # --- operations ----------------------------------------------------------------------
         functions = {"api": api_fn, "reaper": reaper_fn, "auditor": auditor_fn}
         alarms = FleetAlarms(
@@ -215,6 +240,7 @@ class StatelessStack(Stack):
             renewal_lag_limit_ms=config.renewal_lag_alarm_ms,
             renewal_answer_age_limit_ms=config.renewal_answer_age_alarm_ms,
             email=config.alarm_email,
+            consumer=(consumer.function, consumer.failures) if consumer else None,
         )
         dashboard = FleetDashboard(
             self,

@@ -1,4 +1,5 @@
-"""What the CLI reads from its environment: the API URL, proxies and ``NO_COLOR``, no more.
+"""What the CLI reads from its environment: the API URL, the sink stream's name, proxies and
+``NO_COLOR``, no more.
 
 The CLI shares the environment with workers and the local stack, whose settings it does not
 need: a worker setting that does not parse (``STREAMLEASE_LEASE_SECONDS=abc``) must not stop
@@ -19,8 +20,9 @@ from urllib.parse import urlsplit
 
 from streamlease.settings import Settings, env_name
 
-CLI_SETTINGS: Final = ("api_url", "local_host", "local_api_port")
-"""The only settings the CLI reads: where the API is (explicitly, or the local stack's)."""
+CLI_SETTINGS: Final = ("api_url", "local_host", "local_api_port", "kinesis_stream_name")
+"""The only settings the CLI reads: where the API is (explicitly, or the local stack's), and the
+sink stream ``consume`` reads (else the local stack's)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """``streamlease``: the operator's command line for the streamlease API.
 
 Exit codes: 0 success, 1 the API refused (any stream of a batch included) or could not be
-reached, 2 a usage or configuration error, 130 interrupted. An error is one line on stderr;
+reached (``consume``: the sink stream could not be read), 2 a usage or configuration error,
+130 interrupted. An error is one line on stderr;
 with ``--json`` that line is a JSON object ``{"error": {...}}`` and every result on stdout is
 JSON.
 """
@@ -28,6 +29,8 @@ from streamlease.cli.batch import (
 )
 from streamlease.cli.client import DEFAULT_TIMEOUT_SECONDS, ApiClient, ApiError
 from streamlease.cli.config import CliConfig, read_config
+from streamlease.cli.consume import ConsumeUsageError, run_consume
+from streamlease.cli.consume import add_parser as add_consume_parser
 from streamlease.cli.mutations import (
     DEFAULT_WAIT_SECONDS,
     MUTATIONS,
@@ -55,9 +58,10 @@ from streamlease.cli.render import (
 )
 from streamlease.cli.secret import SecretError, add_parser, put_secret, read_value, store_for
 from streamlease.cli.signing import CredentialsMissing
+from streamlease.cli.target import TargetError, target_for
 from streamlease.cli.transport import HttpTransport, Transport, TransportError
 from streamlease.cli.watch import watch
-from streamlease.errors import ConfigError, StreamleaseError
+from streamlease.errors import ConfigError, SourceError, StreamleaseError
 from streamlease.schema import ConnectionState
 from streamlease.settings import env_name
 
@@ -182,6 +186,7 @@ def build_parser() -> _Parser:
         "--interval", type=float, default=1.0, metavar="SECONDS", help="refresh period (default 1)"
     )
     add_parser(commands, common)
+    add_consume_parser(commands, common)
     return parser
 
 
@@ -252,7 +257,7 @@ def main(
     try:
         client = _client(args, url, config, transport)
         return _run(args, client, config, io)
-    except UsageError as exc:
+    except (UsageError, ConsumeUsageError) as exc:
         io.error(str(exc), code="usage", label="error")
         return EXIT_USAGE
     except ApiError as exc:
@@ -260,7 +265,7 @@ def main(
     except TransportError as exc:
         hint = " (is `make run` running?)" if url == config.local_api_url else ""
         io.fail(exc, f"cannot reach the API at {url}: {exc}{hint}")
-    except (CredentialsMissing, WaitTimedOut, SecretError) as exc:
+    except (CredentialsMissing, WaitTimedOut, SecretError, TargetError, SourceError) as exc:
         io.fail(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -328,7 +333,17 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
     elif command == "secret":
         store = store_for(client)
         done = put_secret(store, args.name, read_value(io.stdin, args.name))
-        _emit(io, done, [f"{done['result']} secret {args.name} in {store.description}"])
+        where = store.describe("Secrets Manager")
+        _emit(io, done, [f"{done['result']} secret {args.name} in {where}"])
+    elif command == "consume":
+        return run_consume(
+            args,
+            lambda: target_for(client),
+            configured_stream=config.settings.kinesis_stream_name,
+            out=io.out,
+            err=io.err,
+            as_json=io.as_json,
+        )
     elif command == "watch":
         if not args.interval > 0:
             raise UsageError("--interval must be more than 0 seconds")

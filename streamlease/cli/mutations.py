@@ -29,7 +29,7 @@ from streamlease.cli.client import ApiClient, ApiError
 from streamlease.cli.render import stream_summary, worker_name
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.transport import TransportError
-from streamlease.errors import StreamleaseError
+from streamlease.errors import SourceError, StreamleaseError
 from streamlease.schema import DesiredState
 
 ErrorSink = Callable[..., None]
@@ -335,6 +335,9 @@ def error_data(exc: Exception) -> dict[str, Any]:
             "status": exc.status,
             "field": exc.field,
         }
+    if isinstance(exc, SourceError):
+        code = "credentials" if exc.code == "NoCredentials" else "source"
+        return {"code": code, "aws_code": exc.code, "message": str(exc)}
     if isinstance(exc, WaitTimedOut):
         code = "wait_timeout"
     else:

@@ -17,62 +17,17 @@ from __future__ import annotations
 
 import argparse
 import getpass
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from streamlease.aws import LOCAL_CREDENTIAL
-from streamlease.cli.client import LOCAL_STACK_PATH, ApiClient, ApiError
-from streamlease.cli.signing import execute_api_region
-from streamlease.cli.transport import TransportError
+from streamlease.cli.client import ApiClient
+from streamlease.cli.target import AwsTarget, TargetError, target_for
 from streamlease.errors import StreamleaseError
-
-if TYPE_CHECKING:
-    from types_boto3_secretsmanager import SecretsManagerClient
 
 
 class SecretError(StreamleaseError):
     """The secret could not be stored; the message says why (never the value)."""
-
-
-@dataclass(frozen=True)
-class SecretStore:
-    """Where secrets go: a Secrets Manager endpoint (None: AWS's own), a region, credentials."""
-
-    region: str
-    endpoint_url: str | None
-    local: bool
-    """Dummy credentials (the local stack); else the default AWS credential chain (your profile
-    or environment)."""
-
-    @property
-    def description(self) -> str:
-        """``the local stack's moto at http://…`` / ``Secrets Manager in eu-west-1``."""
-        if self.local:
-            return f"the local stack's Secrets Manager (moto at {self.endpoint_url})"
-        return f"Secrets Manager in {self.region}"
-
-    def client(self) -> SecretsManagerClient:
-        """A Secrets Manager client for this store."""
-        key = LOCAL_CREDENTIAL if self.local else None
-        session = boto3.session.Session(
-            aws_access_key_id=key, aws_secret_access_key=key, aws_session_token=key
-        )
-        made: SecretsManagerClient = session.client(
-            "secretsmanager",
-            region_name=self.region,
-            endpoint_url=self.endpoint_url,
-            config=Config(
-                connect_timeout=5,
-                read_timeout=10,
-                retries={"mode": "standard"},
-                proxies={} if self.local else None,  # loopback never goes through a proxy
-            ),
-        )
-        return made
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -89,21 +44,15 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     put.add_argument("name", help="secret name, e.g. streamlease/meetings")
 
 
-def store_for(client: ApiClient) -> SecretStore:
+def store_for(client: ApiClient) -> AwsTarget:
     """Where the API at ``client.base_url`` reads secrets from. Raises :class:`SecretError`
     when it is neither a local stack nor an ``execute-api`` URL."""
-    region = execute_api_region(client.base_url)
-    if region:
-        return SecretStore(region, None, local=False)
     try:
-        _, stack = client.request("GET", LOCAL_STACK_PATH)
-    except (ApiError, TransportError) as exc:
+        return target_for(client)
+    except TargetError as exc:
         raise SecretError(
-            f"{client.base_url} is neither a local stack nor an execute-api URL ({exc}): "
-            "store the secret with the AWS tools of the account the stack runs in"
+            f"{exc}: store the secret with the AWS tools of the account the stack runs in"
         ) from None
-    region = str(stack.get("aws_region") or "us-east-1")
-    return SecretStore(region, str(stack["moto_url"]), local=True)
 
 
 def read_value(stdin: TextIO, name: str) -> str:
@@ -119,10 +68,10 @@ def read_value(stdin: TextIO, name: str) -> str:
     return value
 
 
-def put_secret(store: SecretStore, name: str, value: str) -> dict[str, str]:
+def put_secret(store: AwsTarget, name: str, value: str) -> dict[str, str]:
     """Create ``name`` with ``value``, or give it a new version if it exists. Returns
     ``{"name", "result": "created" | "updated", "arn"}``. Raises :class:`SecretError`."""
-    client = store.client()
+    client = store.client("secretsmanager")
     try:
         try:
             made = client.create_secret(Name=name, SecretString=value)
@@ -133,4 +82,6 @@ def put_secret(store: SecretStore, name: str, value: str) -> dict[str, str]:
         put = client.put_secret_value(SecretId=name, SecretString=value)
         return {"name": name, "result": "updated", "arn": put["ARN"]}
     except (ClientError, BotoCoreError) as exc:
-        raise SecretError(f"cannot store secret {name} in {store.description}: {exc}") from None
+        raise SecretError(
+            f"cannot store secret {name} in {store.describe('Secrets Manager')}: {exc}"
+        ) from None
