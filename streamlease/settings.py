@@ -162,7 +162,9 @@ class Settings:
     kinesis_aggregation: bool = True
     """Pack the messages bound for one shard into KPL aggregated records (read them with the
     KCL or a deaggregation module; :mod:`streamlease.kinesis_records`). Off: one Kinesis record
-    of JSON per message."""
+    of JSON per message, and then one message of each stream per ``PutRecords`` call (so a
+    refused record never lets a later one of its stream land first): a stream gets about a
+    message per call, tens a second, where aggregated it gets whatever fits 50 KB."""
     sink_timeout_seconds: float = 0.0
     """Connect and read timeout of each Kinesis sink call; 0: half of ``fence_margin_seconds``
     (1 s at the defaults). A call the sink's last fence check let start just before the

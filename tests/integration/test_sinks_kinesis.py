@@ -163,7 +163,9 @@ async def test_records_land_once_with_the_stream_id_as_partition_key(
         assert [len(call) for call in recording.calls] == [1]
         assert (sink.records, sink.messages) == (1, 3)
     else:
-        assert {r["Data"] for r in recording.calls[0]} == {encode_record(h, r) for h, r in sent}
+        sent_data = [r["Data"] for call in recording.calls for r in call]
+        assert sorted(sent_data) == sorted(encode_record(h, r) for h, r in sent)
+        assert all(len({r["PartitionKey"] for r in c}) == len(c) for c in recording.calls)
         assert (sink.records, sink.messages) == (3, 3)
 
 
@@ -172,11 +174,26 @@ async def test_only_the_failed_records_are_retried(aws_settings: Settings, clien
     duplicated or lost."""
     recording = RecordingClient(client, fail_indexes={0: {1}})
     sink = KinesisSink(aws_settings, client=recording, backoff_base_seconds=0.01)
-    await write(sink, "s", [1, 2, 3, 4], big=True)
+    await asyncio.gather(*(write(sink, s, [1], big=True) for s in ("s", "t", "u", "v")))
     await sink.close()
     assert [len(call) for call in recording.calls] == [4, 1]
-    assert sent_seqs(recording.calls[1]) == [2]
-    assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3, 4]}
+    assert sent_seqs(recording.calls[1]) == [1]
+    assert seqs_by_stream(read_stream(aws_settings)) == {s: [1] for s in ("s", "t", "u", "v")}
+
+
+async def test_a_refused_record_never_lets_a_later_message_of_its_stream_land_first(
+    aws_settings: Settings, client: Any
+) -> None:
+    """Kinesis stores the records of a call that it takes even when an earlier one of the call
+    is refused: a stream's messages go into one record per call, so after the retry its shard
+    holds them in seq order (a reader that drops seqs at or below the last it emitted would
+    otherwise lose the refused ones)."""
+    recording = RecordingClient(client, fail_indexes={0: {0}})
+    sink = KinesisSink(aws_settings, client=recording, backoff_base_seconds=0.01)
+    await write(sink, "s", [1, 2, 3, 4], big=True)
+    await sink.close()
+    assert [m.seq for m in read_stream(aws_settings)] == [1, 2, 3, 4]
+    assert [sent_seqs(call) for call in recording.calls] == [[1], [1], [2], [3], [4]]
 
 
 async def test_a_record_failing_every_attempt_fails_its_batch(
@@ -210,7 +227,8 @@ async def test_no_retry_is_sent_after_the_deadline_and_the_unsent_are_named(
     more is sent — not even a retry — and the batch fails naming the records not stored, so
     the holder neither acknowledges them nor sends the stored ones again."""
     settings = dataclasses.replace(aws_settings, sink_max_attempts=100)
-    failing = {0: {2, 3}} | {n: {0, 1} for n in range(1, 100)}  # 3 and 4 never get through
+    # One record of a stream per call: 1 and 2 go through, 3 (then 4) never does.
+    failing = {n: {0} for n in range(2, 100)}
     recording = RecordingClient(client, fail_indexes=failing)
     recording.delay_seconds = 0.1
     sink = KinesisSink(settings, client=recording, backoff_base_seconds=0.05)
@@ -257,11 +275,13 @@ class Fixed:
         return self.seconds
 
 
+@pytest.mark.parametrize("aws_settings", [True], ids=["aggregated"], indirect=True)
 async def test_a_batch_whose_deadline_passes_while_its_records_are_taken_sends_none_of_them(
     aws_settings: Settings, client: Any
 ) -> None:
     """The batch fails naming all its records unsent, so none may be sent: those taken into
-    the call before the deadline passed would otherwise be stored and then sent again."""
+    the call before the deadline passed would otherwise be stored and then sent again.
+    (Aggregated only: a record a message takes one message of a stream per call.)"""
     recording = RecordingClient(client)
     sink = KinesisSink(aws_settings, client=recording, linger_seconds=0, clock=Ticking())
     with pytest.raises(SinkDeadlinePassed) as cut:
@@ -310,7 +330,7 @@ async def test_records_in_flight_when_the_flusher_stops_are_settled_by_their_ans
     recording = RecordingClient(client)
     recording.delay_seconds = 0.4
     sink = KinesisSink(aws_settings, client=recording, linger_seconds=0)
-    writing = asyncio.create_task(write(sink, "s", [1, 2]))
+    writing = asyncio.gather(write(sink, "s", [1]), write(sink, "t", [1]))
     await asyncio.sleep(0.1)
     flusher = sink._flusher
     assert flusher is not None and recording.calls
@@ -318,7 +338,7 @@ async def test_records_in_flight_when_the_flusher_stops_are_settled_by_their_ans
     await writing  # stored: no SinkError naming them unsent
     with pytest.raises(asyncio.CancelledError):
         await flusher
-    assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2]}
+    assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1], "t": [1]}
 
 
 def test_the_sink_client_times_out_within_half_the_fence_margin(aws_settings: Settings) -> None:
@@ -360,7 +380,8 @@ async def test_the_batches_of_many_streams_share_putrecords_calls_of_at_most_500
     await sink.close()
     assert max(len(call) for call in recording.calls) <= 500
     assert sum(len(sent_seqs(call)) for call in recording.calls) == 1200
-    assert len(recording.calls) < 10
+    # A record a message carries one message of each stream per call (their order holds).
+    assert len(recording.calls) < (10 if aws_settings.kinesis_aggregation else 25)
     found = seqs_by_stream(read_stream(aws_settings))
     assert found == {f"s{n}": list(range(1, 21)) for n in range(60)}
 
@@ -400,6 +421,7 @@ async def test_close_flushes_what_was_accepted_then_refuses(
     assert seqs_by_stream(read_stream(aws_settings)) == {"s": [1, 2, 3]}
 
 
+@pytest.mark.parametrize("aws_settings", [True], ids=["aggregated"], indirect=True)
 async def test_an_aggregated_record_leaves_out_a_batch_whose_deadline_passed(
     aws_settings: Settings, client: Any
 ) -> None:

@@ -6,7 +6,11 @@ waits :data:`~worker.sinks.base.LINGER_SECONDS` for more, as Kafka's ``linger.ms
 KPL's buffering do: a call costs the worker about a millisecond of CPU whatever it carries).
 A store sends them in ``PutRecords`` calls of at most 500 records and 5 MiB, retries only the
 messages of records Kinesis reports as failed, with backoff, and fails a batch with
-:class:`SinkError` once one of its messages used ``sink_max_attempts``.
+:class:`SinkError` once one of its messages used ``sink_max_attempts``. A stream's messages go
+into one record of a call (what does not fit waits for the next call): Kinesis stores the
+records of a call it takes even when an earlier one is refused, so two records of one stream
+in one call could land out of order, and a reader that drops seqs at or below the last it
+emitted would then lose the refused ones.
 
 With ``kinesis_aggregation`` on (the default) the messages bound for one shard share KPL
 aggregated records (:mod:`worker.sinks.kinesis_batch`, :mod:`streamlease.kinesis_records`): a
@@ -279,13 +283,20 @@ class KinesisSink(BufferedSink):
     def _take_call(self, pending: deque[Entry], clock: DeadlineClock) -> list[Entry]:
         call: list[Entry] = []
         size = 0
-        # Aggregated, many messages share a record: the call's size is the bound.
+        # Aggregated, many messages share a record: the call's size is the bound. A record a
+        # message: one message of each stream per call (see ``pack``), so later messages of a
+        # stream already in the call are passed over, for a while, to fill it with others.
         most = len(pending) if self.aggregate else MAX_CALL_RECORDS
-        while pending and len(call) < most:
+        keys: set[str] | None = None if self.aggregate else set()
+        passed: list[Entry] = []
+        while pending and len(call) < most and len(passed) < _PASS_OVER_ENTRIES:
             entry = pending[0]
             batch = entry.batch
             if batch.outcome is not None:  # failed: send nothing more of it
                 pending.popleft()
+                continue
+            if keys is not None and entry.key in keys:
+                passed.append(pending.popleft())
                 continue
             if not clock.open(batch.source.deadline):
                 pending.popleft()
@@ -299,6 +310,9 @@ class KinesisSink(BufferedSink):
                 break
             call.append(pending.popleft())
             size += entry.size
+            if keys is not None:
+                keys.add(entry.key)
+        pending.extendleft(reversed(passed))
         return call
 
     async def _send(self, call: list[Entry], pending: deque[Entry]) -> None:
@@ -329,10 +343,13 @@ class KinesisSink(BufferedSink):
         if late:
             sent.late = list(late)
             call = [entry for entry in call if entry.batch not in late]
-        puts = pack(call, shards, self.aggregate)
-        if len(puts) > MAX_CALL_RECORDS:  # more shards than a call takes: the rest go next
-            sent.overflow = [entry for put in puts[MAX_CALL_RECORDS:] for entry in put.entries]
+        puts, later = pack(call, shards, self.aggregate)
+        if len(puts) > MAX_CALL_RECORDS:  # more records than a call takes: the rest go next
+            later = [entry for put in puts[MAX_CALL_RECORDS:] for entry in put.entries] + later
             puts = puts[:MAX_CALL_RECORDS]
+        if later:  # back to the queue in the order they came (a stream's order is its seqs')
+            position = {id(entry): n for n, entry in enumerate(call)}
+            sent.overflow = sorted(later, key=lambda entry: position[id(entry)])
         sent.puts = puts
         if not puts:
             return sent
@@ -426,6 +443,9 @@ class KinesisSink(BufferedSink):
         await asyncio.sleep(backoff_seconds(attempt, *self._backoff, self._rand()))
 
 
+_PASS_OVER_ENTRIES: Final = 10 * MAX_CALL_RECORDS
+"""How many later messages of streams already in a call (a record a message) one call passes
+over to fill itself with other streams' messages: a bound on the work of a call."""
 _CALL_BUDGET_BYTES: Final = MAX_CALL_BYTES - 512 * 1024
 """Message bytes taken into one call: below the call limit by what aggregation adds (partition
 key tables, record framing)."""

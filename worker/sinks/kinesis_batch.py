@@ -78,12 +78,30 @@ class Put(NamedTuple):
     """The shard it was packed for ('' when not aggregated: Kinesis routes it by key)."""
 
 
-def pack(entries: Sequence[Entry], shards: ShardMap, aggregate: bool) -> list[Put]:
-    """The records for ``entries`` (in queue order). Each stream's messages keep their order:
-    they all go to one shard, whose records are listed in the order they were filled. An
-    aggregated record names the worker (session) of its messages once, as its producer."""
-    if not aggregate:
-        return [Put(e.data, e.key, None, [e], "") for e in entries]
+def pack(
+    entries: Sequence[Entry], shards: ShardMap, aggregate: bool
+) -> tuple[list[Put], list[Entry]]:
+    """The records for ``entries`` (in queue order), and the entries left for the next call.
+
+    Each stream's messages keep their order in its shard, retries included: a stream's
+    messages go into **one record per call**. Kinesis stores the records of a call that it
+    takes even when an earlier one of the same call is refused (throttled), so a stream spread
+    over two records of one call could land out of order, and a reader that drops what is at or
+    below the last seq it emitted would lose the refused messages when they come again. What
+    does not fit the stream's record waits for the next call, after this one's outcome. An
+    aggregated record names the worker (session) of its messages once, as its producer.
+    """
+    if not aggregate:  # a record a message: one message of each stream per call
+        puts: list[Put] = []
+        later: list[Entry] = []
+        keys: set[str] = set()
+        for e in entries:
+            if e.key in keys:
+                later.append(e)
+            else:
+                keys.add(e.key)
+                puts.append(Put(e.data, e.key, None, [e], ""))
+        return puts, later
     by_shard: dict[tuple[str, str, str], list[Entry]] = {}
     for entry in entries:
         shard_id = shards.shard_for(entry.hash_key)
@@ -91,18 +109,28 @@ def pack(entries: Sequence[Entry], shards: ShardMap, aggregate: bool) -> list[Pu
         # always one shard's.
         group = (shard_id, "" if shard_id else entry.key, entry.producer)
         by_shard.setdefault(group, []).append(entry)
-    puts = []
+    puts, later = [], []
     for (shard_id, _, producer), members in by_shard.items():
         aggregator = Aggregator(producer)
         taken: list[Entry] = []
+        sealed: set[str] = set()
+        """Streams with messages in a record of this call already filled: theirs wait."""
         for entry in members:
+            if entry.key in sealed:
+                later.append(entry)
+                continue
             if taken and aggregator.size_with(entry.key, len(entry.data)) > MAX_AGGREGATED_BYTES:
                 puts.append(_put(aggregator, taken, shard_id))
+                sealed.update(e.key for e in taken)
                 aggregator, taken = Aggregator(producer), []
+                if entry.key in sealed:
+                    later.append(entry)
+                    continue
             aggregator.add(entry.key, entry.data)
             taken.append(entry)
-        puts.append(_put(aggregator, taken, shard_id))
-    return puts
+        if taken:
+            puts.append(_put(aggregator, taken, shard_id))
+    return puts, later
 
 
 def _put(aggregator: Aggregator, entries: list[Entry], shard_id: str) -> Put:
