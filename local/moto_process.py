@@ -23,6 +23,8 @@ from typing import Any, Final
 from local.moto_server import FAULT_MODES, FAULTS_PATH, READY_MARKER
 
 _REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+_KINESIS_PUT_RECORDS: Final = "Kinesis_20131202.PutRecords"
+"""The target of a Kinesis ``PutRecords`` request, as the moto server matches it."""
 
 
 class MotoStartError(RuntimeError):
@@ -196,6 +198,13 @@ def hold_dynamodb_writes(
         endpoint_url,
         {"hold": {"match": list(match), "delay_seconds": delay_seconds, "count": count}},
     )
+
+
+def hold_kinesis_puts(endpoint_url: str, delay_seconds: float, count: int = 1) -> None:
+    """A sink slower than its callers wait: hold the next ``count`` Kinesis ``PutRecords``
+    calls for ``delay_seconds`` each, then store them (a call whose client gave up still lands,
+    late). Replaces any hold of DynamoDB writes; :func:`stop_holding_writes` ends it."""
+    hold_dynamodb_writes(endpoint_url, [_KINESIS_PUT_RECORDS], delay_seconds, count)
 
 
 def stop_holding_writes(endpoint_url: str) -> None:

@@ -187,8 +187,15 @@ class SerialisedApp:
         if target.startswith(_DYNAMODB_TARGET):
             return self._dynamodb(environ, start_response)
         if target.startswith(_KINESIS_TARGET):
-            with self._kinesis_lock:
-                return self._complete(environ, start_response)
+            held = self._delay(environ, brownout=False)  # a slow sink: held, then applied
+            try:
+                with self._kinesis_lock:
+                    return self._complete(environ, start_response)
+            finally:
+                if held:
+                    with self._hold_lock:
+                        self._hold.waiting -= 1
+                        self._hold.applied += 1
         return self._app(environ, start_response)
 
     def _dynamodb(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -210,11 +217,12 @@ class SerialisedApp:
                     self._hold.waiting -= 1
                     self._hold.applied += applied
 
-    def _delay(self, environ: dict[str, Any]) -> bool:
-        """Brownout and held requests wait here, outside the lock, each in its own thread.
+    def _delay(self, environ: dict[str, Any], *, brownout: bool = True) -> bool:
+        """Brownout (``brownout``: DynamoDB's) and held requests wait here, outside the lock,
+        each in its own thread.
 
         Returns whether this request is a held one (counted as waiting until it is answered)."""
-        delay = self._delay_seconds if self._fault == "slow" else 0.0
+        delay = self._delay_seconds if brownout and self._fault == "slow" else 0.0
         if self._hold.remaining > 0:
             length = int(environ.get("CONTENT_LENGTH") or 0)
             body = environ["wsgi.input"].read(length)

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, Final
 from urllib.parse import quote
 
-from local.invariants import Report, Window, check, current_owners, load_records
+from local.invariants import Report, SinkRecord, Window, check, current_owners, load_records
 from local.jsonl_tail import JsonlTail
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
 from local.worker_process import ApiProcess, WorkerProcess
@@ -68,11 +68,15 @@ class Testbed:
 
     __test__ = False  # not a pytest test class, whatever its name
 
-    def __init__(self, settings: Settings, run_dir: Path, *, rate: float = 5.0) -> None:
+    def __init__(
+        self, settings: Settings, run_dir: Path, *, rate: float = 5.0, sink: str = "file"
+    ) -> None:
+        """``sink``: ``file`` (a JSONL file per stream under ``run_dir``) or ``kinesis`` (the
+        stream ``settings`` name; :meth:`report` then judges what the consumer reads of it)."""
         self.run_dir = run_dir
         self.sink_dir = run_dir / "sink"
         self.rate = rate
-        self.settings = dataclasses.replace(settings, sink="file", sink_dir=str(self.sink_dir))
+        self.settings = dataclasses.replace(settings, sink=sink, sink_dir=str(self.sink_dir))
         self.workers: list[WorkerProcess] = []
         self.tail = EventTail()
         self.wanted: dict[str, list[Window]] = {}
@@ -334,14 +338,17 @@ class Testbed:
         except FileNotFoundError:
             return False
 
-    def report(self, **kwargs: Any) -> Report:
+    def report(self, records: Iterable[SinkRecord] | None = None, **kwargs: Any) -> Report:
         """Check the invariants on everything recorded so far (see :func:`local.invariants.check`).
 
-        Defaults: the wanted windows of the API calls made here, the times workers were seen
-        dead, seqs start at 1, payloads must be the simulator's.
+        ``records``: what to judge (default: the file sink's records). Defaults: the wanted
+        windows of the API calls made here, the times workers were seen dead, seqs start at 1,
+        payloads must be the simulator's.
         """
         self.tail.refresh()
-        records, malformed = load_records(self.sink_dir)
+        malformed = 0
+        if records is None:
+            records, malformed = load_records(self.sink_dir)
         options: dict[str, Any] = {
             "wanted": self.wanted,
             "worker_exits": self.worker_exits(),

@@ -50,7 +50,7 @@ nothing imports back. This package re-exports what callers use.
 """
 
 from local.invariants.checker import check, check_files
-from local.invariants.inputs import SinkRecord, load_events, load_records
+from local.invariants.inputs import KinesisView, SinkRecord, load_events, load_kinesis, load_records
 from local.invariants.model import (
     EXITED,
     EXPIRED,
@@ -68,6 +68,7 @@ from local.invariants.report import format_report, summary_line
 __all__ = [
     "EXITED",
     "EXPIRED",
+    "KinesisView",
     "Overlap",
     "Report",
     "Segment",
@@ -82,6 +83,7 @@ __all__ = [
     "current_owners",
     "format_report",
     "load_events",
+    "load_kinesis",
     "load_records",
     "segments_of",
     "summary_line",

@@ -2,7 +2,8 @@
 
 Lease events come from ``Settings.lease_event_log``, in the format of
 :mod:`streamlease.lease_events` (one line per acquire, renewal, fence, release, ...). Sink records
-come from the file sink (one JSONL file per stream, appended in delivery order). Parsing is
+come from the file sink (one JSONL file per stream, appended in delivery order), or from the
+Kinesis sink's stream, read raw and through the consumer (:func:`load_kinesis`). Parsing is
 lenient: a worker killed mid-write leaves a torn last line, which is counted, not fatal.
 """
 
@@ -15,8 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from local.jsonl_tail import read_jsonl
+from streamlease import aws
+from streamlease.consumer import (
+    ConsumedMessage,
+    Consumer,
+    MemoryWatermarks,
+    ReadProblem,
+    StreamCounts,
+)
+from streamlease.consumer.kinesis_reader import BUSY_POLL_SECONDS, KinesisReader
 from streamlease.lease_events import LeaseEvent
 from streamlease.schema import SinkField
+from streamlease.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -78,3 +89,54 @@ def load_records(paths: str | Path | Iterable[str | Path]) -> tuple[list[SinkRec
         records += rows
         malformed += bad
     return records, malformed
+
+
+@dataclass(frozen=True)
+class KinesisView:
+    """The Kinesis sink stream read to its end twice: every message as stored (``raw``, each
+    shard in order; ``written_at_ms`` is when Kinesis stored its record) and what the consumer
+    (:mod:`streamlease.consumer`) emits of them (``emitted``), with its counts per stream and
+    the records it could not read."""
+
+    raw: list[SinkRecord]
+    emitted: list[SinkRecord]
+    counts: Mapping[str, StreamCounts]
+    problems: list[ReadProblem]
+
+
+def load_kinesis(settings: Settings) -> KinesisView:
+    """Read ``settings.kinesis_stream_name`` from its start to its end (as of the read), raw
+    and through the consumer. Raises :class:`SourceError` when the stream cannot be read."""
+    kinesis = aws.client("kinesis", settings)
+
+    def read(raw: bool) -> tuple[list[SinkRecord], Consumer]:
+        consumer = Consumer(MemoryWatermarks(), raw=raw)
+        reader = KinesisReader(
+            kinesis, settings.kinesis_stream_name, consumer, idle_poll_seconds=BUSY_POLL_SECONDS
+        )
+        found: list[SinkRecord] = []
+        reader.run(
+            lambda batch: found.extend(_from_consumed(m) for m in batch.messages),
+            until_caught_up=True,
+        )
+        return found, consumer
+
+    raw, _ = read(raw=True)
+    emitted, consumer = read(raw=False)
+    return KinesisView(raw, emitted, dict(consumer.counts), list(consumer.problems))
+
+
+def _from_consumed(message: ConsumedMessage) -> SinkRecord:
+    """A message the consumer read, as the checker reads a sink record (its shard is its
+    ``source``: order means something within one shard)."""
+    payload = message.to_json()[SinkField.PAYLOAD]
+    return SinkRecord(
+        stream_id=message.stream_id,
+        epoch=message.epoch,
+        seq=message.seq,
+        worker_id=message.worker_id or "",
+        received_at_ms=message.received_at_ms,
+        payload=payload,
+        source=message.shard_id,
+        written_at_ms=message.arrival_ms or 0,
+    )

@@ -167,7 +167,10 @@ class Consumer:
                 if verdict is Verdict.EMIT or self._raw:
                     emitted.append(
                         ConsumedMessage(
-                            *m, shard_id=shard_id, sequence_number=record.sequence_number
+                            *m,
+                            shard_id=shard_id,
+                            sequence_number=record.sequence_number,
+                            arrival_ms=record.arrival_ms,
                         )
                     )
         shard.processed += 1

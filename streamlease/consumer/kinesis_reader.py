@@ -94,6 +94,8 @@ class _Shard:
     last_sequence: str | None = None
     opened: bool = False
     finished: bool = False
+    caught_up: bool = False
+    """Its last read reached the shard's newest record (``MillisBehindLatest`` 0)."""
     due: float = 0.0
     backoff: float = 0.0
 
@@ -160,17 +162,22 @@ class KinesisReader:
         on_batch: Callable[[ProcessedBatch], None],
         *,
         until_idle_seconds: float | None = None,
+        until_caught_up: bool = False,
         stop: threading.Event | None = None,
     ) -> None:
-        """Read until ``stop`` is set, or until ``until_idle_seconds`` have passed without a new
-        record (None: until stopped or interrupted). ``on_batch`` gets each processed batch
-        before it is committed. Raises :class:`SourceError` when the stream cannot be read."""
+        """Read until ``stop`` is set, until ``until_idle_seconds`` have passed without a new
+        record (None: until stopped or interrupted), or (``until_caught_up``) until the last
+        read of every shard reached its newest record (the stream as it was when the read
+        began, and what was written meanwhile). ``on_batch`` gets each processed batch before
+        it is committed. Raises :class:`SourceError` when the stream cannot be read."""
         last_record_at = self._clock()
         while stop is None or not stop.is_set():
             now = self._clock()
             if now >= self._refresh_at:
                 self._refresh()
             if until_idle_seconds is not None and now - last_record_at >= until_idle_seconds:
+                return
+            if until_caught_up and self._listed_once and self._caught_up():
                 return
             shard = min(self._readable(), key=lambda s: s.due, default=None)
             wake = min(self._refresh_at, shard.due if shard else self._refresh_at)
@@ -181,6 +188,10 @@ class KinesisReader:
                 continue
             if self._poll(shard, on_batch):
                 last_record_at = self._clock()
+
+    def _caught_up(self) -> bool:
+        """Every shard read to its end: finished, or its last read reached its newest record."""
+        return all(shard.finished or shard.caught_up for shard in self._shards.values())
 
     # --- shards ------------------------------------------------------------------------------
 
@@ -268,6 +279,7 @@ class KinesisReader:
             self._refresh_at = self._clock()  # its children are listed now
             return bool(records)
         behind = page.get("MillisBehindLatest", 0) > 0
+        shard.caught_up = not behind  # this read reached the shard's newest record
         pause = self.busy_poll_seconds if records or behind else self.idle_poll_seconds
         shard.due = self._clock() + pause
         return bool(records)

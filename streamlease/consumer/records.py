@@ -71,7 +71,8 @@ class SourceRecord(NamedTuple):
 class ConsumedMessage(NamedTuple):
     """One message the consumer emits: a ``StreamMessage`` and the Kinesis record it came in.
     ``payload`` is the frame's bytes (a JSON document's UTF-8, text's UTF-8, or a binary
-    frame); ``received_at_ms``: when the worker received it, epoch ms."""
+    frame); ``received_at_ms``: when the worker received it, epoch ms; ``arrival_ms``: when
+    Kinesis stored its record, epoch ms (None: unknown)."""
 
     stream_id: str
     epoch: int
@@ -82,6 +83,7 @@ class ConsumedMessage(NamedTuple):
     worker_id: str | None
     shard_id: str
     sequence_number: str
+    arrival_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The message as one JSON-able dict, with the sink record's field names: the payload

@@ -1,6 +1,7 @@
 """A file sink whose own thread a test can stall (a disk that hangs), loaded by worker
 processes as ``STREAMLEASE_SINK=stalled_sink:fenced`` (or ``:unfenced``, the same sink with its
-last-moment deadline check removed: the mutant the fence test must catch).
+last-moment deadline check removed: the mutant the fence test must catch), and the Kinesis sink
+the same way (``:kinesis_fenced``, ``:kinesis_unfenced``).
 
 Run a worker with :data:`RUN_WORKER` so this folder is importable. The test drives it through
 files next to the worker's health file: it writes ``<health>.stall``; the next write then
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Final
 
 import worker.sinks.file
+import worker.sinks.kinesis
 from streamlease.settings import Settings
-from worker.sinks import FileSink, SinkBatch
-from worker.sinks.base import Deadline
+from worker.sinks import FileSink, KinesisSink, SinkBatch
+from worker.sinks.base import Deadline, SinkThread
 
 RUN_WORKER: Final = (
     "-c",
@@ -34,21 +36,22 @@ def control_file(settings: Settings, suffix: str) -> Path:
     return Path(f"{settings.health_file}.{suffix}")
 
 
-class StalledFileSink(FileSink):
-    """:class:`FileSink` whose thread stalls once, on the first batch after ``.stall`` exists."""
+class _Stalling:
+    """What both stalled sinks add: the sink's thread stalls once, on the first batch after
+    ``.stall`` exists."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings.sink_dir)
+    _thread: SinkThread
+
+    def _init_stall(self, settings: Settings) -> None:
         self._settings = settings
         self._stalling: object = None  # the stall's future: kept, never awaited
 
-    def submit(self, batch: SinkBatch) -> None:
+    def _maybe_stall(self) -> None:
         stall = control_file(self._settings, "stall")
         if stall.exists():
             stall.unlink()
             self._stalling = self._thread.run(self._stall)
             control_file(self._settings, "stalled").touch()
-        super().submit(batch)
 
     def _stall(self) -> None:
         resume = control_file(self._settings, "resume")
@@ -56,6 +59,30 @@ class StalledFileSink(FileSink):
         while not resume.exists() and time.monotonic() < until:
             time.sleep(0.01)
         control_file(self._settings, "resumed").touch()
+
+
+class StalledFileSink(_Stalling, FileSink):
+    """:class:`FileSink` whose thread stalls once (see :class:`_Stalling`)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings.sink_dir)
+        self._init_stall(settings)
+
+    def submit(self, batch: SinkBatch) -> None:
+        self._maybe_stall()
+        super().submit(batch)
+
+
+class StalledKinesisSink(_Stalling, KinesisSink):
+    """:class:`KinesisSink` whose thread stalls once (see :class:`_Stalling`)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._init_stall(settings)
+
+    def submit(self, batch: SinkBatch) -> None:
+        self._maybe_stall()
+        super().submit(batch)
 
 
 def fenced(settings: Settings) -> StalledFileSink:
@@ -66,6 +93,9 @@ def fenced(settings: Settings) -> StalledFileSink:
 class _NeverPassed:
     """A deadline check that never refuses."""
 
+    def __init__(self, *clock: object) -> None:
+        return
+
     def open(self, deadline: Deadline) -> bool:
         return True
 
@@ -75,3 +105,15 @@ def unfenced(settings: Settings) -> StalledFileSink:
     the batch is submitted remains)."""
     worker.sinks.file.DeadlineClock = _NeverPassed  # type: ignore[attr-defined,misc,assignment]
     return StalledFileSink(settings)
+
+
+def kinesis_fenced(settings: Settings) -> StalledKinesisSink:
+    """The Kinesis sink as built, stalling once."""
+    return StalledKinesisSink(settings)
+
+
+def kinesis_unfenced(settings: Settings) -> StalledKinesisSink:
+    """The Kinesis mutant: its deadline checks (taking a batch into a call, and in its thread
+    right before ``PutRecords``) never refuse."""
+    worker.sinks.kinesis.DeadlineClock = _NeverPassed  # type: ignore[attr-defined,misc,assignment]
+    return StalledKinesisSink(settings)

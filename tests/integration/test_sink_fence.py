@@ -19,12 +19,12 @@ import pytest
 from stalled_sink import RUN_WORKER, control_file
 from worker_helpers import Fleet, Streams, new_ids
 
-from local.invariants import format_report
+from local.invariants import format_report, load_kinesis
 from local.moto_process import hold_dynamodb_writes
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import WorkerProcess
 from streamlease.lease_events import LeaseEventKind
-from streamlease.schema import Liveness, SinkField, stream_key, worker_key
+from streamlease.schema import Liveness, SinkField, belongs_to_task, stream_key, worker_key
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 
@@ -202,3 +202,53 @@ def test_a_drain_that_gives_up_never_lets_its_batch_land_after_the_release(
     report = fleet.report()
     assert report.ok, format_report(report)
     assert all(report.streams[s].written_after_takeover == 0 for s in moved)
+
+
+def test_without_the_kinesis_sinks_checks_the_raw_stream_holds_a_late_epoch_the_reader_drops(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator, settings: Settings
+) -> None:
+    """The Kinesis mutant: A's queued call is sent when its thread comes back, after B took the
+    stream over and delivered, so the raw stream holds A's older epoch after B's newer one.
+    The consumer still reads every seq once, in order: it drops A's late records as stale."""
+    a = fleet.start("a", command=RUN_WORKER, sink="stalled_sink:kinesis_unfenced")
+    (stream_id,) = new_ids(1)
+    streams.put(stream_id, upstream.url_for(stream_id))
+
+    def raw() -> list[Any]:
+        view = load_kinesis(settings)
+        return [r for r in view.raw if r.stream_id == stream_id]
+
+    def delivered_by(worker: WorkerProcess) -> bool:
+        return any(belongs_to_task(r.worker_id, worker.worker_id) for r in raw())
+
+    fleet.wait(lambda: delivered_by(a), 20, "A delivered to Kinesis")
+    b = fleet.start("b", sink="kinesis")
+    sessions = SessionStore(streams.dynamodb, settings.table_name)
+    fleet.wait(lambda: len([w for w in sessions.list_fleet() if w.is_live]) >= 2, 20, "B live")
+    control_file(a.settings, "stall").touch()
+    fleet.wait(lambda: control_file(a.settings, "stalled").exists(), 5, "A's sink stalled")
+    hold_dynamodb_writes(
+        settings.aws_endpoint_url,
+        renewals_of(a, stream_id, Liveness.SESSION),
+        HOLD_SECONDS,
+        count=10_000,
+    )
+    fleet.wait(lambda: delivered_by(b), 20, "B took the stream over and delivered")
+    control_file(a.settings, "resume").touch()
+    fleet.wait(lambda: control_file(a.settings, "resumed").exists(), 5, "A's sink resumed")
+
+    def late_epoch() -> bool:
+        newest = 0
+        for record in raw():
+            if record.epoch < newest:
+                return True
+            newest = max(newest, record.epoch)
+        return False
+
+    fleet.wait(late_epoch, 20, "A's queued records landed after B's")
+    fleet.stop_all()
+    view = load_kinesis(settings)
+    seqs = [r.seq for r in view.emitted if r.stream_id == stream_id]
+    assert seqs == list(range(1, seqs[-1] + 1))
+    counts = view.counts[stream_id]
+    assert counts.stale >= 1 and counts.gaps == 0

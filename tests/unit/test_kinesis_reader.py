@@ -309,3 +309,16 @@ def test_until_idle_ends_that_long_after_the_last_record() -> None:
     kinesis = ScriptedKinesis([Shard("s", ["m1"])], clock)
     reader(kinesis, RecordingConsumer()).run(lambda b: None, until_idle_seconds=2.5)
     assert clock.now == pytest.approx(2.5)
+
+
+def test_a_read_until_caught_up_ends_when_every_shard_was_read_to_its_end() -> None:
+    """Every shard read to its end (or finished) ends the read at once, waiting for no idle
+    time: what a checker reads after the writers stopped."""
+    clock = Clock()
+    kinesis = ScriptedKinesis(
+        [Shard("a", ["a1", "a2"]), Shard("b", ["b1"]), Shard("old", ["o1"], closed=True)], clock
+    )
+    consumer = RecordingConsumer()
+    reader(kinesis, consumer).run(lambda batch: None, until_caught_up=True)
+    assert sorted(consumer.read()) == ["a1", "a2", "b1", "o1"]
+    assert clock.now < 2.0
