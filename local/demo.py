@@ -15,6 +15,7 @@ the stack it used stays running; one it started itself is stopped, its files kep
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import signal
@@ -24,11 +25,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
-from local.sink_report import build_report, format_report
+from local.invariants import load_kinesis
+from local.sink_report import SinkReport, build_report, format_report
 from local.stack_files import StackPaths, read_stack_file
 from local.supervisor import REPO_ROOT
 from streamlease.cli.client import LOCAL_STACK_PATH, ApiClient, ApiError
 from streamlease.cli.render import worker_name
+from streamlease.cli.target import target_for
 from streamlease.cli.transport import TransportError
 from streamlease.cli.watch import (
     CLEAR,
@@ -276,35 +279,64 @@ def run_demo(client: ApiClient, stack: StackHandle, out: TextIO) -> int:
     view.note(f"all streams owned again {took:.1f} s after the SIGTERM (handoffs)")
     view.show(6.0)
 
-    report = build_report(
-        stack.info["sink_dir"],
-        stack.info["events_dir"],
-        exits_path=stack.info.get("exits_file"),
-        stream_ids=ids,
-    )
+    reports = sink_reports(client, stack.info, ids)
+    report = reports[-1][1]
     for stream_id in ids:
         client.stop_stream(stream_id)
     if view.live:  # end on a clean screen: the story, then the report
         out.write(CLEAR + "\n".join(view.story) + "\n")
-    out.write("\n".join(["", format_report(report), ""]) + "\n")
+    for title, shown in reports:
+        out.write("\n".join(["", title, format_report(shown), ""]) + "\n")
     silent = [s.stream_id for s in report.streams if s.messages == 0]
     if silent:
         out.write(f"no records at all for: {', '.join(silent)}\n")
     return 0 if report.ok and not silent else 1
 
 
+def sink_reports(
+    client: ApiClient, info: dict[str, Any], ids: Sequence[str]
+) -> list[tuple[str, SinkReport]]:
+    """What the sink holds of ``ids``, judged (the last one decides the demo's verdict): the
+    file sink's files; or the Kinesis stream twice, as stored (repeats and late records of an
+    older epoch included) and as the consumer reads it (each message once, in order)."""
+    args: dict[str, Any] = {
+        "events_dir": info["events_dir"],
+        "exits_path": info.get("exits_file"),
+        "stream_ids": ids,
+    }
+    if info.get("sink") != "kinesis":
+        return [("What the sink files hold:", build_report(info["sink_dir"], **args))]
+    settings = Settings(kinesis_stream_name=str(info["kinesis_stream_name"]))
+    view = load_kinesis(settings, target_for(client).client("kinesis"))
+    return [
+        ("The Kinesis stream as stored (raw):", build_report("", records=view.raw, **args)),
+        (
+            "As the consumer reads it (streamlease consume):",
+            # What a reader got is judged; when the raw stream stored it is the raw view's.
+            build_report("", records=view.emitted, write_tolerance_seconds=math.inf, **args),
+        ),
+    ]
+
+
 def closing_lines(info: dict[str, Any], *, stack_stopped: bool) -> list[str]:
     """Where to look once the demo is over, true to what is still running."""
     sink, events, state = info["sink_dir"], info["events_dir"], info["state_dir"]
+    kinesis = info.get("sink") == "kinesis"
     if not stack_stopped:
+        where = "`streamlease consume` reads them" if kinesis else f"they are in {sink}/"
         return [
             "the demo streams are stopped and the stack keeps running: `streamlease ls` lists "
-            f"them (STOPPED), `streamlease get <id>` shows one; their records are in {sink}/"
+            f"them (STOPPED), `streamlease get <id>` shows one; as for their records, {where}"
         ]
+    records = (
+        "records went to moto's Kinesis and are gone with it"
+        if kinesis
+        else f"records in {sink}/<stream id>.jsonl"
+    )
     return [
         "the local stack the demo started is stopped now, so `streamlease` has no API to ask.",
-        f"Its files stay until the next `make run` moves them to {state}/previous/: records "
-        f"in {sink}/<stream id>.jsonl, lease events in {events}/.",
+        f"Its files stay until the next `make run` moves them to {state}/previous/: "
+        f"{records}, lease events in {events}/.",
         "To look around with `streamlease ls` and `watch` afterwards, run `make run` in one "
         "terminal and `make demo` in another: the demo then uses that stack and leaves it "
         "running.",

@@ -153,9 +153,12 @@ def build_report(
     exits_path: str | Path | None = None,
     stream_ids: Sequence[str] | None = None,
     expected_first_seq: int | None = 1,
+    records: Sequence[SinkRecord] | None = None,
     **check_kwargs: Any,
 ) -> SinkReport:
     """Read the sink files (and lease event logs, if given) and summarise each stream.
+    ``records``: the records to summarise instead of the files under ``sink_dir`` (the
+    Kinesis sink's, as read raw or through the consumer).
 
     ``exits_path``: the supervisor's ``exits.jsonl``; holdings of an exited worker end there.
     ``stream_ids`` limits the report to those streams (a stream the sink never saw is listed
@@ -163,7 +166,9 @@ def build_report(
     simulator's 1), so a gap before the first record counts; ``None`` to skip that check.
     Other keyword arguments go to :func:`local.invariants.check`.
     """
-    records, bad_records = load_records(sink_dir)
+    bad_records = 0
+    if records is None:
+        records, bad_records = load_records(sink_dir)
     events, bad_events = load_events(events_dir) if events_dir is not None else ([], 0)
     events = end_at_exits(events, load_exits(exits_path))
     wanted = set(stream_ids) if stream_ids is not None else None

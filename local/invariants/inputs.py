@@ -13,7 +13,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from local.jsonl_tail import read_jsonl
 from streamlease import aws
@@ -28,6 +28,9 @@ from streamlease.consumer.kinesis_reader import BUSY_POLL_SECONDS, KinesisReader
 from streamlease.lease_events import LeaseEvent
 from streamlease.schema import SinkField
 from streamlease.settings import Settings
+
+if TYPE_CHECKING:
+    from types_boto3_kinesis import KinesisClient
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,12 @@ class KinesisView:
     problems: list[ReadProblem]
 
 
-def load_kinesis(settings: Settings) -> KinesisView:
+def load_kinesis(settings: Settings, kinesis: KinesisClient | None = None) -> KinesisView:
     """Read ``settings.kinesis_stream_name`` from its start to its end (as of the read), raw
-    and through the consumer. Raises :class:`SourceError` when the stream cannot be read."""
-    kinesis = aws.client("kinesis", settings)
+    and through the consumer, with ``kinesis`` (default: a client for ``settings``). Raises
+    :class:`SourceError` when the stream cannot be read."""
+    if kinesis is None:
+        kinesis = aws.client("kinesis", settings)
 
     def read(raw: bool) -> tuple[list[SinkRecord], Consumer]:
         consumer = Consumer(MemoryWatermarks(), raw=raw)
