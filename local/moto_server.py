@@ -10,6 +10,7 @@ for its full wait. This server therefore:
   Kinesis requests behind another, at the WSGI layer;
 - serialises the SQS backend's methods, but does the long-poll *wait* outside that lock, so a
   ``ReceiveMessage`` waiting for 20 s blocks neither DynamoDB nor other SQS callers;
+- splits Kinesis shards as Kinesis does (the parent keeps its records and takes no new ones);
 - offers a fault switch for chaos tests at ``POST /_streamlease/faults`` with
   ``{"dynamodb": "up" | "down" | "drop" | "blackhole" | "slow"}``: ``down`` answers DynamoDB
   requests with HTTP 503 ``ServiceUnavailable``, ``drop`` closes their connection without an
@@ -18,8 +19,9 @@ for its full wait. This server therefore:
   brownout: every request waits that long, then is applied. ``{"hold": {"match": [...],
   "delay_seconds": s, "count": n}}`` holds the next ``n`` DynamoDB requests whose target and
   body contain every ``match`` string for ``s`` seconds and then applies them — a write that
-  lands after its client gave up (``"count": 0`` stops holding). SQS and Kinesis keep working
-  through all of it.
+  lands after its client gave up (``"count": 0`` stops holding); a match of
+  ``Kinesis_20131202.PutRecords`` holds Kinesis puts the same way (a slow sink). SQS and Kinesis
+  keep working through the DynamoDB faults.
 
 Run it in the foreground with ``python -m local.moto_server [--host H] [--port P]``, or from
 another process with :class:`local.moto_process.MotoProcess`.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import hashlib
 import inspect
 import io
 import json
@@ -128,6 +131,71 @@ def serialise_sqs_backend() -> None:
 
     models.Queue.wait_for_messages = wait_for_messages  # type: ignore[method-assign]
     models.SQSBackend._streamlease_serialised = True  # type: ignore[attr-defined]
+
+
+def reshard_as_kinesis_does() -> None:
+    """Make ``SplitShard`` behave as Kinesis: the parent keeps its records and takes no more,
+    new records go to the open child whose range holds their key, and the parent's last read
+    answers no next iterator.
+
+    moto 5 (up to 5.2.5 at least) routes every record to the first shard whose range holds its
+    key, closed or not, so after a split every write still lands on the closed parent, and the
+    split itself re-puts the parent's records (renumbered, through that same routing). A
+    reader's "finish the parent before its children" and a writer's "the record landed on
+    another shard than packed for" can then never be exercised. Idempotent.
+    """
+    from moto.kinesis import models
+    from moto.kinesis.utils import decompose_shard_iterator
+
+    if getattr(models.Stream, "_streamlease_resharding", False):
+        return
+    original_route = models.Stream.get_shard_for_key
+    original_split = models.Stream.split_shard
+
+    def get_shard_for_key(self: Any, partition_key: str, explicit_hash_key: str) -> Any:
+        shard = original_route(self, partition_key, explicit_hash_key)
+        if shard is None or shard.is_open:
+            return shard
+        key = int(explicit_hash_key) if explicit_hash_key else _md5_key(partition_key)
+        for candidate in self.shards.values():
+            if candidate.is_open and candidate.starting_hash <= key <= candidate.ending_hash:
+                return candidate
+        return shard
+
+    def split_shard(self: Any, shard_to_split: str, new_starting_hash_key: str) -> None:
+        parent = self.shards.get(shard_to_split)
+        kept = parent.records if parent is not None else None
+        if parent is not None:
+            parent.records = type(kept)()  # nothing for the split to move
+        try:
+            original_split(self, shard_to_split, new_starting_hash_key)
+        finally:
+            if parent is not None:
+                parent.records = kept
+
+    original_get_records = models.KinesisBackend.get_records
+
+    def get_records(self: Any, stream_arn: Any, shard_iterator: str, limit: Any) -> Any:
+        """A closed shard read to its end answers no next iterator (a reader then knows it
+        may read the children)."""
+        following, records, behind = original_get_records(self, stream_arn, shard_iterator, limit)
+        stream_name, shard_id, last = decompose_shard_iterator(following)
+        shard = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name).get_shard(
+            shard_id
+        )
+        if not shard.is_open and int(last) >= shard.get_max_sequence_number():
+            return None, records, behind
+        return following, records, behind
+
+    models.Stream.get_shard_for_key = get_shard_for_key  # type: ignore[method-assign]
+    models.Stream.split_shard = split_shard  # type: ignore[method-assign]
+    models.KinesisBackend.get_records = get_records  # type: ignore[method-assign]
+    models.Stream._streamlease_resharding = True  # type: ignore[attr-defined]
+
+
+def _md5_key(partition_key: str) -> int:
+    """The hash key Kinesis gives ``partition_key``: its MD5 as a 128-bit number."""
+    return int.from_bytes(hashlib.md5(partition_key.encode()).digest(), "big")  # noqa: S324
 
 
 def stop_tracking_model_instances() -> None:
@@ -364,6 +432,7 @@ def build_server(host: str, port: int) -> Any:
     # One log line per request costs more than the request; errors still show.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     serialise_sqs_backend()
+    reshard_as_kinesis_does()
     stop_tracking_model_instances()
     app = SerialisedApp(DomainDispatcherApplication(create_backend_app))
     # Bound here rather than by werkzeug, which prints its own advice and exits on EADDRINUSE.

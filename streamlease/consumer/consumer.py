@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from streamlease.consumer.codec import Watermark
-from streamlease.consumer.records import ConsumedMessage, ReadProblem, SourceRecord, read_source
+from streamlease.consumer.records import (
+    ConsumedMessage,
+    HashRange,
+    ReadProblem,
+    SourceRecord,
+    read_source,
+)
 from streamlease.consumer.rule import Verdict, judge
 from streamlease.consumer.state import ShardWatermarks, WatermarkStore, inherited
 from streamlease.kinesis_records import seq_from_upstream
@@ -48,6 +54,17 @@ class StreamCounts(NamedTuple):
     restarts: int = 0
     renumbered: int = 0
     skipped: int = 0
+    misrouted: int = 0
+    """Messages left out of an aggregate stored, after a reshard, on a shard that does not
+    cover their stream: the sink wrote them again where they belong (the KCL's rule)."""
+
+
+def _tally(tallies: dict[str, list[int]], stream_id: str) -> list[int]:
+    """The counts of ``stream_id`` in this batch (a :class:`StreamCounts` as a list)."""
+    tally = tallies.get(stream_id)
+    if tally is None:
+        tally = tallies[stream_id] = [0] * len(StreamCounts._fields)
+    return tally
 
 
 def _plus(a: StreamCounts | None, b: Sequence[int]) -> StreamCounts:
@@ -56,7 +73,9 @@ def _plus(a: StreamCounts | None, b: Sequence[int]) -> StreamCounts:
     return StreamCounts(*(x + y for x, y in zip(a, b, strict=True)))
 
 
-_MESSAGES, _REPEATS, _STALE, _GAPS, _MISSING, _RESTARTS, _RENUMBERED, _SKIPPED = range(8)
+_MESSAGES, _REPEATS, _STALE, _GAPS, _MISSING, _RESTARTS, _RENUMBERED, _SKIPPED, _MISROUTED = range(
+    9
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +105,7 @@ class _Shard:
     marks: dict[str, Watermark]
     sequence_number: str | None
     committed_sequence_number: str | None
+    hash_range: HashRange | None = None
     processed: int = 0
     committed: int = 0
     moved: list[int] = field(default_factory=list)
@@ -113,18 +133,23 @@ class Consumer:
         self.problem_counts: Counter[str] = Counter()
         """Problems by kind, every one since the start."""
 
-    def open_shard(self, shard_id: str, parents: Sequence[str] = ()) -> None:
+    def open_shard(
+        self, shard_id: str, parents: Sequence[str] = (), hash_range: HashRange | None = None
+    ) -> None:
         """Load ``shard_id``'s watermarks from the store (one read); a shard never written
         starts from its ``parents``' (one read each: the shards it was split from or merged
-        from). Forgets what was processed on the shard and not committed. Raises
-        :class:`~streamlease.errors.StoreError` when the store does not answer."""
+        from). ``hash_range``: the shard's hash key range, from ``ListShards``; messages of an
+        aggregate outside it are left out (:func:`~.records.read_source`): give it for every
+        shard of a stream that may be resharded. Forgets what was processed on the shard and
+        not committed. Raises :class:`~streamlease.errors.StoreError` when the store does not
+        answer."""
         stored = self._store.load(shard_id)
         self._openings += 1
         if stored is not None:
             marks, version, seqno = dict(stored.marks), stored.version, stored.sequence_number
         else:
             marks, version, seqno = inherited(self._store.load(p) for p in parents), 0, None
-        self._shards[shard_id] = _Shard(self._openings, version, marks, seqno, seqno)
+        self._shards[shard_id] = _Shard(self._openings, version, marks, seqno, seqno, hash_range)
 
     def process(self, shard_id: str, records: Sequence[SourceRecord]) -> ProcessedBatch:
         """Read and judge ``records`` (the shard's next records, in order) against the
@@ -141,8 +166,10 @@ class Consumer:
         tallies: dict[str, list[int]] = {}
         moved = False
         for record in records:
-            found, bad = read_source(record)
+            found, bad, outside = read_source(record, shard.hash_range)
             problems += bad
+            for stream_id in outside:
+                _tally(tallies, stream_id)[_MISROUTED] += 1
             for m in found:
                 before = marks.get(m.stream_id)
                 verdict, mark, missing, restart, overlap, skipped = judge(
@@ -151,9 +178,7 @@ class Consumer:
                 if mark != before:
                     marks[m.stream_id] = mark
                     moved = True
-                tally = tallies.get(m.stream_id)
-                if tally is None:
-                    tally = tallies[m.stream_id] = [0] * len(StreamCounts._fields)
+                tally = _tally(tallies, m.stream_id)
                 if verdict is Verdict.EMIT:
                     tally[_MESSAGES] += 1
                     tally[_GAPS] += missing > 0

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from streamlease.consumer import Consumer, ProcessedBatch, SourceRecord
+from streamlease.consumer.records import HashRange, listed_shard
 from streamlease.errors import SourceError
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class StartPosition:
 class _Shard:
     shard_id: str
     parents: tuple[str, ...]
+    hash_range: HashRange
     start: StartPosition
     iterator: str | None = None
     last_sequence: str | None = None
@@ -210,10 +212,8 @@ class KinesisReader:
         for entry in listed:
             shard_id = entry["ShardId"]
             if shard_id not in self._shards:
-                parents = tuple(
-                    p for p in (entry.get("ParentShardId"), entry.get("AdjacentParentShardId")) if p
-                )
-                self._shards[shard_id] = _Shard(shard_id, parents, start)
+                parents, hash_range = listed_shard(entry)
+                self._shards[shard_id] = _Shard(shard_id, parents, hash_range, start)
                 self.progress.shard_ids.append(shard_id)
         # A shard gone from the listing (past retention) and finished is forgotten; its
         # children then count it as done.
@@ -243,7 +243,7 @@ class KinesisReader:
         """One ``GetRecords`` of ``shard``; True when it returned records."""
         try:
             if not shard.opened:
-                self.consumer.open_shard(shard.shard_id, shard.parents)
+                self.consumer.open_shard(shard.shard_id, shard.parents, shard.hash_range)
                 shard.opened = True
             if shard.iterator is None:
                 shard.iterator = self._iterator(shard)

@@ -44,6 +44,7 @@ from streamlease.consumer import (
     ProcessedBatch,
     SourceRecord,
 )
+from streamlease.consumer.records import HashRange, listed_shard
 from streamlease.errors import ConfigError, SourceError, StreamleaseError
 from streamlease.settings import Settings, env_name
 from streamlease.telemetry import CONSUMER_SERVICE
@@ -106,7 +107,8 @@ class _Shared:
     namespace: str | None
     settings: Settings | None
     stores: dict[str, DynamoWatermarks] = field(default_factory=dict)
-    parents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    shards: dict[str, tuple[tuple[str, ...], HashRange]] = field(default_factory=dict)
+    """Shard → the shards it was split or merged from, and its hash key range."""
     _dynamodb: DynamoDBClient | None = None
     _kinesis: KinesisClient | None = None
 
@@ -123,14 +125,15 @@ class _Shared:
             self.stores[stream_arn] = DynamoWatermarks(self._dynamodb, table, space)
         return self.stores[stream_arn]
 
-    def parents_of(self, stream_arn: str, shard_id: str) -> tuple[str, ...]:
-        """The shards ``shard_id`` was split or merged from (a ``ListShards`` of the stream
-        when the shard is new to this container). Raises :class:`SourceError`."""
-        if shard_id not in self.parents:
+    def lineage(self, stream_arn: str, shard_id: str) -> tuple[tuple[str, ...], HashRange | None]:
+        """The shards ``shard_id`` was split or merged from and its hash key range (a
+        ``ListShards`` of the stream when the shard is new to this container; a shard not
+        listed: none and None). Raises :class:`SourceError`."""
+        if shard_id not in self.shards:
             if self._kinesis is None:
                 self._kinesis = aws.client("kinesis", self._settings())
-            self.parents.update(_list_parents(self._kinesis, stream_arn))
-        return self.parents.get(shard_id, ())
+            self.shards.update(_list_shards(self._kinesis, stream_arn))
+        return self.shards.get(shard_id, ((), None))
 
     def _settings(self) -> Settings:
         if self.settings is None:
@@ -143,10 +146,12 @@ def _stream_name(stream_arn: str) -> str:
     return stream_arn.rsplit("/", 1)[-1]
 
 
-def _list_parents(kinesis: KinesisClient, stream_arn: str) -> dict[str, tuple[str, ...]]:
+def _list_shards(
+    kinesis: KinesisClient, stream_arn: str
+) -> dict[str, tuple[tuple[str, ...], HashRange]]:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    found: dict[str, tuple[str, ...]] = {}
+    found: dict[str, tuple[tuple[str, ...], HashRange]] = {}
     token: str | None = None
     try:
         while True:
@@ -156,8 +161,7 @@ def _list_parents(kinesis: KinesisClient, stream_arn: str) -> dict[str, tuple[st
                 else kinesis.list_shards(StreamARN=stream_arn)
             )
             for shard in page.get("Shards", []):
-                parents = (shard.get("ParentShardId"), shard.get("AdjacentParentShardId"))
-                found[shard["ShardId"]] = tuple(p for p in parents if p)
+                found[shard["ShardId"]] = listed_shard(shard)
             token = page.get("NextToken")
             if not token:
                 return found
@@ -190,7 +194,7 @@ class _Invocation:
             self.consumer = Consumer(self.shared.store(record.event_source_arn))
         if shard_id not in self.opened:
             self.consumer.open_shard(
-                shard_id, self.shared.parents_of(record.event_source_arn, shard_id)
+                shard_id, *self.shared.lineage(record.event_source_arn, shard_id)
             )
             self.opened.add(shard_id)
         batch = self.consumer.process(shard_id, [source])

@@ -20,7 +20,14 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from streamlease.kinesis_records import StreamMessage, UnknownEncoding, decode_message
-from streamlease.kpl import MAGIC, OVERHEAD_BYTES, AggregationError, DigestMismatch, deaggregate
+from streamlease.kpl import (
+    MAGIC,
+    OVERHEAD_BYTES,
+    AggregationError,
+    DigestMismatch,
+    deaggregate,
+    hash_key,
+)
 from streamlease.schema import PayloadEncoding, SinkField
 from streamlease.seqs import MAX_SEQ
 
@@ -143,10 +150,32 @@ class _Unreadable(Exception):
         self.detail = detail
 
 
-def read_source(record: SourceRecord) -> tuple[list[StreamMessage], list[ReadProblem]]:
-    """Every message of ``record``, in order, and a problem for each part that could not be
-    read: a whole record (not ours, cut, corrupt) or one user record of an aggregate (the
-    others are still read). Never raises for what the record holds."""
+HashRange = tuple[int, int]
+"""A shard's hash key range, both ends included (``ListShards``' ``HashKeyRange``)."""
+
+
+def listed_shard(entry: Mapping[str, Any]) -> tuple[tuple[str, ...], HashRange]:
+    """A ``ListShards`` entry's lineage and range: the shards it was split or merged from, and
+    its hash key range."""
+    parents = (entry.get("ParentShardId"), entry.get("AdjacentParentShardId"))
+    keys = entry["HashKeyRange"]
+    return (
+        tuple(p for p in parents if p),
+        (int(keys["StartingHashKey"]), int(keys["EndingHashKey"])),
+    )
+
+
+def read_source(
+    record: SourceRecord, hash_range: HashRange | None = None
+) -> tuple[list[StreamMessage], list[ReadProblem], list[str]]:
+    """Every message of ``record``, in order; a problem for each part that could not be read: a
+    whole record (not ours, cut, corrupt) or one user record of an aggregate (the others are
+    still read); and the stream ids of the user records left out because their hash key is
+    outside ``hash_range`` (the shard's: None, all kept). Such a user record rode in an
+    aggregate packed for the shard's parent before a reshard and stored here by its first
+    record's key; the sink wrote it again on its own shard (the KCL's rule, which the sink
+    follows: it counts as stored only what the landing shard covers). Never raises for what
+    the record holds."""
     problems: list[ReadProblem] = []
 
     def problem(kind: ProblemKind, detail: str) -> None:
@@ -155,24 +184,30 @@ def read_source(record: SourceRecord) -> tuple[list[StreamMessage], list[ReadPro
     data = record.data
     if data.startswith(MAGIC) and len(data) < OVERHEAD_BYTES:
         problem(ProblemKind.TRUNCATED, f"{len(data)} bytes, shorter than an aggregate's frame")
-        return [], problems
+        return [], problems, []
     try:
         unpacked = deaggregate(data, record.partition_key)
     except DigestMismatch:
         problem(ProblemKind.DIGEST_MISMATCH, "aggregated record's MD5 does not match")
-        return [], problems
+        return [], problems, []
     except AggregationError as exc:
         problem(ProblemKind.BAD_AGGREGATE, str(exc))
-        return [], problems
-    if not unpacked.aggregated:
+        return [], problems, []
+    if not unpacked.aggregated:  # routed by its own partition key: always its shard's
         try:
-            return [_checked(_from_json(data))], problems
+            return [_checked(_from_json(data))], problems, []
         except _Unreadable as exc:
             problem(exc.kind, exc.detail)
-            return [], problems
+            return [], problems, []
     messages: list[StreamMessage] = []
+    outside: list[str] = []
     total = len(unpacked.records)
     for index, user in enumerate(unpacked.records):
+        if hash_range is not None:
+            key = int(user.explicit_hash_key or hash_key(user.partition_key))
+            if not hash_range[0] <= key <= hash_range[1]:
+                outside.append(user.partition_key)
+                continue
         try:
             message = decode_message(user.partition_key, user.data, unpacked.producer)
             messages.append(_checked(message))
@@ -182,7 +217,7 @@ def read_source(record: SourceRecord) -> tuple[list[StreamMessage], list[ReadPro
             problem(ProblemKind.BAD_MESSAGE, f"user record {index + 1} of {total}: {exc}")
         except _Unreadable as exc:
             problem(exc.kind, f"user record {index + 1} of {total}: {exc.detail}")
-    return messages, problems
+    return messages, problems, outside
 
 
 def _checked(message: StreamMessage) -> StreamMessage:

@@ -5,7 +5,8 @@ to the Kinesis stream of the session's moto server, and the consumer (:mod:`stre
 One fleet lives through every kind of trouble in turn — a worker killed (``kill -9``), a new
 worker the rebalancer sheds streams to, a worker drained (SIGTERM), a stream changed in place,
 a gray failure (renewals that land but are never answered) and a sink slower than the drain
-limit (every ``PutRecords`` held 12 s) — and then the reader's view must be exact: every
+limit (every ``PutRecords`` held 12 s) — and another fleet through a reshard of the sink
+stream; then the reader's view must be exact: every
 stream's messages once each, in order, with no gap; what the raw stream repeated is counted by
 the consumer, not passed on. Ownership is judged from the lease events as in every chaos run.
 """
@@ -30,6 +31,7 @@ from local.moto_process import (
 )
 from local.testbed import Testbed
 from local.worker_process import WorkerProcess, scaled_settings
+from streamlease import aws
 from streamlease.schema import belongs_to_task, worker_key
 from streamlease.settings import Settings
 
@@ -162,3 +164,42 @@ def test_every_kind_of_trouble_leaves_the_reader_each_message_once_in_order(
         f"consumer view: {len(view.emitted)} messages emitted of {len(view.raw)} stored, "
         f"{repeats} repeats and stale dropped"
     )
+
+
+def test_a_reshard_of_the_sink_stream_leaves_the_reader_each_message_once_in_order(
+    kinesis_bed: Testbed,
+) -> None:
+    """Every shard of the sink stream is split while the fleet writes: records packed for a
+    parent land on a child (the sink sends what that child does not cover again), and the
+    reader finishes each parent before its children. Each message once, in order, no gap."""
+    bed = kinesis_bed
+    ids = start_fleet(bed, workers=2, streams=STREAMS)
+    kinesis = aws.client("kinesis", bed.settings)
+    name = bed.settings.kinesis_stream_name
+    time.sleep(LEASE_SECONDS)  # records in the parents first
+    for shard in kinesis.list_shards(StreamName=name)["Shards"]:
+        low = int(shard["HashKeyRange"]["StartingHashKey"])
+        high = int(shard["HashKeyRange"]["EndingHashKey"])
+        kinesis.split_shard(
+            StreamName=name,
+            ShardToSplit=shard["ShardId"],
+            NewStartingHashKey=str((low + high) // 2),
+        )
+    time.sleep(2 * LEASE_SECONDS)  # the fleet writes on, into the children
+    observation_end = time.monotonic()
+    bed.stop_all_workers()
+
+    view = load_kinesis(bed.settings)
+    assert not view.problems, view.problems[:3]
+    assert set(ids) <= {r.stream_id for r in view.emitted}
+    assert exact(view) == {}
+    children = {r.source for r in view.raw} - {
+        s["ShardId"]
+        for s in kinesis.list_shards(StreamName=name)["Shards"]
+        if "ParentShardId" not in s
+    }
+    assert children, "nothing was written to a child shard: the split proved nothing"
+    report = bed.report(
+        records=view.emitted, observation_end=observation_end, write_tolerance_seconds=math.inf
+    )
+    assert_invariants(bed, report)

@@ -396,3 +396,38 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_split_shard_keeps_its_records_and_new_ones_go_to_its_children(aws_settings):
+    """As Kinesis does: after SplitShard the parent is closed with what it held, and a record
+    written then lands on the open child whose range holds its key (stock moto kept writing to
+    the closed parent and moved its records)."""
+    kinesis = aws.client("kinesis", aws_settings)
+    name = f"{aws_settings.kinesis_stream_name}-split"
+    kinesis.create_stream(StreamName=name, ShardCount=1)
+    kinesis.get_waiter("stream_exists").wait(StreamName=name)
+    (parent,) = kinesis.list_shards(StreamName=name)["Shards"]
+    before = kinesis.put_record(StreamName=name, Data=b"before", PartitionKey="k")
+    middle = (int(parent["HashKeyRange"]["EndingHashKey"]) + 1) // 2
+    kinesis.split_shard(
+        StreamName=name, ShardToSplit=parent["ShardId"], NewStartingHashKey=str(middle)
+    )
+    after = kinesis.put_record(StreamName=name, Data=b"after", PartitionKey="k")
+    shards = {s["ShardId"]: s for s in kinesis.list_shards(StreamName=name)["Shards"]}
+    assert before["ShardId"] == parent["ShardId"]
+    assert after["ShardId"] != parent["ShardId"]
+    assert shards[after["ShardId"]].get("ParentShardId") == parent["ShardId"]
+    assert "EndingSequenceNumber" in shards[parent["ShardId"]]["SequenceNumberRange"]
+
+    def data(shard_id: str) -> list[bytes]:
+        iterator = kinesis.get_shard_iterator(
+            StreamName=name, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        return [r["Data"] for r in kinesis.get_records(ShardIterator=iterator)["Records"]]
+
+    assert data(parent["ShardId"]) == [b"before"]
+    assert data(after["ShardId"]) == [b"after"]
+    iterator = kinesis.get_shard_iterator(
+        StreamName=name, ShardId=parent["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    assert kinesis.get_records(ShardIterator=iterator).get("NextShardIterator") is None

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from streamlease.consumer import Consumer, MemoryWatermarks, StreamCounts
 from streamlease.consumer.consumer import ProcessedBatch
 from streamlease.kinesis_records import seq_from_upstream
+from streamlease.kpl import hash_key
 
 SHARD = "shardId-000000000000"
 
@@ -136,6 +137,7 @@ def test_an_emitted_message_keeps_its_fields_and_where_it_was_read() -> None:
         "task-1/7-ab12",
         SHARD,
         record.sequence_number,
+        record.arrival_ms,
     )
     assert m.to_json() == {
         "stream_id": "s",
@@ -229,3 +231,32 @@ def test_a_worker_numbered_failover_shows_both_holdings_and_counts_what_was_numb
     counts = consumer.counts["n"]
     assert (counts.restarts, counts.renumbered, counts.skipped) == (1, n - k, 0)
     assert counts.stale == len(order) - (n + m - k)
+
+
+def test_after_a_reshard_a_shard_leaves_out_the_messages_of_streams_it_does_not_cover() -> None:
+    """An aggregate packed for the parent lands on the child that covers its first message's
+    stream; the sink writes the other streams' messages again on their own child. Each child,
+    given its hash key range, keeps only its own streams (the KCL's rule), so every message is
+    emitted once although both children inherit the parent's watermarks."""
+    low, high = sorted((hash_key("x"), hash_key("y")))
+    split = (low + high) // 2
+    ranges = {"left": (0, split - 1), "right": (split, 2**128 - 1)}
+    first, second = ("x", "y") if hash_key("x") < split else ("y", "x")
+    store = MemoryWatermarks()
+    parent = Consumer(store)
+    parent.commit(
+        parent.process(
+            "parent", [aggregated([json_seq(first, 1, 1), json_seq(second, 1, 1)], "parent")]
+        )
+    )
+    consumer = Consumer(store)
+    consumer.open_shard("left", ["parent"], ranges["left"])
+    consumer.open_shard("right", ["parent"], ranges["right"])
+    landed = aggregated([json_seq(first, 1, 2), json_seq(second, 1, 2)], "left")
+    again = aggregated([json_seq(second, 1, 2), json_seq(second, 1, 3)], "right")
+    emitted = (
+        consumer.process("left", [landed]).messages + consumer.process("right", [again]).messages
+    )
+    assert sorted(seqs(emitted)) == sorted([(first, 1, 2), (second, 1, 2), (second, 1, 3)])
+    assert consumer.counts[second].misrouted == 1
+    assert consumer.counts[second].repeats == 0

@@ -52,7 +52,10 @@ class ScriptedKinesis:
     def list_shards(self, **kwargs: Any) -> dict[str, Any]:
         listed = []
         for s in self.shards:
-            entry: dict[str, Any] = {"ShardId": s.shard_id}
+            entry: dict[str, Any] = {
+                "ShardId": s.shard_id,
+                "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(2**128 - 1)},
+            }
             if s.parents:
                 entry["ParentShardId"] = s.parents[0]
             if len(s.parents) > 1:
@@ -131,7 +134,10 @@ class RecordingConsumer:
 
     log: list[tuple[str, Any, ...]] = field(default_factory=list)
 
-    def open_shard(self, shard_id: str, parents: tuple[str, ...] = ()) -> None:
+    def open_shard(
+        self, shard_id: str, parents: tuple[str, ...] = (), hash_range: Any = None
+    ) -> None:
+        assert hash_range == (0, 2**128 - 1)
         self.log.append(("open", shard_id, tuple(parents)))
 
     def process(self, shard_id: str, records: list[Any]) -> Batch:
