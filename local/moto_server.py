@@ -42,6 +42,7 @@ import socket
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -164,14 +165,15 @@ def reshard_as_kinesis_does() -> None:
 
     def split_shard(self: Any, shard_to_split: str, new_starting_hash_key: str) -> None:
         parent = self.shards.get(shard_to_split)
-        kept = parent.records if parent is not None else None
-        if parent is not None:
-            parent.records = type(kept)()  # nothing for the split to move
+        if parent is None:
+            original_split(self, shard_to_split, new_starting_hash_key)  # its own error
+            return
+        kept = parent.records
+        parent.records = OrderedDict()  # nothing for the split to move
         try:
             original_split(self, shard_to_split, new_starting_hash_key)
         finally:
-            if parent is not None:
-                parent.records = kept
+            parent.records = kept
 
     original_get_records = models.KinesisBackend.get_records
 
