@@ -17,6 +17,10 @@
   settings' clock-skew allowance.
 - ``sessions`` (function): a :class:`~streamlease.session_store.SessionStore` on that table
   (worker items).
+- ``measured`` (function): ``measured(what, value, unit)`` records a figure a liveness test
+  measured (how long a takeover took, in leases); the figures are listed after the run. Tests
+  assert that the thing happens within a generous cap; how soon is a benchmark figure
+  (``make bench``), never a test's bound.
 
 Suite-specific fixtures live in the conftest of their own directory.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -105,3 +109,32 @@ def store(aws_settings: Settings, dynamodb: Any) -> LeaseStore:
 def sessions(aws_settings: Settings, dynamodb: Any) -> SessionStore:
     """Worker items (sessions) on the test's table."""
     return SessionStore(dynamodb, aws_settings.table_name)
+
+
+MEASURED_PREFIX = "measured: "
+
+
+@pytest.fixture
+def measured(record_property: Callable[[str, object], None]) -> Callable[[str, float, str], None]:
+    """Record a figure this test measured (shown in the run's summary, and in JUnit XML)."""
+
+    def record(what: str, value: float, unit: str) -> None:
+        record_property(MEASURED_PREFIX + what, f"{value:.2f} {unit}")
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """List what the liveness tests measured (from every xdist worker's reports too)."""
+    lines = [
+        f"{report.nodeid}: {name.removeprefix(MEASURED_PREFIX)} {value}"
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        if report.when == "call"
+        for name, value in report.user_properties
+        if name.startswith(MEASURED_PREFIX)
+    ]
+    if lines:
+        terminalreporter.section("measured (the bounds on these are make bench's figures)")
+        for line in sorted(lines):
+            terminalreporter.line(line)
