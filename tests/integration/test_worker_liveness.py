@@ -35,7 +35,7 @@ from streamlease.schema import Liveness, belongs_to_task, expiry_shard, worker_k
 from streamlease.settings import Settings
 from worker.liveness.session_keeper import EXIT_UNREACHABLE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 MODES = pytest.mark.parametrize(
     "liveness", [Liveness.SESSION, Liveness.STREAM], ids=["sessions", "per-stream"]
