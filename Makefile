@@ -69,9 +69,9 @@ demo: $(STAMP_LOCAL) ## 20 streams, a worker killed and one rolled, then a gap/d
 	$(PY) -m local.demo
 
 # Two phases in one command (tests/tiers.py): every test not marked `serial` on parallel workers
-# (pytest-xdist, one a core; TEST_WORKERS=N to choose), then the `serial` ones (chaos, races,
+# (pytest-xdist, two a core; TEST_WORKERS=N to choose), then the `serial` ones (chaos, races,
 # failover: real workers on shrunk timers) one at a time. PYTEST_ARGS go to both phases.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?=
 
 test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, API contract (schemathesis), infra (synth + cdk-nag), chaos
 	STREAMLEASE_TEST_WORKERS=$(TEST_WORKERS) $(PY) tests/tiers.py $(PYTEST_ARGS)
