@@ -68,8 +68,13 @@ run: $(STAMP_LOCAL) ## the whole system on this machine (moto, API, workers, ups
 demo: $(STAMP_LOCAL) ## 20 streams, a worker killed and one rolled, then a gap/duplicate report (uses or starts make run)
 	$(PY) -m local.demo
 
+# Two phases in one command (tests/tiers.py): every test not marked `serial` on parallel workers
+# (pytest-xdist, two a core; TEST_WORKERS=N to choose), then the `serial` ones (chaos, races,
+# failover: real workers on shrunk timers) one at a time. PYTEST_ARGS go to both phases.
+TEST_WORKERS ?=
+
 test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, API contract (schemathesis), infra (synth + cdk-nag), chaos
-	$(PY) -m pytest $(PYTEST_ARGS)
+	STREAMLEASE_TEST_WORKERS=$(TEST_WORKERS) $(PY) tests/tiers.py $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff, mypy and the import contracts (lint-imports; make test checks those too)
 	$(VENV)/bin/ruff check .

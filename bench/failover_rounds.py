@@ -1,12 +1,15 @@
 """Failover, stop and start latency, measured: the rounds of the failover section.
 
 Three workers hold N streams. In each round the busiest worker is taken out — ``kill -9``,
-``kill -9`` followed at once by the reaper (what ECS's task-stopped event triggers), or SIGTERM
-(graceful drain) — and a replacement is started after the streams have moved; the next round
+``kill -9`` followed at once by the reaper (what ECS's task-stopped event triggers), SIGTERM
+(graceful drain), or (our presets) a gray failure: every renewal of its lands after its client
+gave up, while its peers are fine (it must hand its streams over; it is then killed) — and a
+replacement is started after the streams have moved; the next round
 begins once the replacement runs and its start-up reconcile is over. A stream's *unowned time*
 is from the moment its holder stopped delivering (the kill; for SIGTERM its release) to the new
-holder's acquisition, both read from the workers' lease events on the machine's one monotonic
-clock. A round waits until every one of the victim's streams has been acquired by another
+holder's acquisition (for the gray failure: from the moment its renewals stopped being answered
+to a peer's acquisition), both read from the workers' lease events on the machine's one
+monotonic clock. A round waits until every one of the victim's streams has been acquired by another
 worker, as read from every worker's event log (workers added by earlier rounds included), or
 until its timeout: "never" means not within that timeout. Stop latency:
 ``POST /streams/{id}/stop`` → the holder's ``stopped`` event. Start latency: ``POST /streams`` →
@@ -29,22 +32,32 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
 
-from bench.context import BenchContext
+from bench.context import REFERENCE, BenchContext
 from local.invariants import Report, load_records
+from local.moto_process import hold_dynamodb_writes, stop_holding_writes
 from local.testbed import ACCOUNT, Testbed
 from local.worker_process import WorkerProcess
 from streamlease import aws
 from streamlease.lease_events import LeaseEvent, LeaseEventKind
-from streamlease.schema import PK, belongs_to_task, stream_key
+from streamlease.schema import PK, Liveness, belongs_to_task, stream_key, worker_key
 from streamlease.settings import Settings
 
 KILL: Final = "kill -9"
 KILL_REAPER: Final = "kill -9 + reaper"
 SIGTERM: Final = "SIGTERM (drain)"
+GRAY: Final = "gray failure (renewals answered late)"
 STOP: Final = "stop: API call → holder stops"
 START: Final = "start: API call → first message in sink"
-EVENTS: Final = (KILL, KILL_REAPER, SIGTERM, STOP, START)
-TAKEOVER_MODES: Final = (KILL, KILL_REAPER, SIGTERM)
+EVENTS: Final = (KILL, KILL_REAPER, SIGTERM, GRAY, STOP, START)
+TAKEOVER_MODES: Final = (KILL, KILL_REAPER, SIGTERM, GRAY)
+GRAY_PRESET_LIVENESS: Final = (Liveness.SESSION, Liveness.STREAM)
+"""Presets whose workers hand their streams over in a gray failure (ours); the reference design
+has no such path, so it is not put through one."""
+GRAY_LATE_FACTOR: Final = 1.5
+"""A gray round's renewals land this many DynamoDB timeouts late (the chaos test's 1.5 s against
+a 1 s timeout)."""
+GRAY_REQUESTS: Final = 1_000_000
+"""Hold every matching request for the whole round."""
 REAPER_CALL: Final = "reaper handler call"
 WORKER_START: Final = "worker start"
 """A replacement's process start → its services running (seconds)."""
@@ -156,6 +169,13 @@ def takeover_round(
     t0 = time.monotonic()
     if mode == SIGTERM:
         victim.terminate(0)
+    elif mode == GRAY:
+        hold_dynamodb_writes(
+            bed.settings.aws_endpoint_url,
+            gray_renewal_match(bed.settings, old),
+            GRAY_LATE_FACTOR * bed.settings.dynamodb_timeout_seconds,
+            GRAY_REQUESTS,
+        )
     else:
         victim.kill()
         if mode == KILL_REAPER:
@@ -167,10 +187,16 @@ def takeover_round(
         bed.tail.refresh()
         return len(takeovers(bed.tail.events[already_read:], held, old, t0)) == len(held)
 
-    with contextlib.suppress(TimeoutError):  # a stream never taken over counts as "never"
-        bed.wait_for(all_taken, timeout, f"{len(held)} streams of {old} acquired elsewhere")
+    try:
+        with contextlib.suppress(TimeoutError):  # a stream never taken over counts as "never"
+            bed.wait_for(all_taken, timeout, f"{len(held)} streams of {old} acquired elsewhere")
+    finally:
+        if mode == GRAY:
+            stop_holding_writes(bed.settings.aws_endpoint_url)
     if mode == SIGTERM:
         victim.wait(bed.settings.shutdown_budget_seconds + 5)
+    elif mode == GRAY:
+        victim.kill()  # it recovers once answered; the next round starts from three workers
     bed.tail.refresh()
     events = bed.tail.events[already_read:]
     acquired = first_acquisitions(events, held, old, t0)
@@ -185,6 +211,15 @@ def takeover_round(
     started = _replace(bed, timeout)
     epochs = {s: e.epoch for s, e in acquired.items()}
     return TakeoverRound(mode, old, t0, unowned, epochs, started)
+
+
+def gray_renewal_match(settings: Settings, worker_id: str) -> list[str]:
+    """What only ``worker_id``'s renewals carry: its worker item's (sessions: any of its
+    sessions, whose ids continue its id), or each of its leases' (per-stream: the owner it
+    names; its worker item still renews, so it stays on the fleet list)."""
+    if settings.liveness is Liveness.SESSION:
+        return ["UpdateItem", worker_key(worker_id), "#hb + :one"]
+    return ["UpdateItem", "SET #exp = :exp, #seq = :seq", worker_id]
 
 
 def _replace(bed: Testbed, timeout: float) -> float:
@@ -336,6 +371,10 @@ def store_round_trips(settings: Settings, stream_id: str, count: int) -> list[fl
     return out
 
 
+def _gray_applies(preset: str, settings: Settings) -> bool:
+    return preset != REFERENCE and settings.liveness in GRAY_PRESET_LIVENESS
+
+
 def measure(ctx: BenchContext, preset: str) -> PresetRun:
     """Every latency and the duplicates for one preset (see the module docstring)."""
     settings = ctx.settings(preset)
@@ -346,7 +385,8 @@ def measure(ctx: BenchContext, preset: str) -> PresetRun:
     with ctx.testbed(f"failover-{preset}", settings, rate=RATE) as bed:
         ids = start_fleet(ctx, bed, streams)
         samples[STORE_ROUND_TRIP] = store_round_trips(bed.settings, ids[0], STORE_PROBES)
-        done = run_rounds(ctx, bed, ids, TAKEOVER_MODES, rounds, samples[REAPER_CALL])
+        modes = [m for m in TAKEOVER_MODES if m != GRAY or _gray_applies(preset, settings)]
+        done = run_rounds(ctx, bed, ids, modes, rounds, samples[REAPER_CALL])
         for measured in done:
             samples[measured.mode] += list(measured.unowned_seconds.values())
             samples[WORKER_START].append(measured.replacement_start_seconds)

@@ -17,15 +17,21 @@
   settings' clock-skew allowance.
 - ``sessions`` (function): a :class:`~streamlease.session_store.SessionStore` on that table
   (worker items).
+- ``measured`` (function): ``measured(what, value, unit)`` records a figure a liveness test
+  measured (how long a takeover took, in leases); the figures are listed after the run. Tests
+  assert that the thing happens within a generous cap; how soon is a benchmark figure
+  (``make bench``), never a test's bound.
 
 Suite-specific fixtures live in the conftest of their own directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +111,59 @@ def store(aws_settings: Settings, dynamodb: Any) -> LeaseStore:
 def sessions(aws_settings: Settings, dynamodb: Any) -> SessionStore:
     """Worker items (sessions) on the test's table."""
     return SessionStore(dynamodb, aws_settings.table_name)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Parallel runs (``make test``'s first phase) hand out whole test files, so a module-scoped
+    fixture (a local stack, an upstream simulator, a bench run) is made once, not once per
+    worker; and all of ``tests/infra`` to one worker, which synthesizes the app once (~15 s of a
+    core and ~1 GiB each time). Not ``--dist loadgroup``: pytest-xdist 3.8 puts the group into
+    ``item._nodeid``, which pytest 9.2 no longer reads, so its groups silently do nothing."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/infra" if path.startswith("tests/infra/") else path
+
+    return ByFile(config, log)
+
+
+MEASURED_PREFIX = "measured: "
+
+
+@pytest.fixture
+def measured(record_property: Callable[[str, object], None]) -> Callable[[str, float, str], None]:
+    """Record a figure this test measured (shown in the run's summary, and in JUnit XML)."""
+
+    def record(what: str, value: float, unit: str) -> None:
+        record_property(MEASURED_PREFIX + what, f"{value:.2f} {unit}")
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """List what the liveness tests measured (from every xdist worker's reports too), and write
+    the outcome counts where ``make test``'s runner (``tests/tiers.py``) adds them up."""
+    tally = os.environ.get("STREAMLEASE_TEST_TALLY")
+    if tally and not hasattr(config, "workerinput"):
+        counts = {  # as pytest's own summary line counts them
+            outcome: sum(
+                getattr(report, "count_towards_summary", True)
+                for report in terminalreporter.stats.get(outcome, [])
+            )
+            for outcome in ("passed", "failed", "skipped", "error", "xfailed", "xpassed")
+        }
+        Path(tally).write_text(json.dumps(counts))
+    lines = [
+        f"{report.nodeid}: {name.removeprefix(MEASURED_PREFIX)} {value}"
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        if report.when == "call"
+        for name, value in report.user_properties
+        if name.startswith(MEASURED_PREFIX)
+    ]
+    if lines:
+        terminalreporter.section("measured (the bounds on these are make bench's figures)")
+        for line in sorted(lines):
+            terminalreporter.line(line)

@@ -28,6 +28,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every scenario is ``serial``: its fleet runs on shrunk timers, alone on the machine."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.fixture(params=[Liveness.SESSION, Liveness.STREAM], ids=["sessions", "per-stream"])
 def liveness(request: pytest.FixtureRequest) -> Liveness:
     """The liveness mode the fleet of this run uses."""

@@ -3,7 +3,8 @@ its client gave up (a latency spike, a half-broken network path), while its peer
 
 Its peers see its renewals land and would never judge it dead; the worker itself never sees a
 renewal succeed. That must end in a handover, not a pause: each of its streams is delivered by
-a peer within two leases of the gray failure starting, with no overlap and no gap. With
+a peer (about two leases after the gray failure started: measured and shown, not asserted; the
+bound is a benchmark figure), with no overlap and no gap. With
 per-stream leases its worker item still renews: it advertises no room while its lease renewals
 go unanswered, so its peers share its streams among themselves instead of shedding them back.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Final
 
 import pytest
@@ -39,8 +41,6 @@ GRAY_DELAY_SECONDS: Final = 1.5
 reproduction (renewals applied 1.5 s late against a 1 s timeout)."""
 GRAY_REQUESTS: Final = 100_000
 """Hold every matching request for the whole scenario."""
-HANDOVER_LEASES: Final = 2.0
-"""Every stream of the gray worker is delivered by a peer within this many leases (both modes)."""
 
 
 def renewal_match(bed: Testbed, worker: WorkerProcess) -> list[str]:
@@ -54,10 +54,12 @@ def renewal_match(bed: Testbed, worker: WorkerProcess) -> list[str]:
     return ["UpdateItem", "SET #exp = :exp, #seq = :seq", worker.worker_id]
 
 
-def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Testbed) -> None:
+def test_a_gray_worker_hands_its_streams_to_its_peers(
+    bed: Testbed, measured: Callable[[str, float, str], None]
+) -> None:
     """The worker that holds most streams gets no answer to any renewal while every renewal
-    lands 1.5 s late: each of its streams is owned by a peer within two leases of the start,
-    and records of a peer reach the sink for each; no overlap, no gap. Per-stream leases: its
+    lands 1.5 s late: each of its streams is owned by a peer (within the recovery cap), and
+    records of a peer reach the sink for each; no overlap, no gap. Per-stream leases: its
     worker item, which goes on renewing, advertises no room meanwhile."""
     ids = start_fleet(bed)
     holdings = bed.holdings()
@@ -99,15 +101,16 @@ def test_a_gray_worker_hands_its_streams_to_its_peers_within_two_leases(bed: Tes
     try:
         bed.wait_for(all_moved, recovery_timeout(bed.settings), "the gray worker's streams moved")
         if per_stream:
-            bed.wait_for(advertises_no_room, LEASE_SECONDS, "the gray worker advertised no room")
+            bed.wait_for(
+                advertises_no_room,
+                recovery_timeout(bed.settings),
+                "the gray worker advertised no room",
+            )
     finally:
         stop_holding_writes(endpoint)
     leases = sorted(t / LEASE_SECONDS for t in moved_at.values())
-    print(
-        f"gray failure → owned by a peer: median {statistics.median(leases):.2f}, "
-        f"max {leases[-1]:.2f} leases ({len(leases)} streams)"
-    )
-    assert leases[-1] <= HANDOVER_LEASES, f"moved after {leases[-1]:.2f} leases: {leases}"
+    measured("gray failure → owned by a peer, median", statistics.median(leases), "leases")
+    measured(f"gray failure → owned by a peer, max of {len(leases)}", leases[-1], "leases")
     bed.wait_all_owned(ids, recovery_timeout(bed.settings))
     time.sleep(LEASE_SECONDS)  # the peers deliver for a while
     report = finish(bed)

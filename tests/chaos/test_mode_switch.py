@@ -3,15 +3,16 @@ as when the task-stopped event was lost).
 
 Run from each mode to the other: stop the fleet (each worker drains), wait until ``GET
 /workers`` lists nobody, start the fleet in the other mode. Every stream must be owned by a live
-worker again within two leases of the new fleet running: the killed worker's streams too, held
-through a session that nobody will ever renew (sessions → per-stream) or by per-stream leases
-that lapse (per-stream → sessions).
+worker again: the killed worker's streams too, held through a session that nobody will ever
+renew (sessions → per-stream) or by per-stream leases that lapse (per-stream → sessions). How
+soon (about two leases) is measured and shown, not asserted: a loaded machine stretches it; the
+bound is a benchmark figure (``make bench``, failover section).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Final
+from collections.abc import Callable
 
 import pytest
 from chaos_support import (
@@ -28,13 +29,13 @@ from streamlease.schema import Liveness
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
-OWNED_AGAIN_LEASES: Final = 2.0
 
-
-def test_a_mode_switch_after_a_worker_was_killed_owns_every_stream_again(bed: Testbed) -> None:
+def test_a_mode_switch_after_a_worker_was_killed_owns_every_stream_again(
+    bed: Testbed, measured: Callable[[str, float, str], None]
+) -> None:
     """Kill -9 the worker holding most streams (no reaper), drain the others, wait until no
-    worker is listed, start the other mode's fleet: every stream is owned again within two
-    leases of its first worker running; no overlap, no gap."""
+    worker is listed, start the other mode's fleet: every stream is owned again (within the
+    recovery cap of a few leases) once its first worker runs; no overlap, no gap."""
     ids = start_fleet(bed)
     holdings = bed.holdings()
     victim = max(bed.live_workers(), key=lambda w: len(holdings.get(w.worker_id, ())))
@@ -51,9 +52,8 @@ def test_a_mode_switch_after_a_worker_was_killed_owns_every_stream_again(bed: Te
         lambda: any(bed.worker_running(w) for w in fleet), 60, "the new fleet's first worker"
     )
     waited = bed.wait_all_owned(ids, recovery_timeout(bed.settings))
-    print(f"mode switch {old.value} → {new.value}: every stream owned after {waited:.2f} s")
+    switch = f"mode switch {old.value} → {new.value}"
+    measured(f"{switch}: owned again after the new fleet ran", waited / LEASE_SECONDS, "leases")
     time.sleep(LEASE_SECONDS)  # the new fleet delivers for a while
     report = finish(bed)
     assert_invariants(bed, report)
-    message = f"owned again {waited / LEASE_SECONDS:.2f} leases after the new fleet ran"
-    assert waited <= OWNED_AGAIN_LEASES * LEASE_SECONDS, message

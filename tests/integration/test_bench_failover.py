@@ -19,7 +19,7 @@ from bench.context import DEFAULT_SCALE, SESSIONS, BenchContext
 from local.invariants import load_events
 from local.moto_process import MotoProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 STREAMS = 6
 LARGER_SCALE = 0.4

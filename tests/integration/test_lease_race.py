@@ -40,7 +40,7 @@ from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
 from streamlease.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 RACER = Path(__file__).resolve()
 DEAD_OWNER = "w-dead"

@@ -19,7 +19,7 @@ from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 CAPACITY = 3
 """Six slots: three may be lost before any stream's room is; at five the session is replaced."""

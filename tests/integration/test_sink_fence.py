@@ -28,7 +28,7 @@ from streamlease.schema import Liveness, SinkField, belongs_to_task, stream_key,
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 HOLD_SECONDS = 30.0
 """How late the moto server applies A's held renewals: long after B took over."""

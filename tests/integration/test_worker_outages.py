@@ -23,7 +23,7 @@ from local.upstream_sim import UpstreamSimulator
 from streamlease.schema import Liveness, SinkField
 from streamlease.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def test_dynamodb_outage_longer_than_a_lease_fences_then_recovers(

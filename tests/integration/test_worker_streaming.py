@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 from worker_helpers import (
@@ -81,10 +82,14 @@ def test_a_feed_that_starts_at_seq_0_delivers_it_and_a_takeover_after_it_resumes
 
 
 def test_stop_closes_the_upstream_within_a_heartbeat_and_releases(
-    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+    fleet: Fleet,
+    streams: Streams,
+    upstream: UpstreamSimulator,
+    measured: Callable[[str, float, str], None],
 ) -> None:
-    """desired_state STOPPED reaches the owner within a heartbeat (its poll of its own streams):
-    it closes the upstream (1000), writes the final checkpoint, releases, sends no handoff."""
+    """desired_state STOPPED reaches the owner (within a heartbeat, its poll of its own streams:
+    measured; a generous cap asserted): it closes the upstream (1000), writes the final
+    checkpoint, releases, sends no handoff."""
     fleet.start()
     (stream_id,) = new_ids(1)
     streams.put(stream_id, upstream.url_for(stream_id))
@@ -92,18 +97,23 @@ def test_stop_closes_the_upstream_within_a_heartbeat_and_releases(
 
     stopped_at = time.monotonic()
     streams.stop(stream_id)
-    fleet.wait(lambda: upstream.stats(stream_id).open == 0, 5, "upstream closed")
+    fleet.wait(lambda: upstream.stats(stream_id).open == 0, 30, "upstream closed")
     closed_after = time.monotonic() - stopped_at
-    fleet.wait(lambda: streams.read(stream_id).owner is None, 5, "lease released")
+    fleet.wait(lambda: streams.read(stream_id).owner is None, 30, "lease released")
+    # The worker logs the release once DynamoDB answered it: the item may show it first.
+    fleet.wait(
+        lambda: "released" in [e.event for e in fleet.events(stream_id=stream_id)],
+        30,
+        "the release in the worker's lease events",
+    )
 
     item = streams.read(stream_id)
     assert item.expires_at_ms == 0
     delivered = fleet.seqs(stream_id)
     assert item.last_seq == max(delivered), "final checkpoint = last delivered seq"
     assert_no_gap(delivered)
-    # One heartbeat until the renewal that sees the stop, plus the time to act on it; the
-    # machine is shared, so allow a generous margin on top.
-    assert closed_after < HEARTBEAT_SECONDS + 1.0, f"closed {closed_after:.2f} s after the stop"
+    # One heartbeat until the renewal that sees the stop, plus the time to act on it.
+    measured("stop → upstream closed", closed_after / HEARTBEAT_SECONDS, "heartbeats")
     kinds = [e.event for e in fleet.events(stream_id=stream_id)]
     assert kinds[-2:] == ["stopped", "released"]
     assert "handoff" not in kinds

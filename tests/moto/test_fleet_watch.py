@@ -1,6 +1,10 @@
 """The fleet watcher of a large fleet, on the moto server: each worker reads a bounded window of
 the sessions after its own, one elected worker reads them all and writes the digest, and the
-others take the fair share from it. Timers shrunk: lease 0.4 s."""
+others take the fair share from it. The tests of who reads what and of the digest run on a
+lease of a minute: nothing in them may depend on how fast the rounds go (on a loaded machine a
+few rounds took longer than a lease of 0.4 s, and sessions nobody renews looked dead, or the
+digest stale). The dead-session test shrinks the lease to 0.4 s and renews the rest of the
+fleet as it goes."""
 
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ from worker.liveness.fleet import WINDOW_PAGE, FleetWatcher
 from worker.ownership.fleet_view import FleetView
 
 LEASE_SECONDS = 0.4
+"""The dead-session test's lease: a session whose hb stands still this long is dead."""
+STEADY_LEASE_SECONDS = 60.0
+"""Every other test's: longer than any of them runs, so no session goes stale meanwhile."""
 SESSIONS = rules.FULL_READ_MAX_SESSIONS + 8
 START = 1_800_000_000_000
 
@@ -73,14 +80,18 @@ def fleet(sessions: SessionStore) -> list[WorkerInfo]:
 
 
 def watcher(
-    aws_settings: Settings, dynamodb: Any, sessions: SessionStore, me: WorkerInfo
+    aws_settings: Settings,
+    dynamodb: Any,
+    sessions: SessionStore,
+    me: WorkerInfo,
+    lease_seconds: float = STEADY_LEASE_SECONDS,
 ) -> tuple[FleetWatcher, Takeover, FleetView]:
     settings = dataclasses.replace(
         aws_settings,
-        lease_seconds=LEASE_SECONDS,
-        heartbeat_seconds=0.1,
-        fence_margin_seconds=0.05,
-        fleet_recount_seconds=0.05,
+        lease_seconds=lease_seconds,
+        heartbeat_seconds=lease_seconds / 4,
+        fence_margin_seconds=lease_seconds / 8,
+        fleet_recount_seconds=lease_seconds / 8,
     )
     ctx = SimpleNamespace(
         settings=settings,
@@ -140,8 +151,8 @@ async def test_a_dead_session_is_tombstoned_by_a_watcher_before_it_and_by_no_oth
     fleet digest here: its writer reads the whole fleet every round and may judge anyone, so a
     random claim by w10 (a few per cent a run) would make it a reader of w05 too."""
     monkeypatch.setattr(rules, "claim_chance", lambda sessions: 0.0)
-    near, near_takeover, _ = watcher(aws_settings, dynamodb, sessions, fleet[4])
-    far, far_takeover, _ = watcher(aws_settings, dynamodb, sessions, fleet[10])
+    near, near_takeover, _ = watcher(aws_settings, dynamodb, sessions, fleet[4], LEASE_SECONDS)
+    far, far_takeover, _ = watcher(aws_settings, dynamodb, sessions, fleet[10], LEASE_SECONDS)
     async with asyncio.TaskGroup() as tasks:
         for beat in range(14):
             renew_all(sessions, fleet, {"w05"}, beat)

@@ -1,7 +1,12 @@
 """The worker's connection-state writer: changes soon, a flapping stream coalesced, repeats
 rare, writes bounded in number at once, a lost lease reported to its holder; the trouble a
 stream's progress shows written as its state, the progress itself written rarely and only when
-it changed."""
+it changed.
+
+Gaps, repeats, progress intervals and the idle threshold are judged on the writer's clock; the
+tests of those drive a :class:`Clock` of their own, so they hold on a busy machine and take
+milliseconds (the writer then wakes every ``scan_seconds`` of real time, at most).
+"""
 
 from __future__ import annotations
 
@@ -77,6 +82,41 @@ async def until(condition: Callable[[], bool], limit_seconds: float = 5.0) -> No
             await asyncio.sleep(0.005)
 
 
+DRIVEN_SCAN = 0.01
+"""``scan_seconds`` of the writers on a driven clock: seconds of that clock, and so at most
+this long (real) between two of the writer's looks at it."""
+
+
+class Clock:
+    """A monotonic clock the test moves. It counts the writer's reads, so the test can wait
+    until the writer has looked at the time it was moved to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+    async def advance(self, seconds: float) -> None:
+        """Move on ``seconds``, then wait until the writer has looked at everything at the new
+        time: two reads after the move (the first may be its wait's, the second is then its
+        pass over the streams)."""
+        self.now += seconds
+        seen = self.reads
+        await until(lambda: self.reads >= seen + 2)
+
+    async def until(self, condition: Callable[[], bool], step: float) -> None:
+        """Move on ``step`` at a time until ``condition()`` holds (within 1,000 steps)."""
+        for _ in range(1000):
+            if condition():
+                return
+            await self.advance(step)
+            await asyncio.sleep(0.001)  # a write handed to a thread lands
+        pytest.fail("not within 1,000 steps of the clock")
+
+
 @pytest.fixture
 async def running() -> AsyncIterator[Callable[..., tuple[ConnectionReport, Store]]]:
     tasks: list[asyncio.Task[None]] = []
@@ -105,28 +145,36 @@ async def test_a_change_is_written_soon(running: Any) -> None:
 
 
 async def test_a_flapping_stream_coalesces_into_its_latest_state(running: Any) -> None:
-    """Within the gap after a write, many changes make one more write: the latest."""
-    report, store = running(min_gap_seconds=0.3)
+    """Within the gap after a write, many changes make one more write: the latest, once the
+    gap has passed."""
+    clock = Clock()
+    report, store = running(min_gap_seconds=0.3, scan_seconds=DRIVEN_SCAN, clock=clock)
     report.note(lease("s1"), RETRYING, "dropped", ignore)
     await until(lambda: len(store.calls) == 1)
     for n in range(20):
         report.note(lease("s1"), CONNECTED if n % 2 else RETRYING, f"drop {n}", ignore)
-    await until(lambda: len(store.calls) == 2)
-    await asyncio.sleep(0.4)
+        await clock.advance(0.01)
+    assert len(store.calls) == 1, "written again within the gap"
+    await clock.until(lambda: len(store.calls) == 2, step=0.05)
+    for _ in range(10):  # a second gap and more: nothing new to write
+        await clock.advance(0.05)
     assert store.calls[1] == ("s1", 3, CONNECTED, "drop 19")
     assert len(store.calls) == 2
 
 
 async def test_the_same_state_and_error_is_repeated_only_after_a_while(running: Any) -> None:
-    report, store = running(min_gap_seconds=0.01, repeat_seconds=0.3)
+    clock = Clock()
+    report, store = running(
+        min_gap_seconds=0.01, repeat_seconds=60.0, scan_seconds=DRIVEN_SCAN, clock=clock
+    )
     report.note(lease("s1"), RETRYING, "refused", ignore)
     await until(lambda: len(store.calls) == 1)
     report.note(lease("s1"), RETRYING, "refused", ignore)
-    await asyncio.sleep(0.1)
+    await clock.advance(59.0)
     assert len(store.calls) == 1
-    await asyncio.sleep(0.25)
+    await clock.advance(1.0)
     report.note(lease("s1"), RETRYING, "refused", ignore)
-    await until(lambda: len(store.calls) == 2)
+    await clock.until(lambda: len(store.calls) == 2, step=DRIVEN_SCAN)
 
 
 async def test_every_stream_gets_its_state_with_few_writes_at_once(running: Any) -> None:
@@ -162,12 +210,14 @@ async def test_an_unanswered_write_waits_for_the_next_change(running: Any) -> No
 
 
 async def test_a_forgotten_holding_writes_nothing(running: Any) -> None:
-    report, store = running(min_gap_seconds=0.3)
+    clock = Clock()
+    report, store = running(min_gap_seconds=0.3, scan_seconds=DRIVEN_SCAN, clock=clock)
     report.note(lease("s1"), RETRYING, "first", ignore)
     await until(lambda: len(store.calls) == 1)
     report.note(lease("s1"), CONNECTED, None, ignore)  # due only after the gap
     report.forget("s1", 3)
-    await asyncio.sleep(0.45)
+    for _ in range(10):  # the gap and more
+        await clock.advance(0.05)
     assert len(store.calls) == 1
 
 
@@ -177,14 +227,20 @@ def watched(idle_seconds: float = 60.0) -> ProgressWatch:
 
 async def test_a_quiet_stream_is_written_stalled_with_its_progress(running: Any) -> None:
     """No state was noted beyond connected: the writer's own look at the progress finds the
-    stream quiet past its idle threshold and writes ``stalled``, the counters with it."""
-    report, store = running(min_gap_seconds=0.01, scan_seconds=0.05)
-    progress = watched(idle_seconds=0.3)
+    stream quiet past its idle threshold (a minute, on the writer's clock) and writes
+    ``stalled``, the counters with it; not a moment before."""
+    clock = Clock()
+    report, store = running(min_gap_seconds=0.01, scan_seconds=DRIVEN_SCAN, clock=clock)
+    progress = watched(idle_seconds=60.0)
     progress.received = progress.delivered = 7
     report.track(lease("s1"), progress, ignore)
     report.note(lease("s1"), CONNECTED, None, ignore)
-    await until(lambda: [c[2] for c in store.calls] == [CONNECTED, ConnectionState.STALLED])
-    assert store.calls[-1][3] == "no frame for 0.3 s"
+    await until(lambda: [c[2] for c in store.calls] == [CONNECTED])
+    await clock.advance(59.0)
+    await clock.advance(DRIVEN_SCAN)
+    assert [c[2] for c in store.calls] == [CONNECTED], "stalled before its threshold"
+    await clock.until(lambda: len(store.calls) == 2, step=1.0)
+    assert store.calls[-1][2:] == (ConnectionState.STALLED, "no frame for 60 s")
     assert [(p.delivered, rode) for _, p, rode in store.progress] == [(7, True), (7, True)]
 
 
@@ -193,19 +249,24 @@ async def test_progress_alone_is_written_at_most_every_interval_and_only_when_it
 ) -> None:
     """A busy stream with no state change: its counters are written once per interval; an
     interval in which they did not change writes nothing."""
-    report, store = running(scan_seconds=0.02, progress_seconds=0.2, rand=lambda: 0.0)
+    clock = Clock()
+    report, store = running(
+        scan_seconds=DRIVEN_SCAN, progress_seconds=0.2, rand=lambda: 0.0, clock=clock
+    )
     progress = watched()
     report.track(lease("s1"), progress, ignore)
     report.note(lease("s1"), CONNECTED, None, ignore)
     await until(lambda: len(store.calls) == 1)
     for n in range(1, 26):  # 0.5 s of traffic
         progress.received = progress.delivered = n
-        await asyncio.sleep(0.02)
-    await until(lambda: store.progress[-1][1].delivered == 25)  # the last change is written
+        await clock.advance(0.02)
+    # The last change is written, at the next interval.
+    await clock.until(lambda: store.progress[-1][1].delivered == 25, step=0.02)
     alone = [p for _, p, rode in store.progress if not rode]
     assert 2 <= len(alone) <= 4  # 0.5 s of changes, an interval of 0.2 s
     written = len(store.progress)
-    await asyncio.sleep(0.5)  # nothing changes
+    for _ in range(25):  # 0.5 s in which nothing changes
+        await clock.advance(0.02)
     assert len(store.progress) == written
     progress.delivered += 1
-    await until(lambda: len(store.progress) == written + 1)
+    await clock.until(lambda: len(store.progress) == written + 1, step=0.02)

@@ -94,13 +94,30 @@ def make_session(
     return session
 
 
-async def run_for(session: Session, seconds: float, healthy_at_start: list[bool]) -> None:
-    """Open ``session`` (its create answers), renew for ``seconds``, stop."""
-    await session.open()
-    healthy_at_start.append(session.healthy())
-    session.start()
+EVENT_CAP_SECONDS = 20.0
+"""How long a test waits for what it expects (a read, a renewal, the session lost) before it
+fails: generous, since the event is what is asserted, not how soon it came."""
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait (polling every few milliseconds) until ``condition()`` holds; fail after the cap."""
     try:
-        await asyncio.sleep(seconds)
+        async with asyncio.timeout(EVENT_CAP_SECONDS):
+            while not condition():  # noqa: ASYNC110 (the thread's calls set no event)
+                await asyncio.sleep(0.005)
+    except TimeoutError:
+        pytest.fail(f"{what}: not within {EVENT_CAP_SECONDS:.0f} s")
+
+
+async def run_until_over(session: Session) -> None:
+    """Open ``session``, start its renewal thread and wait until the thread has ended by itself
+    (the session is over), within the cap."""
+    await session.open()
+    session.start()
+    thread = session._thread
+    assert thread is not None
+    try:
+        await until(lambda: not thread.is_alive() and not session.live, "the session over")
     finally:
         session.stop()
 
@@ -108,11 +125,11 @@ async def run_for(session: Session, seconds: float, healthy_at_start: list[bool]
 def test_renewals_unanswered_while_the_store_answers_a_read_revoke_the_session() -> None:
     """Past the deadline the thread reads the session; the store answers, so the renewals are
     what fails: the session is lost (REVOKED) and its tombstone written with no hb condition,
-    by the worker itself; no renewal is sent after that."""
+    by the worker itself; no renewal is sent after that (the thread ends)."""
     store = ScriptedStore(renewals=False, read=True, read_state=WorkerState.RUNNING)
     lost: list[SessionState] = []
     session = make_session(store, lost, probation=False)
-    asyncio.run(run_for(session, 3 * SETTINGS.lease_seconds, []))
+    asyncio.run(run_until_over(session))
     assert lost == [SessionState.REVOKED]
     assert session.state is SessionState.REVOKED
     assert store.calls.count(f"expire by {ME} seen None") == 1
@@ -122,16 +139,35 @@ def test_renewals_unanswered_while_the_store_answers_a_read_revoke_the_session()
 
 def test_renewals_and_reads_unanswered_go_on_renewing() -> None:
     """The store answers nothing (an outage, a brownout for everyone): no revoke; the thread
-    keeps renewing, so the session resumes the moment a renewal gets through."""
+    keeps renewing past its reads of the session, so the session resumes the moment a renewal
+    gets through."""
     store = ScriptedStore(renewals=False, read=False, read_state=WorkerState.RUNNING)
     lost: list[SessionState] = []
     session = make_session(store, lost, probation=False)
-    asyncio.run(run_for(session, 3 * SETTINGS.lease_seconds, []))
+    calls = store.calls
+
+    def renewed_after_read(reads: int) -> bool:
+        if calls.count("read") < reads:
+            return False
+        last_read = len(calls) - calls[::-1].index("read")
+        return "renew" in calls[last_read:]
+
+    async def scenario() -> None:
+        await session.open()
+        session.start()
+        try:
+            # Two reads unanswered, each followed by more renewals: it goes on, read after read.
+            await until(lambda: renewed_after_read(2), "a renewal after the second read")
+            assert session.live and lost == []
+            store.renewals_answer = True
+            await until(session.healthy, "the session healthy again once a renewal got through")
+        finally:
+            session.stop()
+
+    asyncio.run(scenario())
     assert lost == []
     assert session.live
     assert not any(c.startswith("expire") for c in store.calls)
-    last_read = len(store.calls) - store.calls[::-1].index("read")
-    assert "renew" in store.calls[last_read:]
 
 
 def test_a_session_expired_by_a_peer_is_lost_without_a_revoke() -> None:
@@ -139,7 +175,7 @@ def test_a_session_expired_by_a_peer_is_lost_without_a_revoke() -> None:
     store = ScriptedStore(renewals=False, read=True, read_state=WorkerState.EXPIRED)
     lost: list[SessionState] = []
     session = make_session(store, lost, probation=False)
-    asyncio.run(run_for(session, 3 * SETTINGS.lease_seconds, []))
+    asyncio.run(run_until_over(session))
     assert lost == [SessionState.EXPIRED]
     assert not any(c.startswith("expire") for c in store.calls)
 
@@ -151,7 +187,21 @@ def test_a_session_on_probation_is_healthy_only_after_a_renewal(renewals: bool) 
     store = ScriptedStore(renewals=renewals, read=False, read_state=None)
     session = make_session(store, [], probation=True)
     healthy_at_start: list[bool] = []
-    asyncio.run(run_for(session, 2 * SETTINGS.heartbeat_seconds, healthy_at_start))
+
+    async def scenario() -> None:
+        await session.open()
+        healthy_at_start.append(session.healthy())
+        session.start()
+        try:
+            if renewals:
+                await until(session.healthy, "healthy after its first renewal")
+            else:
+                await until(lambda: store.calls.count("renew") >= 2, "two renewals sent")
+                await asyncio.sleep(0)  # what the thread handed to the loop has run
+        finally:
+            session.stop()
+
+    asyncio.run(scenario())
     assert healthy_at_start == [False]
     assert session.healthy() is renewals
 

@@ -82,13 +82,17 @@ class ConnectionReport:
         progress_seconds: float = PROGRESS_SECONDS,
         scan_seconds: float = SCAN_SECONDS,
         rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``rand`` (uniform in [0, 1)) and ``clock`` (monotonic seconds: every due time, gap
+        and idle threshold is judged on it) are injectable for tests."""
         self._min_gap = min_gap_seconds
         self._repeat = repeat_seconds
         self._parallel = parallel_writes
         self._progress_seconds = progress_seconds
         self._scan_seconds = scan_seconds
         self._rand = rand
+        self._clock = clock
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._dirty: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()
@@ -98,7 +102,7 @@ class ConnectionReport:
         """Watch ``progress`` of ``lease``'s stream from now on (its holder started)."""
         entry = self._entry(lease, on_lost)
         entry.progress = progress
-        entry.progress_due = time.monotonic() + self._rand() * self._progress_seconds
+        entry.progress_due = self._clock() + self._rand() * self._progress_seconds
 
     def note(
         self,
@@ -131,7 +135,7 @@ class ConnectionReport:
         next_at = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, next_at - time.monotonic())):
+                async with asyncio.timeout(max(0.0, next_at - self._clock())):
                     await self._changed.wait()
             self._changed.clear()
             next_at = await self._write_due(store)
@@ -145,7 +149,7 @@ class ConnectionReport:
 
     async def _write_due(self, store: LeaseStore) -> float:
         """Write everything due; returns when to look again (monotonic)."""
-        now = time.monotonic()
+        now = self._clock()
         if now >= self._next_scan:
             self._next_scan = now + self._scan_seconds
             keys = list(self._entries)
@@ -196,7 +200,7 @@ class ConnectionReport:
         lease = entry.lease
         state, error = shown
         progress = None if entry.progress is None else entry.progress.snapshot()
-        entry.tried_at = time.monotonic()
+        entry.tried_at = self._clock()
         try:
             if progress is None:
                 await asyncio.to_thread(
@@ -223,7 +227,7 @@ class ConnectionReport:
         self, store: LeaseStore, entry: _Entry, progress: StreamProgress
     ) -> None:
         lease = entry.lease
-        entry.progress_due = time.monotonic() + self._progress_seconds
+        entry.progress_due = self._clock() + self._progress_seconds
         try:
             await asyncio.to_thread(
                 store.record_progress, lease.stream_id, lease.owner, lease.epoch, progress
