@@ -292,3 +292,12 @@ async def test_gaps_and_undeliverable_frames_are_counted_once_per_batch() -> Non
     rig.delivery.messages_received(frames(4))
     assert rig.metrics.total(WorkerMetric.SEQ_GAPS) == 1
     assert rig.progress.received == 4
+
+
+async def test_nothing_is_taken_in_once_the_batch_in_the_sink_was_settled() -> None:
+    """Settling (before a release) ends the holding's intake too, whatever ended it: a frame
+    that arrives afterwards is never submitted after the lease is given up."""
+    rig = Rig()
+    assert await rig.delivery.settle(0.0) is True
+    rig.delivery.messages_received(frames(1))
+    assert rig.sink.batches == []

@@ -324,7 +324,9 @@ class Delivery:
     # --- internals ---------------------------------------------------------------------------
 
     def _end_submitting(self) -> None:
-        """From now on nothing more goes to the sink (a graceful end after its drain)."""
+        """From now on nothing more is taken in or goes to the sink (the holding is giving its
+        lease up)."""
+        self._ending = True
         self._stopped = True
         self._waiting = []
         self._waiting_bytes = 0
