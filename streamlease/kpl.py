@@ -222,13 +222,13 @@ def message_fields(buffer: bytes) -> Iterator[tuple[int, int | bytes]]:
     :class:`AggregationError` when the bytes are not a protobuf message."""
     position, end = 0, len(buffer)
     while position < end:
-        tag, position = _read_varint(buffer, position)
+        tag, position = read_varint(buffer, position)
         number, wire_type = tag >> 3, tag & 7
         if wire_type == _VARINT:
-            value, position = _read_varint(buffer, position)
+            value, position = read_varint(buffer, position)
             yield number, value
         elif wire_type == _LENGTH:
-            length, position = _read_varint(buffer, position)
+            length, position = read_varint(buffer, position)
             if position + length > end:
                 raise AggregationError("a protobuf field runs past the end of its message")
             yield number, buffer[position : position + length]
@@ -241,7 +241,9 @@ def message_fields(buffer: bytes) -> Iterator[tuple[int, int | bytes]]:
         raise AggregationError("a protobuf field runs past the end of its message")
 
 
-def _read_varint(buffer: bytes, position: int) -> tuple[int, int]:
+def read_varint(buffer: bytes, position: int) -> tuple[int, int]:
+    """The protobuf varint at ``position`` of ``buffer`` and the position after it. Raises
+    :class:`AggregationError` when it is cut short or longer than 64 bits."""
     result, shift = 0, 0
     while True:
         if position >= len(buffer) or shift > 63:

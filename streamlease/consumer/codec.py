@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
-from streamlease.kpl import varint
+from streamlease.kpl import AggregationError, read_varint, varint
 
 FORMAT: Final = 1
 COMPRESSED: Final = 2
@@ -79,18 +79,25 @@ def decode_marks(data: bytes) -> dict[str, Watermark]:
             raise ValueError("compressed watermarks do not inflate") from None
         if not inflate.eof:
             raise ValueError("compressed watermarks cut short or too large")
+    try:
+        return _decoded(data)
+    except AggregationError:  # a varint cut short
+        raise ValueError("watermarks cut short") from None
+
+
+def _decoded(data: bytes) -> dict[str, Watermark]:
     marks: dict[str, Watermark] = {}
     previous = b""
     position = 1
     while position < len(data):
-        shared, position = _read_varint(data, position)
-        length, position = _read_varint(data, position)
+        shared, position = read_varint(data, position)
+        length, position = read_varint(data, position)
         if shared > len(previous) or position + length > len(data):
             raise ValueError("watermarks cut short")
         raw = previous[:shared] + data[position : position + length]
         position += length
-        epoch, position = _read_varint(data, position)
-        seq, position = _read_varint(data, position)
+        epoch, position = read_varint(data, position)
+        seq, position = read_varint(data, position)
         try:
             marks[raw.decode()] = Watermark(epoch, seq)
         except UnicodeDecodeError:
@@ -107,16 +114,3 @@ def _shared(a: bytes, b: bytes) -> int:
     while n < limit and a[n] == b[n]:
         n += 1
     return n
-
-
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-    result, shift = 0, 0
-    while True:
-        if position >= len(data) or shift > 63:
-            raise ValueError("watermarks cut short")
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, position
-        shift += 7
