@@ -23,6 +23,7 @@ from streamlease import dynamo, expiry_index, rules
 from streamlease.errors import StateConflict, StreamNotFound
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, is_tombstone, iso_ms
+from streamlease.profile import Profile
 from streamlease.schema import (
     PK,
     TOMBSTONE_KEEPS,
@@ -55,6 +56,11 @@ class StreamConflict(StateConflict):
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+def _numbered(profile: Mapping[str, Any] | None) -> bool:
+    """Whether a stored profile has the worker number the messages (``seq: none``)."""
+    return Profile.from_item(profile).seq_path is None
 
 
 class StreamRepo:
@@ -254,6 +260,13 @@ class StreamRepo:
             wanted = stored if profile is None else (dict(profile) or None)
             if url == current.ws_url and wanted == stored:
                 return current, False
+            if current.last_seq != NOTHING_DELIVERED and _numbered(stored) != _numbered(wanted):
+                raise StreamConflict(
+                    f"stream {stream_id!r} has delivered messages: its seq cannot change between"
+                    " none and a path in place (its checkpoint counts in one numbering, the"
+                    " upstream's or the worker's); start the feed under a new stream id",
+                    "profile",
+                )
             values: dict[str, Any] = {
                 ":url": url,
                 ":gen": current.generation,

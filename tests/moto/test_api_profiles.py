@@ -141,3 +141,23 @@ def test_a_change_is_validated_as_a_create_is(api: Api) -> None:
     missing = api("PATCH", "/streams/nope", body={"ws_url": URL})
     assert missing.status == 404
     assert api("GET", "/streams/p1").body["generation"] == generation
+
+
+def test_a_stream_that_delivered_cannot_switch_between_its_own_and_the_workers_numbering(
+    api: Api, store: LeaseStore
+) -> None:
+    """Its checkpoint counts in one numbering (the upstream's seqs, or the worker's count for
+    ``seq: none``): read in the other, the worker would drop the feed's first messages as
+    replays and a reader would drop them as repeats. Before the first delivery it may."""
+    assert create(api).status == 201
+    early = api("PATCH", "/streams/p1", body={"profile": {"seq": "none"}})
+    assert early.status == 200
+    lease = store.acquire("p1", "w-1", 20_000)
+    store.renew("p1", "w-1", lease.epoch, 41, 20_000)
+    generation = api("GET", "/streams/p1").body["generation"]
+    refused = api("PATCH", "/streams/p1", body={"profile": {"seq": "data.u"}})
+    assert (refused.status, refused.error["field"]) == (409, "profile")
+    assert "new stream id" in refused.error["message"]
+    assert api("GET", "/streams/p1").body["generation"] == generation
+    same_kind = api("PATCH", "/streams/p1", body={"profile": {"seq": "none", "idle_seconds": 30}})
+    assert same_kind.status == 200
