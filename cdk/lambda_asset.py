@@ -87,6 +87,9 @@ UNREACHABLE: Final = (
 """Files of the dependencies that no handler can reach, left out of the asset (globs relative
 to the installed dependencies)."""
 _SKIPPED_NAMES: Final = ("__pycache__", ".installed")
+UNREACHABLE_SOURCES: Final = ("streamlease/cli",)
+"""Parts of the source packages that no handler imports, left out of the asset: the command
+line ships with the pip package (``pip install streamlease``), not in a function."""
 
 
 def find_runtime_python(explicit: str | None = None) -> str | None:
@@ -130,8 +133,8 @@ def _is_runtime_python(executable: str) -> bool:
 
 def stage(deps: Path, sources: Path, target: Path) -> None:
     """Lay out the asset's files in ``target``: the installed dependencies less
-    :data:`UNREACHABLE`, then the source packages (never a ``__pycache__`` of the build
-    machine's Python)."""
+    :data:`UNREACHABLE`, then the source packages less :data:`UNREACHABLE_SOURCES` (never a
+    ``__pycache__`` of the build machine's Python)."""
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
@@ -149,6 +152,8 @@ def stage(deps: Path, sources: Path, target: Path) -> None:
     ignore = shutil.ignore_patterns(*_SKIPPED_NAMES)
     for package in SOURCE_PACKAGES:
         shutil.copytree(sources / package, target / package, ignore=ignore)
+    for part in UNREACHABLE_SOURCES:
+        shutil.rmtree(target / part)
 
 
 def compile_bytecode(tree: Path, python: str) -> None:

@@ -181,7 +181,7 @@ def test_the_seq_from_the_feeds_own_field(stack: StackRun) -> None:
 
 def test_binary_frames_reach_the_sink_intact(stack: StackRun) -> None:
     """Binary frames, numbered by the worker: base64 in the sink, byte for byte what was sent."""
-    start(stack, "bin-1", feed_url(stack, "bin-1", binary=1), "--seq-path", "none")
+    start(stack, "bin-1", feed_url(stack, "bin-1", binary=1, first_seq=0), "--seq-path", "none")
     for record in flowing(stack, "bin-1"):
         assert record["payload_encoding"] == "base64"
         assert base64.b64decode(record["payload"]) == binary_payload_for("bin-1", record["seq"])
@@ -192,7 +192,7 @@ def test_binary_frames_reach_the_sink_intact(stack: StackRun) -> None:
 
 
 def test_frames_without_a_seq_are_numbered_by_the_worker(stack: StackRun) -> None:
-    start(stack, "plain-1", feed_url(stack, "plain-1", noseq=1), "--seq-path", "none")
+    start(stack, "plain-1", feed_url(stack, "plain-1", noseq=1, first_seq=0), "--seq-path", "none")
     for record in flowing(stack, "plain-1"):
         assert record["payload_encoding"] == "text"
         assert json.loads(record["payload"])["data"] == payload_for("plain-1", record["seq"])

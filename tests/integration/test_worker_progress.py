@@ -16,6 +16,7 @@ from worker_helpers import Fleet, Streams, new_ids
 from local.upstream_sim import UpstreamSimulator
 from streamlease.model import StreamProgress
 from streamlease.schema import ConnectionState, StreamAttr
+from streamlease.seqs import NOTHING_DELIVERED
 
 pytestmark = pytest.mark.slow
 
@@ -132,4 +133,4 @@ def test_a_sink_that_keeps_refusing_shows_sink_failing(
     )
     _, error = state_of(streams, stream_id)
     assert error is not None and "file sink write failed" in error
-    assert streams.checkpoint(stream_id) == 0
+    assert streams.checkpoint(stream_id) == NOTHING_DELIVERED
