@@ -32,6 +32,7 @@ from local.moto_process import (
 from local.testbed import Testbed
 from streamlease import aws, dynamo
 from streamlease.schema import PK, WORKER_PREFIX, Liveness, StreamAttr, WorkerAttr
+from streamlease.seqs import NOTHING_DELIVERED
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -74,12 +75,15 @@ class ExpiryWatch:
         else:
             return
         epoch = int(str(item.get(StreamAttr.LEASE_EPOCH, 0)))
-        seq = f"{key}@{epoch} last_seq", int(str(item.get(StreamAttr.LAST_SEQ, 0)))
+        seq = (
+            f"{key}@{epoch} last_seq",
+            int(str(item.get(StreamAttr.LAST_SEQ, NOTHING_DELIVERED))),
+        )
         for name, value in (watched, seq):
-            before = self._highest.get(name, 0)
-            if value < before:
+            before = self._highest.get(name)
+            if before is not None and value < before:
                 self.backwards.append(f"{name} {before} -> {value}")
-            self._highest[name] = max(before, value)
+            self._highest[name] = value if before is None else max(before, value)
 
     @contextmanager
     def running(self) -> Iterator[ExpiryWatch]:
