@@ -49,6 +49,17 @@ def wall_offset(events: list[Any]) -> float:
     return statistics.median(e.wall_ms / 1000 - e.mono for e in events if e.wall_ms > 0)
 
 
+def last_deadline(events: list[Any]) -> float:
+    """The latest fencing deadline (monotonic) one worker's lease events gave it."""
+    return max(
+        e.deadline_mono
+        for e in events
+        if e.deadline_mono is not None
+        and e.event
+        in (LeaseEventKind.ACQUIRED, LeaseEventKind.RENEWED, LeaseEventKind.SESSION_RENEWED)
+    )
+
+
 def run_scenario(
     fleet: Fleet,
     streams: Streams,
@@ -104,13 +115,7 @@ def test_no_sink_write_starts_after_the_holders_deadline(
     assert report.ok, format_report(report)
 
     a_events = [e for e in fleet.events() if e.worker_id == a.worker_id]
-    deadline = max(
-        e.deadline_mono
-        for e in a_events
-        if e.deadline_mono is not None
-        and e.event
-        in (LeaseEventKind.ACQUIRED, LeaseEventKind.RENEWED, LeaseEventKind.SESSION_RENEWED)
-    )
+    deadline = last_deadline(a_events)
     offset = wall_offset(a_events)
     a_writes = [
         r[SinkField.WRITTEN_AT_MS] / 1000 - offset
@@ -151,12 +156,7 @@ def test_a_self_revoked_session_hands_over_only_after_its_fence_margin(
     assert report.ok, format_report(report)
 
     a_events = [e for e in fleet.events() if e.worker_id == a.worker_id]
-    deadline = max(
-        e.deadline_mono
-        for e in a_events
-        if e.deadline_mono is not None
-        and e.event in (LeaseEventKind.ACQUIRED, LeaseEventKind.SESSION_RENEWED)
-    )
+    deadline = last_deadline(a_events)
     b_acquired_ms = min(
         e.wall_ms
         for e in fleet.events(LeaseEventKind.ACQUIRED, stream_id)
