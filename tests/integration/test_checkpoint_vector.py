@@ -16,7 +16,11 @@ from streamlease.seqs import MAX_SEQ, NOTHING_DELIVERED
 from streamlease.session_store import SessionStore
 from streamlease.telemetry import WorkerMetric
 
-pytestmark = pytest.mark.slow
+# Serial: its workers run on a 1 s lease and the scenario needs the first one's session to stay
+# live until the kill; beside the parallel phase on a busy machine its renewals went unanswered
+# for a lease and it rightly revoked itself (seen once, under a busy loop), which is a bench
+# question, not this test's.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def test_huge_seqs_are_malformed_and_a_takeover_resumes_every_stream_from_the_vector(
