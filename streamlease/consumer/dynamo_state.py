@@ -79,25 +79,24 @@ class DynamoWatermarks:
             item[WatermarkAttr.SEQUENCE_NUMBER] = state.sequence_number
         sent = dynamo.serialize(item)
         try:
-            if expected == 0:
-                dynamo.call(
-                    self._client.put_item,
-                    TableName=self._table,
-                    Item=sent,
-                    ConditionExpression=_NEW,
-                    ExpressionAttributeNames=dynamo.placeholders(_NAMES, _NEW),
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            else:
-                dynamo.call(
-                    self._client.put_item,
-                    TableName=self._table,
-                    Item=sent,
-                    ConditionExpression=_AT_VERSION,
-                    ExpressionAttributeNames=dynamo.placeholders(_NAMES, _AT_VERSION),
-                    ExpressionAttributeValues=dynamo.serialize({":expected": expected}),
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
+            condition: dict[str, Any] = (
+                {"ConditionExpression": _NEW}
+                if expected == 0
+                else {
+                    "ConditionExpression": _AT_VERSION,
+                    "ExpressionAttributeValues": dynamo.serialize({":expected": expected}),
+                }
+            )
+            dynamo.call(
+                self._client.put_item,
+                TableName=self._table,
+                Item=sent,
+                ExpressionAttributeNames=dynamo.placeholders(
+                    _NAMES, condition["ConditionExpression"]
+                ),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **condition,
+            )
         except dynamo.ConditionFailed as failed:
             found = failed.old.get(WatermarkAttr.VERSION) if failed.old else None
             raise WatermarkConflict(
