@@ -69,6 +69,7 @@ def serve_fake_api() -> Iterator[FakeApi]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as API Gateway and the local adapter
+        disable_nagle_algorithm = True  # the body is a second write (see local/api_adapter.py)
 
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
