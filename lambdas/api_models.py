@@ -17,6 +17,7 @@ from streamlease.profile import (
     MIN_IDLE_SECONDS,
     SEQ_NONE,
 )
+from streamlease.profile_fields import masked_url
 from streamlease.schema import ConnectionState, DesiredState, Liveness, WorkerState
 from streamlease.templates import (
     DEFAULT_ANSWER_TIMEOUT_SECONDS,
@@ -242,7 +243,10 @@ class StreamView(BaseModel):
     """A stream as an operator reads it: who owns it, since when, how far it got, last error."""
 
     id: str
-    ws_url: str
+    ws_url: str = Field(
+        description="The upstream URL; the value of a query parameter named for a credential "
+        "(stored before such URLs were refused) shows as ***."
+    )
     desired_state: DesiredState
     owner: str | None = Field(description="Worker id holding the lease; null when free.")
     lease_state: str = Field(
@@ -335,7 +339,7 @@ class StreamView(BaseModel):
             lease_state = "free"
         return cls(
             id=stream.stream_id,
-            ws_url=stream.ws_url,
+            ws_url=masked_url(stream.ws_url),
             desired_state=stream.desired_state,
             owner=stream.owner,
             lease_state=lease_state,

@@ -35,10 +35,13 @@ from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, enco
 from lambdas.tracing import command_trace_header
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
+from streamlease.errors import UrlRejected
 from streamlease.profile import ProfileError, parse_profile
+from streamlease.profile_fields import credential_parameter, refuse_credential_parameter
 from streamlease.schema import ConnectionState, DesiredState
 from streamlease.telemetry import API_SERVICE, ApiMetric
-from streamlease.url_policy import parse_upstream_url
+from streamlease.templates import TemplateError
+from streamlease.url_policy import FIELD, parse_upstream_url
 
 router = Router()
 logger = Logger(service=API_SERVICE, child=True)
@@ -120,7 +123,7 @@ def _hint_start(stream: Stream) -> None:
 def create_stream(body: CreateStream) -> Response[Any]:
     """Create ``body.id`` with ``body.ws_url`` after the URL policy accepted the URL."""
     rt = runtime.current()
-    parse_upstream_url(body.ws_url, rt.url_policy)
+    _check_url(body.ws_url)
     profile = None if body.profile is None else _stored_profile(body.profile)
     stream, created = rt.repo.create(
         body.id, body.ws_url, caller_identity(router.current_event), profile
@@ -131,6 +134,18 @@ def create_stream(body: CreateStream) -> Response[Any]:
     if stream.desired_state is DesiredState.STARTED:
         _hint_start(stream)
     return _reply(HTTPStatus.CREATED if created else HTTPStatus.OK, stream)
+
+
+def _check_url(ws_url: str) -> None:
+    """The URL policy, then the rule ``profile.query`` follows for the URL's own query: no
+    parameter named for a credential (a 400 naming it)."""
+    parse_upstream_url(ws_url, runtime.current().url_policy)
+    name = credential_parameter(ws_url)
+    if name is not None:
+        try:
+            refuse_credential_parameter(name, FIELD)
+        except TemplateError as exc:
+            raise UrlRejected(f"{FIELD} query parameter {exc}", FIELD) from None
 
 
 def _stored_profile(profile: StreamProfile) -> dict[str, Any]:
@@ -176,7 +191,7 @@ def change_stream(id: StreamId, body: ChangeStream) -> Response[Any]:
             HTTPStatus.BAD_REQUEST, "invalid_request", "give ws_url, profile or both", "body"
         )
     if body.ws_url is not None:
-        parse_upstream_url(body.ws_url, rt.url_policy)
+        _check_url(body.ws_url)
     profile = None if body.profile is None else _stored_profile(body.profile)
     stream, changed = rt.repo.change(
         id, caller_identity(router.current_event), ws_url=body.ws_url, profile=profile
