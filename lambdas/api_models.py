@@ -18,7 +18,14 @@ from streamlease.profile import (
     SEQ_NONE,
 )
 from streamlease.profile_fields import masked_url
-from streamlease.schema import ConnectionState, DesiredState, Liveness, WorkerState
+from streamlease.schema import (
+    STREAM_ID_PATTERN,
+    STREAM_ID_RULE,
+    ConnectionState,
+    DesiredState,
+    Liveness,
+    WorkerState,
+)
 from streamlease.templates import (
     DEFAULT_ANSWER_TIMEOUT_SECONDS,
     MAX_ANSWER_TIMEOUT_SECONDS,
@@ -28,15 +35,6 @@ from streamlease.templates import (
     MIN_PING_SECONDS,
 )
 from streamlease.url_policy import URL_PATTERN, URL_RULE
-
-STREAM_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-"""Stream ids, as the schemas check them; :data:`STREAM_ID_RULE` says it in words."""
-
-STREAM_ID_RULE: Final = (
-    "1 to 128 characters: ASCII letters, digits, '.', '_', ':' and '-', "
-    "starting with a letter or a digit"
-)
-""":data:`STREAM_ID_PATTERN` in words, for error messages and documentation."""
 
 PATTERN_RULES: Final = {STREAM_ID_PATTERN: STREAM_ID_RULE, URL_PATTERN: URL_RULE}
 """What each pattern of the schemas means, for users who never read a regular expression."""

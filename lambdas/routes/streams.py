@@ -33,9 +33,9 @@ from lambdas.identity import caller_identity
 from lambdas.metrics import MetricEmitter
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
 from lambdas.tracing import command_trace_header
+from streamlease.errors import UrlRejected
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
-from streamlease.errors import UrlRejected
 from streamlease.profile import ProfileError, parse_profile
 from streamlease.profile_fields import credential_parameter, refuse_credential_parameter
 from streamlease.schema import ConnectionState, DesiredState

@@ -24,6 +24,7 @@ from streamlease.cli.batch import (
     MAX_CONCURRENCY,
     InputError,
     Target,
+    check_stream_id,
     targets_from_arguments,
     targets_from_lines,
 )
@@ -311,9 +312,7 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
         stream = _change(args, client)
         _emit(io, stream, [f"changed {stream_summary(stream)}"])
     elif command == "get":
-        if not args.id:
-            raise UsageError("a stream id must not be empty")
-        stream = client.get_stream(args.id)
+        stream = client.get_stream(_stream_id(args.id))
         _emit(io, stream, stream_detail(stream, now_ms(), colour=colour))
     elif command == "ls":
         streams = list(
@@ -361,8 +360,7 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
 def _change(args: argparse.Namespace, client: ApiClient) -> dict[str, Any]:
     """``set``: the flags applied to the stream's current profile (``--profile`` replaces it),
     then one PATCH."""
-    if not args.id:
-        raise UsageError("a stream id must not be empty")
+    _stream_id(args.id)
     if args.url is None and not has_profile_flags(args):
         raise UsageError("set needs --url or a profile flag (--header, --profile, ...)")
     profile = None
@@ -373,6 +371,14 @@ def _change(args: argparse.Namespace, client: ApiClient) -> dict[str, Any]:
         except ProfileArgsError as exc:
             raise UsageError(str(exc)) from None
     return client.change_stream(args.id, ws_url=args.url, profile=profile)
+
+
+def _stream_id(text: str) -> str:
+    """A stream id from the command line; a :class:`UsageError` when it breaks the id rule."""
+    try:
+        return check_stream_id(text)
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _waiting(args: argparse.Namespace) -> Waiting | None:
