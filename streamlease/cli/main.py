@@ -146,7 +146,7 @@ def build_parser() -> _Parser:
         )
         if mutation.with_url:
             add_profile_flags(sub)
-        if mutation.waits:
+        if mutation.settle is not None:
             sub.add_argument(
                 "--wait",
                 action="store_true",

@@ -11,7 +11,8 @@ would fail alike: every command here may be repeated safely. ``rm`` of a stream 
 already succeeds (``already_deleted``).
 
 ``stop --wait`` returns once each stream's holder has let go of it (``stopped``); ``rm --wait``
-waits for that before deleting. Both give up after ``--wait-timeout`` seconds.
+waits for that before deleting. The requests go first, then every stream still held is looked
+at in rounds, all of them together; each gives up after ``--wait-timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
@@ -59,8 +60,18 @@ class Waiting:
     clock: Callable[[], float] = time.monotonic
 
 
-Call = Callable[[ApiClient, Target, Waiting | None], tuple[str, dict[str, Any] | None]]
-"""One API call for one target, waiting as told: (what happened, the stream as last read)."""
+Call = Callable[[ApiClient, Target, bool], tuple[str, dict[str, Any] | None]]
+"""One API call for one target, told whether ``--wait`` follows: (what happened, the stream
+as last read). With ``--wait`` it may answer :data:`RELEASING`: settled later."""
+
+Settle = Callable[
+    [ApiClient, Target, str, dict[str, Any] | None], tuple[str, dict[str, Any] | None]
+]
+"""One look at a target after its call under ``--wait``, given the verb and stream so far:
+the final (verb, stream), or :data:`RELEASING` and the stream as read when not yet."""
+
+RELEASING: Final = "releasing"
+"""The verb of a stream whose holder has not let go of it yet (``--wait`` looks again)."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +85,11 @@ class Mutation:
     lines: str
     with_url: bool
     call: Call
-    waits: bool = False
-    """Takes ``--wait``."""
+    settle: Settle | None = None
+    """Takes ``--wait``, and how to tell when a stream is done."""
 
 
-def _start(
-    client: ApiClient, target: Target, _: Waiting | None
-) -> tuple[str, dict[str, Any] | None]:
+def _start(client: ApiClient, target: Target, _: bool) -> tuple[str, dict[str, Any] | None]:
     assert target.ws_url is not None
     try:
         created, stream = client.create_stream(target.id, target.ws_url, target.profile)
@@ -89,68 +98,59 @@ def _start(
     return ("created" if created else "unchanged"), stream
 
 
-def _stop(
-    client: ApiClient, target: Target, waiting: Waiting | None
-) -> tuple[str, dict[str, Any] | None]:
+def _stop(client: ApiClient, target: Target, _: bool) -> tuple[str, dict[str, Any] | None]:
     changed, stream = client.stop_stream(target.id)
-    if waiting is None:
-        return ("stopping" if changed else "already_stopped"), stream
-    stream = _released(client, target.id, waiting)
-    return ("stopped" if changed else "already_stopped"), stream
+    return ("stopping" if changed else "already_stopped"), stream
 
 
-def _resume(
-    client: ApiClient, target: Target, _: Waiting | None
+def _stopped(
+    client: ApiClient, target: Target, verb: str, _: dict[str, Any] | None
 ) -> tuple[str, dict[str, Any] | None]:
+    """``stop --wait``: done once nobody holds a live lease on the stream."""
+    stream = client.get_stream(target.id)
+    if stream.get("owner") and stream.get("lease_state") == "held":
+        return RELEASING, stream
+    return ("already_stopped" if verb == "already_stopped" else "stopped"), stream
+
+
+def _resume(client: ApiClient, target: Target, _: bool) -> tuple[str, dict[str, Any] | None]:
     changed, stream = client.start_stream(target.id)
     return ("starting" if changed else "already_started"), stream
 
 
-def _remove(
-    client: ApiClient, target: Target, waiting: Waiting | None
-) -> tuple[str, dict[str, Any] | None]:
-    """DELETE; gone already is done too. With ``waiting``, a stopped stream still held is
-    deleted once its holder has released it (a started one is refused at once)."""
-    deadline = None if waiting is None else waiting.clock() + waiting.timeout_seconds
-    while True:
+def _remove(client: ApiClient, target: Target, waits: bool) -> tuple[str, dict[str, Any] | None]:
+    """DELETE; gone already is done too. With ``waits``, a stopped stream still held answers
+    :data:`RELEASING` (a started one is refused at once)."""
+    try:
+        client.delete_stream(target.id)
+    except ApiError as exc:
+        if exc.status == 404:
+            return "already_deleted", None
+        if exc.status != 409 or not waits:
+            raise
         try:
-            client.delete_stream(target.id)
-        except ApiError as exc:
-            if exc.status == 404:
+            stream = client.get_stream(target.id)
+        except ApiError as gone:
+            if gone.status == 404:
                 return "already_deleted", None
-            if exc.status != 409 or waiting is None or deadline is None:
-                raise
-            try:
-                stream = client.get_stream(target.id)
-            except ApiError as gone:
-                if gone.status == 404:
-                    return "already_deleted", None
-                raise
-            if stream.get("desired_state") == DesiredState.STARTED:
-                raise
-            if waiting.clock() >= deadline:
-                raise _still_held(target.id, stream, waiting) from None
-            waiting.sleep(waiting.poll_seconds)
-            continue
-        return "deleted", None
+            raise
+        if stream.get("desired_state") == DesiredState.STARTED:
+            raise
+        return RELEASING, stream
+    return "deleted", None
 
 
-def _released(client: ApiClient, stream_id: str, waiting: Waiting) -> dict[str, Any]:
-    """The stream once nobody holds a live lease on it. Raises :class:`WaitTimedOut` after
-    ``waiting.timeout_seconds``, :class:`ApiError` as the API answers."""
-    deadline = waiting.clock() + waiting.timeout_seconds
-    while True:
-        stream = client.get_stream(stream_id)
-        if not stream.get("owner") or stream.get("lease_state") != "held":
-            return stream
-        if waiting.clock() >= deadline:
-            raise _still_held(stream_id, stream, waiting)
-        waiting.sleep(waiting.poll_seconds)
+def _removed(
+    client: ApiClient, target: Target, verb: str, stream: dict[str, Any] | None
+) -> tuple[str, dict[str, Any] | None]:
+    """``rm --wait``: DELETE again once the last try found the stream still held."""
+    return _remove(client, target, True) if verb == RELEASING else (verb, stream)
 
 
-def _still_held(stream_id: str, stream: dict[str, Any], waiting: Waiting) -> WaitTimedOut:
+def _still_held(stream_id: str, stream: dict[str, Any] | None, waiting: Waiting) -> WaitTimedOut:
+    owner = (stream or {}).get("owner")
     return WaitTimedOut(
-        f"{stream_id} is still held by {worker_name(stream.get('owner'))} after "
+        f"{stream_id} is still held by {worker_name(owner)} after "
         f"{waiting.timeout_seconds:g} s (--wait-timeout)"
     )
 
@@ -175,7 +175,7 @@ MUTATIONS: Final = {
             '{"id": ...} (other keys ignored) or a bare id',
             False,
             _stop,
-            waits=True,
+            _stopped,
         ),
         Mutation(
             "resume",
@@ -194,7 +194,7 @@ MUTATIONS: Final = {
             '{"id": ...} (other keys ignored) or a bare id',
             False,
             _remove,
-            waits=True,
+            _removed,
         ),
     )
 }
@@ -239,14 +239,16 @@ def run_mutation(
     for holders to let go (``--wait``; only for mutations that take it).
     """
     if single and not as_json:
-        verb, stream = mutation.call(client, targets[0], waiting)
-        out.write(result_line(Outcome(targets[0], verb, stream)) + "\n")
+        only = next(_outcomes(mutation, client, targets, concurrency, waiting))
+        if only.error is not None:
+            raise only.error
+        out.write(result_line(only) + "\n")
         return 0
 
     started = time.monotonic()
     outcomes: dict[int, Outcome] = {}
     halted: Outcome | None = None
-    results = run_all(targets, _safely(mutation, client, waiting), concurrency=concurrency)
+    results = _outcomes(mutation, client, targets, concurrency, waiting)
     try:
         for outcome in results:
             outcomes[id(outcome.target)] = outcome
@@ -288,13 +290,86 @@ def summary_line(name: str, total: int, counts: Counter[str], seconds: float) ->
     return f"{name}: {total} {noun} in {seconds:.1f} s: {', '.join(done)}"
 
 
-def _safely(
-    mutation: Mutation, client: ApiClient, waiting: Waiting | None
-) -> Callable[[Target], Outcome]:
+def _outcomes(
+    mutation: Mutation,
+    client: ApiClient,
+    targets: Sequence[Target],
+    concurrency: int,
+    waiting: Waiting | None,
+) -> Generator[Outcome, None, None]:
+    """Every target's outcome as it is settled: the calls ``concurrency`` at a time, then,
+    under ``--wait``, the streams still held looked at together, round after round, each
+    until it is let go or its own ``--wait-timeout`` has passed (a stream waited for never
+    holds back the calls or the waits of the others)."""
+    settle = mutation.settle if waiting is not None else None
+    pending: list[tuple[Outcome, float]] = []
+    calls = run_all(targets, _safely(mutation, client, settle is not None), concurrency=concurrency)
+    try:
+        for outcome in calls:
+            if settle is None or outcome.error is not None:
+                yield outcome
+            else:
+                assert waiting is not None
+                pending.append((outcome, waiting.clock() + waiting.timeout_seconds))
+    finally:
+        calls.close()
+    if settle is not None and waiting is not None:
+        yield from _settled(settle, client, pending, concurrency, waiting)
+
+
+def _settled(
+    settle: Settle,
+    client: ApiClient,
+    pending: list[tuple[Outcome, float]],
+    concurrency: int,
+    waiting: Waiting,
+) -> Generator[Outcome, None, None]:
+    """The outcomes of ``pending`` (each with its deadline, monotonic seconds) as each is
+    settled; one look at every stream per round, a round at most every ``poll_seconds``."""
+    deadlines = {id(o.target): d for o, d in pending}
+    latest = {id(o.target): o for o, _ in pending}
+
+    def look(target: Target) -> Outcome:
+        last = latest[id(target)]
+        try:
+            verb, stream = settle(client, target, last.verb, last.stream)
+        except (ApiError, TransportError, CredentialsMissing) as exc:
+            return Outcome(target, FAILED, error=exc)
+        return Outcome(target, verb, stream)
+
+    waiting_for = [o.target for o, _ in pending]
+    while waiting_for:
+        round_started = waiting.clock()
+        still: list[Target] = []
+        looks = run_all(waiting_for, look, concurrency=concurrency)
+        try:
+            for outcome in looks:
+                if outcome.error is None and outcome.verb == RELEASING:
+                    latest[id(outcome.target)] = replace(
+                        latest[id(outcome.target)], stream=outcome.stream
+                    )
+                    still.append(outcome.target)
+                else:
+                    yield outcome
+        finally:
+            looks.close()
+        now = waiting.clock()
+        waiting_for = []
+        for target in still:
+            if now >= deadlines[id(target)]:
+                timed_out = _still_held(target.id, latest[id(target)].stream, waiting)
+                yield Outcome(target, FAILED, error=timed_out)
+            else:
+                waiting_for.append(target)
+        if waiting_for:
+            waiting.sleep(max(0.0, waiting.poll_seconds - (waiting.clock() - round_started)))
+
+
+def _safely(mutation: Mutation, client: ApiClient, waits: bool) -> Callable[[Target], Outcome]:
     def call(target: Target) -> Outcome:
         try:
-            verb, stream = mutation.call(client, target, waiting)
-        except (ApiError, TransportError, CredentialsMissing, WaitTimedOut) as exc:
+            verb, stream = mutation.call(client, target, waits)
+        except (ApiError, TransportError, CredentialsMissing) as exc:
             return Outcome(target, FAILED, error=exc)
         return Outcome(target, verb, stream)
 
