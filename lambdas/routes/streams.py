@@ -165,14 +165,15 @@ def _stored_profile(profile: StreamProfile) -> dict[str, Any]:
     summary="Change a stream's URL or profile in place",
     description=(
         "Replaces the ws_url and/or the whole connection profile (validated as on create) and "
-        "sets generation + 1 (200): the stream keeps its last_seq, and its holder reconnects "
-        "with the new settings from its checkpoint. The same settings again change nothing "
-        "(200, same generation)."
+        "sets generation + 1 (202): the stream keeps its last_seq, and its holder reconnects "
+        "with the new settings from its checkpoint at its next renewal. The same settings "
+        "again change nothing (200, same generation)."
     ),
     operation_id="changeStream",
     tags=["streams"],
     responses={
-        **_stream_response(HTTPStatus.OK, "Changed, or already so"),
+        **_stream_response(HTTPStatus.ACCEPTED, "Change accepted"),
+        **_stream_response(HTTPStatus.OK, "Already so; unchanged"),
         **_errors(
             HTTPStatus.BAD_REQUEST,
             HTTPStatus.NOT_FOUND,
@@ -200,7 +201,7 @@ def change_stream(id: StreamId, body: ChangeStream) -> Response[Any]:
         logger.info("stream changed", stream_id=id, generation=stream.generation)
         if stream.desired_state is DesiredState.STARTED and stream.owner is None:
             _hint_start(stream)
-    return _reply(HTTPStatus.OK, stream)
+    return _reply(HTTPStatus.ACCEPTED if changed else HTTPStatus.OK, stream)
 
 
 @router.post(

@@ -33,6 +33,7 @@ from streamlease.cli.config import CliConfig, read_config
 from streamlease.cli.consume import ConsumeUsageError, run_consume
 from streamlease.cli.consume import add_parser as add_consume_parser
 from streamlease.cli.mutations import (
+    CHANGE,
     DEFAULT_WAIT_SECONDS,
     MUTATIONS,
     Waiting,
@@ -51,7 +52,6 @@ from streamlease.cli.render import (
     now_ms,
     stream_detail,
     stream_lines,
-    stream_summary,
     table,
     trouble_of,
     trouble_summary,
@@ -309,8 +309,16 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
             waiting=_waiting(args),
         )
     if command == "set":
-        stream = _change(args, client)
-        _emit(io, stream, [f"changed {stream_summary(stream)}"])
+        return run_mutation(
+            CHANGE,
+            client,
+            [_change(args, client)],
+            single=True,
+            concurrency=1,
+            out=io.out,
+            error=io.error,
+            as_json=io.as_json,
+        )
     elif command == "get":
         stream = client.get_stream(_stream_id(args.id))
         _emit(io, stream, stream_detail(stream, now_ms(), colour=colour))
@@ -357,9 +365,9 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
     return EXIT_OK
 
 
-def _change(args: argparse.Namespace, client: ApiClient) -> dict[str, Any]:
+def _change(args: argparse.Namespace, client: ApiClient) -> Target:
     """``set``: the flags applied to the stream's current profile (``--profile`` replaces it),
-    then one PATCH."""
+    as the target of one PATCH."""
     _stream_id(args.id)
     if args.url is None and not has_profile_flags(args):
         raise UsageError("set needs --url or a profile flag (--header, --profile, ...)")
@@ -370,7 +378,7 @@ def _change(args: argparse.Namespace, client: ApiClient) -> dict[str, Any]:
             profile = profile_from_args(args, current)
         except ProfileArgsError as exc:
             raise UsageError(str(exc)) from None
-    return client.change_stream(args.id, ws_url=args.url, profile=profile)
+    return Target(args.id, args.url, profile)
 
 
 def _stream_id(text: str) -> str:

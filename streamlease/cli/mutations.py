@@ -199,6 +199,24 @@ MUTATIONS: Final = {
     )
 }
 
+
+def _change(client: ApiClient, target: Target, _: bool) -> tuple[str, dict[str, Any] | None]:
+    """PATCH the URL and/or the whole profile (``None``: keep that one)."""
+    changed, stream = client.change_stream(target.id, ws_url=target.ws_url, profile=target.profile)
+    return ("changed" if changed else "unchanged"), stream
+
+
+CHANGE: Final = Mutation(
+    "set",
+    "change a stream's URL or connection profile in place",
+    "ID",
+    "a stream id",
+    "",
+    False,
+    _change,
+)
+"""``set``: one stream, reported as the other mutations report theirs."""
+
 _LABELS: Final = {
     "unchanged": "exists, unchanged:",
     "already_stopped": "already stopped:",
