@@ -6,6 +6,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lambdas.api_schema_rules import change_rules, create_rules, profile_rules
 from streamlease import checkpoints, rules, seqs
 from streamlease.model import Stream, WorkerInfo, iso_ms
 from streamlease.profile import (
@@ -99,7 +100,7 @@ class StreamProfile(BaseModel):
     integer ``seq``, resumed by the ``from_seq`` query parameter). See the README's "connecting
     to a real feed"."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=profile_rules)
 
     headers: dict[str, str] | None = Field(
         default=None,
@@ -193,7 +194,7 @@ class StreamProfile(BaseModel):
 class CreateStream(BaseModel):
     """``POST /streams``: the stream to create and start."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=create_rules)
 
     id: str = Field(
         pattern=STREAM_ID_PATTERN,
@@ -218,7 +219,7 @@ class CreateStream(BaseModel):
 class ChangeStream(BaseModel):
     """``PATCH /streams/{id}``: a new URL and/or connection profile for the stream."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=change_rules)
 
     ws_url: str | None = Field(
         default=None,

@@ -55,10 +55,14 @@ RESERVED_HEADERS: Final = frozenset(
 )
 """Headers the WebSocket handshake sets itself (subprotocols have their own field)."""
 
-_TOKEN: Final = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+HTTP_NAME_PATTERN: Final = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 """An HTTP token (RFC 9110): header names and subprotocols."""
-_PATH_PART: Final = re.compile(r"^[A-Za-z0-9_$-]{1,64}$")
-_QUERY_VALUE: Final = re.compile(r"^[A-Za-z0-9._~:@!$'()*+,;=/?{}-]{0,256}$")
+PATH_PART_CHARS: Final = r"[A-Za-z0-9_$-]{1,64}"
+"""One name of a dotted ``seq`` path."""
+QUERY_VALUE_PATTERN: Final = r"^[A-Za-z0-9._~:@!$'()*+,;=/?{}-]{0,256}$"
+_TOKEN: Final = re.compile(HTTP_NAME_PATTERN)
+_PATH_PART: Final = re.compile(f"^{PATH_PART_CHARS}$")
+_QUERY_VALUE: Final = re.compile(QUERY_VALUE_PATTERN)
 """A query value as written: unreserved and sub-delimiter characters, braces for the
 placeholders (``&``, ``#``, ``%`` and spaces are not)."""
 
