@@ -317,6 +317,12 @@ class StreamView(BaseModel):
     updated_at: str | None
     created_by: str | None
     updated_by: str | None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="In the answer to a create or a change: what will fail unless fixed (a "
+        "secret the profile refers to that does not exist yet; the stream is rejected until "
+        "it does). Empty otherwise.",
+    )
 
     @classmethod
     def of(cls, stream: Stream, now_ms: int, session: WorkerInfo | None = None) -> StreamView:

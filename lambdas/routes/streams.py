@@ -32,11 +32,12 @@ from lambdas.http_errors import ApiError
 from lambdas.identity import caller_identity
 from lambdas.metrics import MetricEmitter
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
+from lambdas.secret_check import missing_secret_warnings
 from lambdas.tracing import command_trace_header
 from streamlease.errors import UrlRejected
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
-from streamlease.profile import ProfileError, parse_profile
+from streamlease.profile import Profile, ProfileError, parse_profile
 from streamlease.profile_fields import credential_parameter, refuse_credential_parameter
 from streamlease.schema import ConnectionState, DesiredState
 from streamlease.telemetry import API_SERVICE, ApiMetric
@@ -82,8 +83,9 @@ def _view(stream: Stream, sessions: dict[str, WorkerInfo], now_ms: int) -> Strea
     return StreamView.of(stream, now_ms, sessions.get(stream.owner or ""))
 
 
-def _reply(status: HTTPStatus, stream: Stream) -> Response[Any]:
+def _reply(status: HTTPStatus, stream: Stream, warnings: list[str] | None = None) -> Response[Any]:
     view = _view(stream, _sessions_of([stream]), wall_ms())
+    view.warnings = warnings or []
     return Response(status_code=int(status), content_type=_JSON, body=view.model_dump_json())
 
 
@@ -124,7 +126,8 @@ def create_stream(body: CreateStream) -> Response[Any]:
     """Create ``body.id`` with ``body.ws_url`` after the URL policy accepted the URL."""
     rt = runtime.current()
     _check_url(body.ws_url)
-    profile = None if body.profile is None else _stored_profile(body.profile)
+    parsed = None if body.profile is None else _parsed_profile(body.profile)
+    profile = None if parsed is None else parsed.to_item()
     stream, created = rt.repo.create(
         body.id, body.ws_url, caller_identity(router.current_event), profile
     )
@@ -133,7 +136,15 @@ def create_stream(body: CreateStream) -> Response[Any]:
         metrics.emit({ApiMetric.STREAMS_CREATED: 1})
     if stream.desired_state is DesiredState.STARTED:
         _hint_start(stream)
-    return _reply(HTTPStatus.CREATED if created else HTTPStatus.OK, stream)
+    return _reply(HTTPStatus.CREATED if created else HTTPStatus.OK, stream, _warnings(parsed))
+
+
+def _warnings(profile: Profile | None) -> list[str]:
+    """What will fail unless fixed, for the answer: secrets the profile names that do not
+    exist (see :mod:`lambdas.secret_check`)."""
+    if profile is None or not profile.secrets:
+        return []
+    return missing_secret_warnings(runtime.current().secretsmanager, profile.secrets)
 
 
 def _check_url(ws_url: str) -> None:
@@ -148,14 +159,13 @@ def _check_url(ws_url: str) -> None:
             raise UrlRejected(f"{FIELD} query parameter {exc}", FIELD) from None
 
 
-def _stored_profile(profile: StreamProfile) -> dict[str, Any]:
-    """The profile as stored, once the profile rules accepted it (a 400 naming the field
-    otherwise)."""
+def _parsed_profile(profile: StreamProfile) -> Profile:
+    """The profile once the profile rules accepted it (a 400 naming the field otherwise)."""
     try:
         return parse_profile(
             profile.model_dump(exclude_none=True),
             secrets_prefix=runtime.current().settings.secrets_prefix,
-        ).to_item()
+        )
     except ProfileError as exc:
         raise ApiError(HTTPStatus.BAD_REQUEST, "invalid_profile", str(exc), exc.field) from None
 
@@ -193,7 +203,8 @@ def change_stream(id: StreamId, body: ChangeStream) -> Response[Any]:
         )
     if body.ws_url is not None:
         _check_url(body.ws_url)
-    profile = None if body.profile is None else _stored_profile(body.profile)
+    parsed = None if body.profile is None else _parsed_profile(body.profile)
+    profile = None if parsed is None else parsed.to_item()
     stream, changed = rt.repo.change(
         id, caller_identity(router.current_event), ws_url=body.ws_url, profile=profile
     )
@@ -201,7 +212,7 @@ def change_stream(id: StreamId, body: ChangeStream) -> Response[Any]:
         logger.info("stream changed", stream_id=id, generation=stream.generation)
         if stream.desired_state is DesiredState.STARTED and stream.owner is None:
             _hint_start(stream)
-    return _reply(HTTPStatus.ACCEPTED if changed else HTTPStatus.OK, stream)
+    return _reply(HTTPStatus.ACCEPTED if changed else HTTPStatus.OK, stream, _warnings(parsed))
 
 
 @router.post(

@@ -261,6 +261,7 @@ def run_mutation(
         if only.error is not None:
             raise only.error
         out.write(result_line(only) + "\n")
+        _warn(only, error)
         return 0
 
     started = time.monotonic()
@@ -398,8 +399,16 @@ def _report(mutation: Mutation, outcome: Outcome, out: TextIO, error: ErrorSink)
     if outcome.error is None:
         out.write(result_line(outcome) + "\n")
         out.flush()
+        _warn(outcome, error)
     else:
         error(f"{mutation.name} {outcome.target.id}: {outcome.error}", code="failed")
+
+
+def _warn(outcome: Outcome, error: ErrorSink) -> None:
+    """The API's warnings about a stream it accepted (a secret that does not exist yet), one
+    stderr line each; ``--json`` carries them in the stream's ``warnings``."""
+    for warning in (outcome.stream or {}).get("warnings") or ():
+        error(f"{outcome.target.id}: {warning}", code="warning", label="warning")
 
 
 def _status(outcome: Outcome) -> str:

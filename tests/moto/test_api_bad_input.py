@@ -4,6 +4,7 @@ fields a route does not take."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -100,3 +101,42 @@ def test_a_body_that_is_not_an_object_is_refused_where_no_body_is_taken(api: Api
     assert api("POST", "/streams", body={"id": "s1", "ws_url": URL}).status == 201
     result = api("POST", "/streams/s1/stop", body=[1])
     assert (result.status, result.error["field"]) == (400, "body")
+
+
+def secret_profile(name: str) -> dict[str, Any]:
+    return {"headers": {"Authorization": f"Bearer {{secret:{name}#token}}"}}
+
+
+def test_a_secret_that_does_not_exist_is_named_in_the_answer_not_refused(
+    api: Api, control_plane: runtime.Runtime
+) -> None:
+    """201 (the secret may come after the stream) with a warning naming it and the command
+    that creates it; the warning is for the answer only, a later read does not carry it."""
+    name = f"streamlease/{uuid.uuid4().hex}"
+    result = api(
+        "POST", "/streams", body={"id": "s1", "ws_url": URL, "profile": secret_profile(name)}
+    )
+    assert result.status == 201
+    assert len(result.body["warnings"]) == 1
+    assert (
+        name in result.body["warnings"][0]
+        and f"streamlease secret {name}" in result.body["warnings"][0]
+    )
+    assert api("GET", "/streams/s1").body["warnings"] == []
+
+
+def test_a_secret_that_exists_gives_no_warning(api: Api, control_plane: runtime.Runtime) -> None:
+    name = f"streamlease/{uuid.uuid4().hex}"
+    control_plane.secretsmanager.create_secret(Name=name, SecretString='{"token": "t"}')
+    result = api(
+        "POST", "/streams", body={"id": "s1", "ws_url": URL, "profile": secret_profile(name)}
+    )
+    assert (result.status, result.body["warnings"]) == (201, [])
+
+
+def test_a_change_to_a_missing_secret_is_named_too(api: Api) -> None:
+    name = f"streamlease/{uuid.uuid4().hex}"
+    assert api("POST", "/streams", body={"id": "s1", "ws_url": URL}).status == 201
+    result = api("PATCH", "/streams/s1", body={"profile": secret_profile(name)})
+    assert result.status == 202
+    assert [name in w for w in result.body["warnings"]] == [True]

@@ -258,3 +258,22 @@ def test_set_without_a_change_is_a_usage_error(api: FakeApi) -> None:
     assert code == 2
     assert "--url" in err
     assert api.requests == []
+
+
+WARNED = {**CURRENT, "warnings": ["secret streamlease/feed does not exist (yet): ..."]}
+
+
+def test_a_warning_in_the_answer_is_a_stderr_line_and_not_a_failure(api: FakeApi) -> None:
+    """``start`` of a stream whose secret is missing: created (exit 0), the warning on stderr."""
+    api.routes[("POST", "/streams")] = (201, WARNED)
+    code, out, err = run("--api", api.url, "start", "s1", "wss://feed.example/1")
+    assert code == 0
+    assert out.startswith("created s1")
+    assert err == "streamlease: warning: s1: secret streamlease/feed does not exist (yet): ...\n"
+
+
+def test_with_json_a_warning_stays_in_the_stream(api: FakeApi) -> None:
+    api.routes[("PATCH", "/streams/s1")] = (202, WARNED)
+    code, out, err = run("--api", api.url, "--json", "set", "s1", "--url", "wss://feed.example/1")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["results"][0]["stream"]["warnings"] == WARNED["warnings"]
