@@ -166,4 +166,5 @@ def test_secrets_are_described_by_the_api_and_read_only_by_the_workers(
     statements = statements_of(stateless_json, policy)
     assert [actions_of(s) for s in statements] == [actions]
     prefix = CDK_CONTEXT["streamlease:secretsPrefix"]
-    assert [flat(r) for r in resources_in(statements[0])][0].endswith(f':secret:{prefix}*"]]}}')
+    (resource,) = resources_in(statements[0])
+    assert flat(resource).endswith(f':secret:{prefix}*"]]}}')
