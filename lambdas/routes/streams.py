@@ -18,8 +18,6 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from lambdas import runtime
 from lambdas.api_models import (
-    STREAM_ID_PATTERN,
-    STREAM_ID_RULE,
     ChangeStream,
     CreateStream,
     ErrorBody,
@@ -39,7 +37,7 @@ from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
 from streamlease.profile import Profile, ProfileError, parse_profile
 from streamlease.profile_fields import credential_parameter, refuse_credential_parameter
-from streamlease.schema import ConnectionState, DesiredState
+from streamlease.schema import STREAM_ID_PATTERN, STREAM_ID_RULE, ConnectionState, DesiredState
 from streamlease.telemetry import API_SERVICE, ApiMetric
 from streamlease.templates import TemplateError
 from streamlease.url_policy import FIELD, parse_upstream_url
