@@ -3,7 +3,8 @@
 As an operator does it: ``make run``'s stack (production timers), :data:`STREAMS` streams
 started with one ``streamlease start -f``, every one held, then ``streamlease stop --wait -f``
 and ``streamlease rm --wait -f`` of the same file, each timed from the command's start to its
-exit. Nothing is asserted.
+exit. Nothing is asserted. (Before the streams were waited for together: 44.8 s for
+``stop --wait`` of 100, each of 8 calls in flight waiting about a heartbeat; 7.9 s after.)
 """
 
 from __future__ import annotations
