@@ -32,15 +32,7 @@ from streamlease.cli.client import DEFAULT_TIMEOUT_SECONDS, ApiClient, ApiError
 from streamlease.cli.config import CliConfig, read_config
 from streamlease.cli.consume import ConsumeUsageError, run_consume
 from streamlease.cli.consume import add_parser as add_consume_parser
-from streamlease.cli.mutations import (
-    CHANGE,
-    DEFAULT_WAIT_SECONDS,
-    MUTATIONS,
-    Waiting,
-    WaitTimedOut,
-    error_data,
-    run_mutation,
-)
+from streamlease.cli.mutations import CHANGE, MUTATIONS, error_data, run_mutation
 from streamlease.cli.profile_args import (
     ProfileArgsError,
     add_profile_flags,
@@ -61,6 +53,7 @@ from streamlease.cli.secret import SecretError, add_parser, put_secret, read_val
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.target import TargetError, target_for
 from streamlease.cli.transport import HttpTransport, Transport, TransportError
+from streamlease.cli.waits import DEFAULT_WAIT_SECONDS, Waiting, WaitTimedOut
 from streamlease.cli.watch import watch
 from streamlease.errors import ConfigError, SourceError, StreamleaseError
 from streamlease.schema import ConnectionState

@@ -1,5 +1,5 @@
-"""The commands that change streams (``start``, ``stop``, ``resume``, ``rm``), for one stream
-or many.
+"""The commands that change streams (``start``, ``stop``, ``resume``, ``rm``; ``set`` for
+one), for one stream or many.
 
 One stream prints what it did (``created s1: STARTED, ...``) or one error line. Many print a
 line per stream as each call returns, failures on stderr, then a summary line. ``--json``
@@ -11,8 +11,8 @@ would fail alike: every command here may be repeated safely. ``rm`` of a stream 
 already succeeds (``already_deleted``).
 
 ``stop --wait`` returns once each stream's holder has let go of it (``stopped``); ``rm --wait``
-waits for that before deleting. The requests go first, then every stream still held is looked
-at in rounds, all of them together; each gives up after ``--wait-timeout`` seconds.
+waits for that before deleting: every request goes first, then the streams still held are
+waited for together (:mod:`streamlease.cli.waits`).
 """
 
 from __future__ import annotations
@@ -21,57 +21,36 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from streamlease.cli.batch import Outcome, Target, run_all
 from streamlease.cli.client import ApiClient, ApiError
-from streamlease.cli.render import stream_summary, worker_name
+from streamlease.cli.render import stream_summary
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.transport import TransportError
-from streamlease.errors import SourceError, StreamleaseError
+from streamlease.cli.waits import (
+    FAILED,
+    RELEASING,
+    Settle,
+    Waiting,
+    WaitTimedOut,
+    settled,
+)
+from streamlease.errors import SourceError
 from streamlease.schema import DesiredState
 
 ErrorSink = Callable[..., None]
 """``error(message, code=..., **detail)``: one error line on stderr."""
 
-FAILED: Final = "failed"
 NOT_SENT: Final = "not_sent"
 WEBSOCKET_HINT: Final = (
     "{scheme}:// is not a WebSocket URL: use wss:// (or ws://, which the local stack allows)"
 )
-DEFAULT_WAIT_SECONDS: Final = 60.0
-WAIT_POLL_SECONDS: Final = 0.5
-
-
-class WaitTimedOut(StreamleaseError):
-    """``--wait`` gave up: the stream's holder had not let go of it in time."""
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """``--wait``: how long to wait for each stream's holder to let go of it, and how often to
-    look (seconds). ``sleep`` and ``clock`` (monotonic seconds) are seams for tests."""
-
-    timeout_seconds: float = DEFAULT_WAIT_SECONDS
-    poll_seconds: float = WAIT_POLL_SECONDS
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
-
-
 Call = Callable[[ApiClient, Target, bool], tuple[str, dict[str, Any] | None]]
 """One API call for one target, told whether ``--wait`` follows: (what happened, the stream
 as last read). With ``--wait`` it may answer :data:`RELEASING`: settled later."""
-
-Settle = Callable[
-    [ApiClient, Target, str, dict[str, Any] | None], tuple[str, dict[str, Any] | None]
-]
-"""One look at a target after its call under ``--wait``, given the verb and stream so far:
-the final (verb, stream), or :data:`RELEASING` and the stream as read when not yet."""
-
-RELEASING: Final = "releasing"
-"""The verb of a stream whose holder has not let go of it yet (``--wait`` looks again)."""
 
 
 @dataclass(frozen=True)
@@ -145,14 +124,6 @@ def _removed(
 ) -> tuple[str, dict[str, Any] | None]:
     """``rm --wait``: DELETE again once the last try found the stream still held."""
     return _remove(client, target, True) if verb == RELEASING else (verb, stream)
-
-
-def _still_held(stream_id: str, stream: dict[str, Any] | None, waiting: Waiting) -> WaitTimedOut:
-    owner = (stream or {}).get("owner")
-    return WaitTimedOut(
-        f"{stream_id} is still held by {worker_name(owner)} after "
-        f"{waiting.timeout_seconds:g} s (--wait-timeout)"
-    )
 
 
 MUTATIONS: Final = {
@@ -333,55 +304,7 @@ def _outcomes(
     finally:
         calls.close()
     if settle is not None and waiting is not None:
-        yield from _settled(settle, client, pending, concurrency, waiting)
-
-
-def _settled(
-    settle: Settle,
-    client: ApiClient,
-    pending: list[tuple[Outcome, float]],
-    concurrency: int,
-    waiting: Waiting,
-) -> Generator[Outcome, None, None]:
-    """The outcomes of ``pending`` (each with its deadline, monotonic seconds) as each is
-    settled; one look at every stream per round, a round at most every ``poll_seconds``."""
-    deadlines = {id(o.target): d for o, d in pending}
-    latest = {id(o.target): o for o, _ in pending}
-
-    def look(target: Target) -> Outcome:
-        last = latest[id(target)]
-        try:
-            verb, stream = settle(client, target, last.verb, last.stream)
-        except (ApiError, TransportError, CredentialsMissing) as exc:
-            return Outcome(target, FAILED, error=exc)
-        return Outcome(target, verb, stream)
-
-    waiting_for = [o.target for o, _ in pending]
-    while waiting_for:
-        round_started = waiting.clock()
-        still: list[Target] = []
-        looks = run_all(waiting_for, look, concurrency=concurrency)
-        try:
-            for outcome in looks:
-                if outcome.error is None and outcome.verb == RELEASING:
-                    latest[id(outcome.target)] = replace(
-                        latest[id(outcome.target)], stream=outcome.stream
-                    )
-                    still.append(outcome.target)
-                else:
-                    yield outcome
-        finally:
-            looks.close()
-        now = waiting.clock()
-        waiting_for = []
-        for target in still:
-            if now >= deadlines[id(target)]:
-                timed_out = _still_held(target.id, latest[id(target)].stream, waiting)
-                yield Outcome(target, FAILED, error=timed_out)
-            else:
-                waiting_for.append(target)
-        if waiting_for:
-            waiting.sleep(max(0.0, waiting.poll_seconds - (waiting.clock() - round_started)))
+        yield from settled(settle, client, pending, concurrency, waiting)
 
 
 def _safely(mutation: Mutation, client: ApiClient, waits: bool) -> Callable[[Target], Outcome]:
