@@ -40,6 +40,7 @@ SECTIONS: Final = {
     "cost": "bench.cost",
     "fleet_model": "bench.fleet_model",
     "first_data": "bench.first_data",
+    "stop_wait": "bench.stop_wait",
     "soak": "bench.soak",
 }
 """Section name → module with ``run(ctx) -> list[Table]``, in the order they run."""

@@ -82,7 +82,53 @@ def refuse_unknown_query_parameters(
     return next_middleware(resolver)
 
 
-app.use(middlewares=[refuse_unknown_query_parameters])
+@functools.cache
+def routes_without_body() -> frozenset[tuple[str, str]]:
+    """(method, route in OpenAPI form) of the routes that declare no request body, read from
+    the OpenAPI document the routes generate."""
+    bare: set[tuple[str, str]] = set()
+    for path, item in (app.get_openapi_schema().paths or {}).items():
+        for method in ("get", "put", "post", "delete", "patch"):
+            operation = getattr(item, method, None)
+            if isinstance(operation, Operation) and operation.requestBody is None:
+                bare.add((method.upper(), path))
+    return frozenset(bare)
+
+
+def refuse_unknown_body_fields(
+    resolver: APIGatewayRestResolver, next_middleware: NextMiddleware
+) -> Response[Any]:
+    """A route that takes no body refuses a body with anything in it: a 400 naming the first
+    field (routes with a body refuse unknown fields through their model). An empty body or
+    ``{}`` is no body: clients send it with a POST.
+
+    ``stop`` with ``{"force": true}`` accepted and ignored would tell the caller it was heard.
+    """
+    request = resolver.request
+    if (request.method, request.route) in routes_without_body():
+        body = _body_of(resolver)
+        if body not in (None, {}):
+            if isinstance(body, dict):
+                name = http_errors.field_name(str(sorted(body)[0]))
+                message = f"unknown field {name!r}; this route takes no body"
+            else:
+                name, message = "body", "this route takes no body"
+            raise ApiError(HTTPStatus.BAD_REQUEST, "invalid_request", message, name)
+    return next_middleware(resolver)
+
+
+def _body_of(resolver: APIGatewayRestResolver) -> Any:
+    """The request's JSON body; None when empty; a non-JSON body as its text."""
+    event = resolver.current_event
+    if not event.body:
+        return None
+    try:
+        return event.json_body
+    except ValueError:
+        return event.body
+
+
+app.use(middlewares=[refuse_unknown_query_parameters, refuse_unknown_body_fields])
 
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")

@@ -6,6 +6,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lambdas.api_schema_rules import change_rules, create_rules, profile_rules
 from streamlease import checkpoints, rules, seqs
 from streamlease.model import Stream, WorkerInfo, iso_ms
 from streamlease.profile import (
@@ -17,7 +18,15 @@ from streamlease.profile import (
     MIN_IDLE_SECONDS,
     SEQ_NONE,
 )
-from streamlease.schema import ConnectionState, DesiredState, Liveness, WorkerState
+from streamlease.profile_fields import masked_url
+from streamlease.schema import (
+    STREAM_ID_PATTERN,
+    STREAM_ID_RULE,
+    ConnectionState,
+    DesiredState,
+    Liveness,
+    WorkerState,
+)
 from streamlease.templates import (
     DEFAULT_ANSWER_TIMEOUT_SECONDS,
     MAX_ANSWER_TIMEOUT_SECONDS,
@@ -27,15 +36,6 @@ from streamlease.templates import (
     MIN_PING_SECONDS,
 )
 from streamlease.url_policy import URL_PATTERN, URL_RULE
-
-STREAM_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-"""Stream ids, as the schemas check them; :data:`STREAM_ID_RULE` says it in words."""
-
-STREAM_ID_RULE: Final = (
-    "1 to 128 characters: ASCII letters, digits, '.', '_', ':' and '-', "
-    "starting with a letter or a digit"
-)
-""":data:`STREAM_ID_PATTERN` in words, for error messages and documentation."""
 
 PATTERN_RULES: Final = {STREAM_ID_PATTERN: STREAM_ID_RULE, URL_PATTERN: URL_RULE}
 """What each pattern of the schemas means, for users who never read a regular expression."""
@@ -100,7 +100,7 @@ class StreamProfile(BaseModel):
     integer ``seq``, resumed by the ``from_seq`` query parameter). See the README's "connecting
     to a real feed"."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=profile_rules)
 
     headers: dict[str, str] | None = Field(
         default=None,
@@ -194,7 +194,7 @@ class StreamProfile(BaseModel):
 class CreateStream(BaseModel):
     """``POST /streams``: the stream to create and start."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=create_rules)
 
     id: str = Field(
         pattern=STREAM_ID_PATTERN,
@@ -219,7 +219,7 @@ class CreateStream(BaseModel):
 class ChangeStream(BaseModel):
     """``PATCH /streams/{id}``: a new URL and/or connection profile for the stream."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=change_rules)
 
     ws_url: str | None = Field(
         default=None,
@@ -242,7 +242,10 @@ class StreamView(BaseModel):
     """A stream as an operator reads it: who owns it, since when, how far it got, last error."""
 
     id: str
-    ws_url: str
+    ws_url: str = Field(
+        description="The upstream URL; the value of a query parameter named for a credential "
+        "(stored before such URLs were refused) shows as ***."
+    )
     desired_state: DesiredState
     owner: str | None = Field(description="Worker id holding the lease; null when free.")
     lease_state: str = Field(
@@ -314,6 +317,12 @@ class StreamView(BaseModel):
     updated_at: str | None
     created_by: str | None
     updated_by: str | None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="In the answer to a create or a change: what will fail unless fixed (a "
+        "secret the profile refers to that does not exist yet; the stream is rejected until "
+        "it does). Empty otherwise.",
+    )
 
     @classmethod
     def of(cls, stream: Stream, now_ms: int, session: WorkerInfo | None = None) -> StreamView:
@@ -335,7 +344,7 @@ class StreamView(BaseModel):
             lease_state = "free"
         return cls(
             id=stream.stream_id,
-            ws_url=stream.ws_url,
+            ws_url=masked_url(stream.ws_url),
             desired_state=stream.desired_state,
             owner=stream.owner,
             lease_state=lease_state,

@@ -27,9 +27,8 @@ import json
 import re
 from typing import Any, Final
 
-from lambdas.api_models import STREAM_ID_PATTERN
 from lambdas.stream_listing import ListPosition
-from streamlease.schema import ConnectionState, DesiredState
+from streamlease.schema import STREAM_ID_PATTERN, ConnectionState, DesiredState
 
 TOKEN_VERSION: Final = 1
 CONNECTION_TOKEN_VERSION: Final = 2

@@ -21,6 +21,7 @@ from streamlease.url_policy import UrlPolicy
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_secretsmanager import SecretsManagerClient
     from types_boto3_sqs import SQSClient
 
 
@@ -39,6 +40,12 @@ class Runtime:
     def sqs(self) -> SQSClient:
         """The process's SQS client."""
         return aws.client("sqs", self.settings)
+
+    @cached_property
+    def secretsmanager(self) -> SecretsManagerClient:
+        """The client that checks the secrets a profile refers to exist (one attempt: a
+        warning is not worth a retry)."""
+        return aws.client("secretsmanager", self.settings, max_attempts=1)
 
     @cached_property
     def repo(self) -> StreamRepo:

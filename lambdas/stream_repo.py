@@ -170,14 +170,16 @@ class StreamRepo:
             existing = Stream.from_item(old)
             if existing.ws_url != ws_url:
                 raise StreamConflict(
-                    f"stream {stream_id!r} already exists with a different ws_url; "
-                    "stop and delete it first to change the URL",
+                    f"stream {stream_id!r} already exists with a different ws_url; change it "
+                    f"in place with PATCH /streams/{stream_id} "
+                    f"(streamlease set {stream_id} --url URL)",
                     "ws_url",
                 ) from None
             if (existing.profile or None) != profile:
                 raise StreamConflict(
-                    f"stream {stream_id!r} already exists with a different profile; "
-                    "stop and delete it first to change it",
+                    f"stream {stream_id!r} already exists with a different profile; change it in "
+                    f"place with PATCH /streams/{stream_id} (streamlease set {stream_id} and the "
+                    "profile flags)",
                     "profile",
                 ) from None
             return existing, False
@@ -347,7 +349,9 @@ class StreamRepo:
             stream = Stream.from_item(failed.old)
             if stream.desired_state is DesiredState.STARTED:
                 raise StreamConflict(
-                    f"stream {stream_id!r} is STARTED; stop it before deleting it", "id"
+                    f"stream {stream_id!r} is STARTED; stop it before deleting it "
+                    f"(streamlease stop {stream_id}, then rm --wait {stream_id})",
+                    "id",
                 ) from None
             held = (
                 "its owner is releasing it"
@@ -356,7 +360,7 @@ class StreamRepo:
             )
             raise StreamConflict(
                 f"stream {stream_id!r} is still held by {stream.owner} ({held}); "
-                "retry once the owner has released it",
+                f"retry once the owner has released it (streamlease rm --wait {stream_id} does)",
                 "id",
             ) from None
 

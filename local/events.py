@@ -36,6 +36,7 @@ _COLOURS: Final = {
     "failed": "31",
     "warning": "33",
     "started": "32",
+    "restarted": "33",
 }
 
 

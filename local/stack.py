@@ -2,7 +2,8 @@
 
 :meth:`LocalStack.start` brings each part up and checks it answers before the next one starts;
 :meth:`LocalStack.run` supervises until asked to stop (workers replaced, reaper and auditor
-called, one console line per notable event); :meth:`LocalStack.stop` tears down in reverse order
+called, the upstream simulator restarted if it exits, one console line per notable event; only
+moto or the API exiting ends the stack); :meth:`LocalStack.stop` tears down in reverse order
 (workers drain first, moto last) and leaves no process behind. Every child runs in its own
 process group with its output in ``<state dir>/logs/``.
 """
@@ -23,6 +24,7 @@ from typing import Any, Final
 from local.events import Console, LeaseEventTailer
 from local.lambda_host import LambdaHost
 from local.polling import ExitedWhileWaiting, wait_until
+from local.restarts import Restarting, RestartsFailing
 from local.stack_files import StackPaths, StateDirBusy, StateDirLock
 from local.supervisor import Child, WorkerStartFailed, WorkerSupervisor, child_environment
 from local.worker_process import use_dummy_aws_credentials
@@ -129,6 +131,7 @@ class LocalStack:
         self.stop_requested = threading.Event()
         self.hurry = threading.Event()
         self._children: list[Child] = []
+        self._restarting: list[Restarting] = []
         self._lambdas: LambdaHost | None = None
         self._supervisor: WorkerSupervisor | None = None
         self._tailer: LeaseEventTailer | None = None
@@ -178,7 +181,7 @@ class LocalStack:
                 "info", f"previous run's files moved to {self.paths.state_dir}/previous/"
             )
         self._start_moto()
-        self._start_child(
+        upstream = self._start_child(
             "upstream",
             [
                 "-m",
@@ -193,8 +196,9 @@ class LocalStack:
             lambda: tcp_open(s.local_host, s.local_upstream_port),
             what="the upstream simulator",
             timeout_seconds=READY_TIMEOUT_SECONDS,
-            alive=lambda: self._children[-1].poll() is None,
+            alive=lambda: upstream.poll() is None,
         )
+        self._restarting.append(Restarting(upstream, "the upstream simulator", self.console.line))
         api = self._start_child(
             "api",
             ["-m", "local.api_adapter", "--host", s.local_host, "--port", str(s.local_api_port)],
@@ -352,7 +356,8 @@ class LocalStack:
                 tail = "\n    ".join(exc.tail)
                 raise StackError(f"{exc}; last lines of {exc.log_path}:\n    {tail}") from exc
             self._tailer.pump()
-            self._check_parts()
+            if self._check_parts():
+                self.paths.write_stack_file(self.describe())
             if time.monotonic() >= next_audit:
                 next_audit = time.monotonic() + self.settings.local_auditor_seconds
                 self._audit()
@@ -361,13 +366,24 @@ class LocalStack:
                 workers_seen = pids
                 self.paths.write_stack_file(self.describe())
 
-    def _check_parts(self) -> None:
+    def _check_parts(self) -> bool:
+        """Restart the parts that may die alone; True when one was. Raises
+        :class:`StackError` when any other part (moto, the API) has exited."""
+        restarted = False
+        for part in self._restarting:
+            try:
+                restarted = part.poll() or restarted
+            except RestartsFailing as exc:
+                tail = "\n    ".join(exc.tail)
+                raise StackError(f"{exc}; last lines of {exc.log_path}:\n    {tail}") from exc
+        restartable = {id(part.child) for part in self._restarting}
         for child in self._children:
-            if child.poll() is not None:
+            if id(child) not in restartable and child.poll() is not None:
                 tail = "\n    ".join(child.tail())
                 raise StackError(
                     f"the {child.name} process exited; last lines of {child.log_path}:\n    {tail}"
                 )
+        return restarted
 
     def _audit(self) -> None:
         assert self._lambdas is not None
@@ -403,6 +419,7 @@ class LocalStack:
             if self._tailer is not None:
                 self._tailer.pump()
             self._supervisor = None
+        self._restarting.clear()
         for child in reversed(self._children):
             child.stop(1.0 if self.hurry.is_set() else 5.0)
         self._children.clear()

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import parse_qsl, unquote_plus, urlsplit, urlunsplit
 
 from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.templates import (
@@ -54,10 +55,14 @@ RESERVED_HEADERS: Final = frozenset(
 )
 """Headers the WebSocket handshake sets itself (subprotocols have their own field)."""
 
-_TOKEN: Final = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+HTTP_NAME_PATTERN: Final = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 """An HTTP token (RFC 9110): header names and subprotocols."""
-_PATH_PART: Final = re.compile(r"^[A-Za-z0-9_$-]{1,64}$")
-_QUERY_VALUE: Final = re.compile(r"^[A-Za-z0-9._~:@!$'()*+,;=/?{}-]{0,256}$")
+PATH_PART_CHARS: Final = r"[A-Za-z0-9_$-]{1,64}"
+"""One name of a dotted ``seq`` path."""
+QUERY_VALUE_PATTERN: Final = r"^[A-Za-z0-9._~:@!$'()*+,;=/?{}-]{0,256}$"
+_TOKEN: Final = re.compile(HTTP_NAME_PATTERN)
+_PATH_PART: Final = re.compile(f"^{PATH_PART_CHARS}$")
+_QUERY_VALUE: Final = re.compile(QUERY_VALUE_PATTERN)
 """A query value as written: unreserved and sub-delimiter characters, braces for the
 placeholders (``&``, ``#``, ``%`` and spaces are not)."""
 
@@ -180,6 +185,54 @@ def headers_field(raw: Any, secrets_prefix: str | None) -> tuple[tuple[str, Head
     return tuple(out)
 
 
+def refuse_credential_parameter(name: str, where: str) -> None:
+    """The one rule for a query parameter's name, in ``profile.query`` and in ``ws_url``'s own
+    query alike: a name that says its value is a credential (``token``, ``password``, ...) is
+    refused. Raises :class:`TemplateError` naming ``where`` and the parameter."""
+    if is_sensitive_name(name.lower()):
+        raise TemplateError(
+            f"{name} carries a credential: a URL is no place for one; use a header or an "
+            "open message with a secret",
+            where,
+        )
+
+
+def credential_parameter(url: str) -> str | None:
+    """The first parameter of ``url``'s query whose name says it carries a credential (as
+    :func:`refuse_credential_parameter` judges, names percent-decoded), or None."""
+    for name, _ in _query_pairs(url):
+        if is_sensitive_name(name.lower()):
+            return name
+    return None
+
+
+MASK: Final = "***"
+"""What replaces a credential's value wherever a stored URL is shown."""
+
+
+def masked_url(url: str) -> str:
+    """``url`` with the value of every credential-named query parameter replaced by
+    :data:`MASK`: how an answer shows a URL stored before such URLs were refused."""
+    if credential_parameter(url) is None:
+        return url
+    parts = urlsplit(url)
+    kept = []
+    for piece in parts.query.split("&"):
+        raw_name, sep, _ = piece.partition("=")
+        if sep and is_sensitive_name(unquote_plus(raw_name).lower()):
+            kept.append(f"{raw_name}={MASK}")
+        else:
+            kept.append(piece)
+    return urlunsplit(parts._replace(query="&".join(kept)))
+
+
+def _query_pairs(url: str) -> list[tuple[str, str]]:
+    try:
+        return parse_qsl(urlsplit(url).query, keep_blank_values=True)
+    except ValueError:
+        return []
+
+
 def query_field(raw: Any) -> tuple[tuple[str, Template], ...]:
     if raw is None:
         return ()
@@ -190,12 +243,7 @@ def query_field(raw: Any) -> tuple[tuple[str, Template], ...]:
         where = f"query.{name}"
         if not isinstance(name, str) or not _TOKEN.match(name):
             raise TemplateError("query parameter names are HTTP tokens", "query")
-        if is_sensitive_name(name.lower()):
-            raise TemplateError(
-                f"{name} carries a credential: a URL is no place for one; use a header or an "
-                "open message with a secret",
-                where,
-            )
+        refuse_credential_parameter(name, where)
         if not isinstance(value, str) or not _QUERY_VALUE.match(value):
             raise TemplateError(
                 "a query value is up to 256 URL characters (no &, #, % or spaces)", where

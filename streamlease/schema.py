@@ -7,6 +7,7 @@ name, key prefix or index name is spelled anywhere else.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,6 +20,23 @@ if TYPE_CHECKING:
         KeySchemaElementTypeDef,
         ProjectionTypeDef,
     )
+
+# --- ids ---------------------------------------------------------------------------------------
+
+STREAM_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+"""Stream ids, as the schemas check them; :data:`STREAM_ID_RULE` says it in words."""
+
+STREAM_ID_RULE: Final = (
+    "1 to 128 characters: ASCII letters, digits, '.', '_', ':' and '-', "
+    "starting with a letter or a digit"
+)
+""":data:`STREAM_ID_PATTERN` in words, for error messages and documentation."""
+
+
+def is_stream_id(text: str) -> bool:
+    """Whether ``text`` is a valid stream id (:data:`STREAM_ID_RULE`)."""
+    return re.fullmatch(STREAM_ID_PATTERN, text) is not None
+
 
 # --- keys ------------------------------------------------------------------------------------
 

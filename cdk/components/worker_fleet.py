@@ -6,12 +6,10 @@ from collections.abc import Mapping
 
 from aws_cdk import (
     Acknowledgment,
-    ArnFormat,
     Aws,
     Duration,
     RemovalPolicy,
     Size,
-    Stack,
     Validations,
 )
 from aws_cdk import aws_dynamodb as dynamodb
@@ -24,13 +22,13 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from cdk.components.secret_grants import grant_stream_secrets
 from cdk.components.table_grants import (
     WORKER_COMMANDS,
     WORKER_SINK,
     WORKER_TABLE,
     TableAccess,
     grant_table,
-    nag_spelling,
 )
 from cdk.components.trace_collector import add_trace_collector
 from cdk.config import CpuArchitecture
@@ -227,25 +225,4 @@ class WorkerFleet(Construct):
 
     def _grant_secrets(self, role: iam.IRole, prefix: str) -> None:
         """Read access to the secrets under ``prefix`` (names and their random suffixes)."""
-        arn = Stack.of(self).format_arn(
-            service="secretsmanager",
-            resource="secret",
-            resource_name=f"{prefix}*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        policy = iam.Policy(
-            self,
-            "StreamSecrets",
-            statements=[
-                iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[arn])
-            ],
-        )
-        policy.attach_to_role(role)
-        Validations.of(policy).acknowledge(
-            Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::{nag_spelling(Stack.of(self).resolve(arn))}]",
-                reason="Streams refer to secrets by name under the operator's chosen prefix "
-                "(the secretsPrefix context key); the wildcard covers that prefix and Secrets "
-                "Manager's random name suffix, nothing wider.",
-            )
-        )
+        grant_stream_secrets(self, "StreamSecrets", role, prefix, ["secretsmanager:GetSecretValue"])

@@ -23,6 +23,7 @@ from cdk.components.fleet_events import FleetEvents
 from cdk.components.fleet_metrics import FleetMetrics
 from cdk.components.fleet_scaling import FleetScaling
 from cdk.components.network import Network
+from cdk.components.secret_grants import grant_stream_secrets
 from cdk.components.service_function import ServiceFunction
 from cdk.components.stream_consumer import StreamConsumer
 from cdk.components.table_grants import (
@@ -125,6 +126,14 @@ class StatelessStack(Stack):
             timeout=Duration.seconds(50),
         )
         grant_table(table, api.role, API_TABLE)
+        if config.secrets_prefix:  # the API says when a stream names a secret that is missing
+            grant_stream_secrets(
+                self,
+                "ApiSecretLookup",
+                api.role,
+                config.secrets_prefix,
+                ["secretsmanager:DescribeSecret"],
+            )
         queue.grant(api.role, *SEND_COMMANDS)
         grant_table(table, reaper.role, REAPER_TABLE)
         queue.grant(reaper.role, *SEND_COMMANDS)

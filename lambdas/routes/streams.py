@@ -18,8 +18,6 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from lambdas import runtime
 from lambdas.api_models import (
-    STREAM_ID_PATTERN,
-    STREAM_ID_RULE,
     ChangeStream,
     CreateStream,
     ErrorBody,
@@ -32,13 +30,17 @@ from lambdas.http_errors import ApiError
 from lambdas.identity import caller_identity
 from lambdas.metrics import MetricEmitter
 from lambdas.pagination import MAX_TOKEN_CHARS, TokenInvalid, decode_token, encode_token
+from lambdas.secret_check import missing_secret_warnings
 from lambdas.tracing import command_trace_header
+from streamlease.errors import UrlRejected
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, WorkerInfo
-from streamlease.profile import ProfileError, parse_profile
-from streamlease.schema import ConnectionState, DesiredState
+from streamlease.profile import Profile, ProfileError, parse_profile
+from streamlease.profile_fields import credential_parameter, refuse_credential_parameter
+from streamlease.schema import STREAM_ID_PATTERN, STREAM_ID_RULE, ConnectionState, DesiredState
 from streamlease.telemetry import API_SERVICE, ApiMetric
-from streamlease.url_policy import parse_upstream_url
+from streamlease.templates import TemplateError
+from streamlease.url_policy import FIELD, parse_upstream_url
 
 router = Router()
 logger = Logger(service=API_SERVICE, child=True)
@@ -79,8 +81,9 @@ def _view(stream: Stream, sessions: dict[str, WorkerInfo], now_ms: int) -> Strea
     return StreamView.of(stream, now_ms, sessions.get(stream.owner or ""))
 
 
-def _reply(status: HTTPStatus, stream: Stream) -> Response[Any]:
+def _reply(status: HTTPStatus, stream: Stream, warnings: list[str] | None = None) -> Response[Any]:
     view = _view(stream, _sessions_of([stream]), wall_ms())
+    view.warnings = warnings or []
     return Response(status_code=int(status), content_type=_JSON, body=view.model_dump_json())
 
 
@@ -120,8 +123,9 @@ def _hint_start(stream: Stream) -> None:
 def create_stream(body: CreateStream) -> Response[Any]:
     """Create ``body.id`` with ``body.ws_url`` after the URL policy accepted the URL."""
     rt = runtime.current()
-    parse_upstream_url(body.ws_url, rt.url_policy)
-    profile = None if body.profile is None else _stored_profile(body.profile)
+    _check_url(body.ws_url)
+    parsed = None if body.profile is None else _parsed_profile(body.profile)
+    profile = None if parsed is None else parsed.to_item()
     stream, created = rt.repo.create(
         body.id, body.ws_url, caller_identity(router.current_event), profile
     )
@@ -130,17 +134,36 @@ def create_stream(body: CreateStream) -> Response[Any]:
         metrics.emit({ApiMetric.STREAMS_CREATED: 1})
     if stream.desired_state is DesiredState.STARTED:
         _hint_start(stream)
-    return _reply(HTTPStatus.CREATED if created else HTTPStatus.OK, stream)
+    return _reply(HTTPStatus.CREATED if created else HTTPStatus.OK, stream, _warnings(parsed))
 
 
-def _stored_profile(profile: StreamProfile) -> dict[str, Any]:
-    """The profile as stored, once the profile rules accepted it (a 400 naming the field
-    otherwise)."""
+def _warnings(profile: Profile | None) -> list[str]:
+    """What will fail unless fixed, for the answer: secrets the profile names that do not
+    exist (see :mod:`lambdas.secret_check`)."""
+    if profile is None or not profile.secrets:
+        return []
+    return missing_secret_warnings(runtime.current().secretsmanager, profile.secrets)
+
+
+def _check_url(ws_url: str) -> None:
+    """The URL policy, then the rule ``profile.query`` follows for the URL's own query: no
+    parameter named for a credential (a 400 naming it)."""
+    parse_upstream_url(ws_url, runtime.current().url_policy)
+    name = credential_parameter(ws_url)
+    if name is not None:
+        try:
+            refuse_credential_parameter(name, FIELD)
+        except TemplateError as exc:
+            raise UrlRejected(f"{FIELD} query parameter {exc}", FIELD) from None
+
+
+def _parsed_profile(profile: StreamProfile) -> Profile:
+    """The profile once the profile rules accepted it (a 400 naming the field otherwise)."""
     try:
         return parse_profile(
             profile.model_dump(exclude_none=True),
             secrets_prefix=runtime.current().settings.secrets_prefix,
-        ).to_item()
+        )
     except ProfileError as exc:
         raise ApiError(HTTPStatus.BAD_REQUEST, "invalid_profile", str(exc), exc.field) from None
 
@@ -150,14 +173,15 @@ def _stored_profile(profile: StreamProfile) -> dict[str, Any]:
     summary="Change a stream's URL or profile in place",
     description=(
         "Replaces the ws_url and/or the whole connection profile (validated as on create) and "
-        "sets generation + 1 (200): the stream keeps its last_seq, and its holder reconnects "
-        "with the new settings from its checkpoint. The same settings again change nothing "
-        "(200, same generation)."
+        "sets generation + 1 (202): the stream keeps its last_seq, and its holder reconnects "
+        "with the new settings from its checkpoint at its next renewal. The same settings "
+        "again change nothing (200, same generation)."
     ),
     operation_id="changeStream",
     tags=["streams"],
     responses={
-        **_stream_response(HTTPStatus.OK, "Changed, or already so"),
+        **_stream_response(HTTPStatus.ACCEPTED, "Change accepted"),
+        **_stream_response(HTTPStatus.OK, "Already so; unchanged"),
         **_errors(
             HTTPStatus.BAD_REQUEST,
             HTTPStatus.NOT_FOUND,
@@ -176,8 +200,9 @@ def change_stream(id: StreamId, body: ChangeStream) -> Response[Any]:
             HTTPStatus.BAD_REQUEST, "invalid_request", "give ws_url, profile or both", "body"
         )
     if body.ws_url is not None:
-        parse_upstream_url(body.ws_url, rt.url_policy)
-    profile = None if body.profile is None else _stored_profile(body.profile)
+        _check_url(body.ws_url)
+    parsed = None if body.profile is None else _parsed_profile(body.profile)
+    profile = None if parsed is None else parsed.to_item()
     stream, changed = rt.repo.change(
         id, caller_identity(router.current_event), ws_url=body.ws_url, profile=profile
     )
@@ -185,7 +210,7 @@ def change_stream(id: StreamId, body: ChangeStream) -> Response[Any]:
         logger.info("stream changed", stream_id=id, generation=stream.generation)
         if stream.desired_state is DesiredState.STARTED and stream.owner is None:
             _hint_start(stream)
-    return _reply(HTTPStatus.OK, stream)
+    return _reply(HTTPStatus.ACCEPTED if changed else HTTPStatus.OK, stream, _warnings(parsed))
 
 
 @router.post(

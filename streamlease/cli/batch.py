@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from streamlease.errors import StreamleaseError
+from streamlease.schema import STREAM_ID_RULE, is_stream_id
 
 DEFAULT_CONCURRENCY: Final = 8
 MAX_CONCURRENCY: Final = 64
+MAX_SHOWN_ID_CHARS: Final = 140
 
 
 class InputError(StreamleaseError):
@@ -139,4 +141,13 @@ def run_all(
 def _check_id(stream_id: str, where: str) -> str:
     if not stream_id:
         raise InputError(f"{where}a stream id must not be empty")
+    if not is_stream_id(stream_id):
+        raise InputError(
+            f"{where}{stream_id[:MAX_SHOWN_ID_CHARS]!r} is not a stream id: {STREAM_ID_RULE}"
+        )
     return stream_id
+
+
+def check_stream_id(stream_id: str) -> str:
+    """``stream_id`` if it is one; raises :class:`InputError` saying the rule otherwise."""
+    return _check_id(stream_id, "")

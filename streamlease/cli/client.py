@@ -102,15 +102,16 @@ class ApiClient:
 
     def change_stream(
         self, stream_id: str, *, ws_url: str | None = None, profile: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """``PATCH /streams/{id}``: a new URL and/or whole profile; returns the stream (its
-        generation moved unless nothing changed)."""
+    ) -> tuple[bool, dict[str, Any]]:
+        """``PATCH /streams/{id}``: a new URL and/or whole profile. Returns (changed, stream);
+        ``False``: it was so already (its generation did not move)."""
         request: dict[str, Any] = {}
         if ws_url is not None:
             request["ws_url"] = ws_url
         if profile is not None:
             request["profile"] = profile
-        return self.request("PATCH", f"/streams/{_segment(stream_id)}", body=request)[1]
+        status, body = self.request("PATCH", f"/streams/{_segment(stream_id)}", body=request)
+        return status == 202, body
 
     def get_stream(self, stream_id: str) -> dict[str, Any]:
         """``GET /streams/{id}``."""

@@ -24,6 +24,7 @@ from streamlease.cli.batch import (
     MAX_CONCURRENCY,
     InputError,
     Target,
+    check_stream_id,
     targets_from_arguments,
     targets_from_lines,
 )
@@ -31,14 +32,7 @@ from streamlease.cli.client import DEFAULT_TIMEOUT_SECONDS, ApiClient, ApiError
 from streamlease.cli.config import CliConfig, read_config
 from streamlease.cli.consume import ConsumeUsageError, run_consume
 from streamlease.cli.consume import add_parser as add_consume_parser
-from streamlease.cli.mutations import (
-    DEFAULT_WAIT_SECONDS,
-    MUTATIONS,
-    Waiting,
-    WaitTimedOut,
-    error_data,
-    run_mutation,
-)
+from streamlease.cli.mutations import CHANGE, MUTATIONS, error_data, run_mutation
 from streamlease.cli.profile_args import (
     ProfileArgsError,
     add_profile_flags,
@@ -50,7 +44,6 @@ from streamlease.cli.render import (
     now_ms,
     stream_detail,
     stream_lines,
-    stream_summary,
     table,
     trouble_of,
     trouble_summary,
@@ -60,6 +53,7 @@ from streamlease.cli.secret import SecretError, add_parser, put_secret, read_val
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.target import TargetError, target_for
 from streamlease.cli.transport import HttpTransport, Transport, TransportError
+from streamlease.cli.waits import DEFAULT_WAIT_SECONDS, Waiting, WaitTimedOut
 from streamlease.cli.watch import watch
 from streamlease.errors import ConfigError, SourceError, StreamleaseError
 from streamlease.schema import ConnectionState
@@ -145,7 +139,7 @@ def build_parser() -> _Parser:
         )
         if mutation.with_url:
             add_profile_flags(sub)
-        if mutation.waits:
+        if mutation.settle is not None:
             sub.add_argument(
                 "--wait",
                 action="store_true",
@@ -308,12 +302,18 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
             waiting=_waiting(args),
         )
     if command == "set":
-        stream = _change(args, client)
-        _emit(io, stream, [f"changed {stream_summary(stream)}"])
+        return run_mutation(
+            CHANGE,
+            client,
+            [_change(args, client)],
+            single=True,
+            concurrency=1,
+            out=io.out,
+            error=io.error,
+            as_json=io.as_json,
+        )
     elif command == "get":
-        if not args.id:
-            raise UsageError("a stream id must not be empty")
-        stream = client.get_stream(args.id)
+        stream = client.get_stream(_stream_id(args.id))
         _emit(io, stream, stream_detail(stream, now_ms(), colour=colour))
     elif command == "ls":
         streams = list(
@@ -358,11 +358,10 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
     return EXIT_OK
 
 
-def _change(args: argparse.Namespace, client: ApiClient) -> dict[str, Any]:
+def _change(args: argparse.Namespace, client: ApiClient) -> Target:
     """``set``: the flags applied to the stream's current profile (``--profile`` replaces it),
-    then one PATCH."""
-    if not args.id:
-        raise UsageError("a stream id must not be empty")
+    as the target of one PATCH."""
+    _stream_id(args.id)
     if args.url is None and not has_profile_flags(args):
         raise UsageError("set needs --url or a profile flag (--header, --profile, ...)")
     profile = None
@@ -372,7 +371,15 @@ def _change(args: argparse.Namespace, client: ApiClient) -> dict[str, Any]:
             profile = profile_from_args(args, current)
         except ProfileArgsError as exc:
             raise UsageError(str(exc)) from None
-    return client.change_stream(args.id, ws_url=args.url, profile=profile)
+    return Target(args.id, args.url, profile)
+
+
+def _stream_id(text: str) -> str:
+    """A stream id from the command line; a :class:`UsageError` when it breaks the id rule."""
+    try:
+        return check_stream_id(text)
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _waiting(args: argparse.Namespace) -> Waiting | None:

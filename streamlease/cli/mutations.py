@@ -1,5 +1,5 @@
-"""The commands that change streams (``start``, ``stop``, ``resume``, ``rm``), for one stream
-or many.
+"""The commands that change streams (``start``, ``stop``, ``resume``, ``rm``; ``set`` for
+one), for one stream or many.
 
 One stream prints what it did (``created s1: STARTED, ...``) or one error line. Many print a
 line per stream as each call returns, failures on stderr, then a summary line. ``--json``
@@ -11,7 +11,8 @@ would fail alike: every command here may be repeated safely. ``rm`` of a stream 
 already succeeds (``already_deleted``).
 
 ``stop --wait`` returns once each stream's holder has let go of it (``stopped``); ``rm --wait``
-waits for that before deleting. Both give up after ``--wait-timeout`` seconds.
+waits for that before deleting: every request goes first, then the streams still held are
+waited for together (:mod:`streamlease.cli.waits`).
 """
 
 from __future__ import annotations
@@ -19,48 +20,37 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from streamlease.cli.batch import Outcome, Target, run_all
 from streamlease.cli.client import ApiClient, ApiError
-from streamlease.cli.render import stream_summary, worker_name
+from streamlease.cli.render import stream_summary
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.transport import TransportError
-from streamlease.errors import SourceError, StreamleaseError
+from streamlease.cli.waits import (
+    FAILED,
+    RELEASING,
+    Settle,
+    Waiting,
+    WaitTimedOut,
+    settled,
+)
+from streamlease.errors import SourceError
 from streamlease.schema import DesiredState
 
 ErrorSink = Callable[..., None]
 """``error(message, code=..., **detail)``: one error line on stderr."""
 
-FAILED: Final = "failed"
 NOT_SENT: Final = "not_sent"
 WEBSOCKET_HINT: Final = (
     "{scheme}:// is not a WebSocket URL: use wss:// (or ws://, which the local stack allows)"
 )
-DEFAULT_WAIT_SECONDS: Final = 60.0
-WAIT_POLL_SECONDS: Final = 0.5
-
-
-class WaitTimedOut(StreamleaseError):
-    """``--wait`` gave up: the stream's holder had not let go of it in time."""
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """``--wait``: how long to wait for each stream's holder to let go of it, and how often to
-    look (seconds). ``sleep`` and ``clock`` (monotonic seconds) are seams for tests."""
-
-    timeout_seconds: float = DEFAULT_WAIT_SECONDS
-    poll_seconds: float = WAIT_POLL_SECONDS
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
-
-
-Call = Callable[[ApiClient, Target, Waiting | None], tuple[str, dict[str, Any] | None]]
-"""One API call for one target, waiting as told: (what happened, the stream as last read)."""
+Call = Callable[[ApiClient, Target, bool], tuple[str, dict[str, Any] | None]]
+"""One API call for one target, told whether ``--wait`` follows: (what happened, the stream
+as last read). With ``--wait`` it may answer :data:`RELEASING`: settled later."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +64,11 @@ class Mutation:
     lines: str
     with_url: bool
     call: Call
-    waits: bool = False
-    """Takes ``--wait``."""
+    settle: Settle | None = None
+    """Takes ``--wait``, and how to tell when a stream is done."""
 
 
-def _start(
-    client: ApiClient, target: Target, _: Waiting | None
-) -> tuple[str, dict[str, Any] | None]:
+def _start(client: ApiClient, target: Target, _: bool) -> tuple[str, dict[str, Any] | None]:
     assert target.ws_url is not None
     try:
         created, stream = client.create_stream(target.id, target.ws_url, target.profile)
@@ -89,70 +77,53 @@ def _start(
     return ("created" if created else "unchanged"), stream
 
 
-def _stop(
-    client: ApiClient, target: Target, waiting: Waiting | None
-) -> tuple[str, dict[str, Any] | None]:
+def _stop(client: ApiClient, target: Target, _: bool) -> tuple[str, dict[str, Any] | None]:
     changed, stream = client.stop_stream(target.id)
-    if waiting is None:
-        return ("stopping" if changed else "already_stopped"), stream
-    stream = _released(client, target.id, waiting)
-    return ("stopped" if changed else "already_stopped"), stream
+    return ("stopping" if changed else "already_stopped"), stream
 
 
-def _resume(
-    client: ApiClient, target: Target, _: Waiting | None
+def _stopped(
+    client: ApiClient, target: Target, verb: str, _: dict[str, Any] | None
 ) -> tuple[str, dict[str, Any] | None]:
+    """``stop --wait``: done once nobody holds a live lease on the stream."""
+    stream = client.get_stream(target.id)
+    if stream.get("owner") and stream.get("lease_state") == "held":
+        return RELEASING, stream
+    return ("already_stopped" if verb == "already_stopped" else "stopped"), stream
+
+
+def _resume(client: ApiClient, target: Target, _: bool) -> tuple[str, dict[str, Any] | None]:
     changed, stream = client.start_stream(target.id)
     return ("starting" if changed else "already_started"), stream
 
 
-def _remove(
-    client: ApiClient, target: Target, waiting: Waiting | None
-) -> tuple[str, dict[str, Any] | None]:
-    """DELETE; gone already is done too. With ``waiting``, a stopped stream still held is
-    deleted once its holder has released it (a started one is refused at once)."""
-    deadline = None if waiting is None else waiting.clock() + waiting.timeout_seconds
-    while True:
+def _remove(client: ApiClient, target: Target, waits: bool) -> tuple[str, dict[str, Any] | None]:
+    """DELETE; gone already is done too. With ``waits``, a stopped stream still held answers
+    :data:`RELEASING` (a started one is refused at once)."""
+    try:
+        client.delete_stream(target.id)
+    except ApiError as exc:
+        if exc.status == 404:
+            return "already_deleted", None
+        if exc.status != 409 or not waits:
+            raise
         try:
-            client.delete_stream(target.id)
-        except ApiError as exc:
-            if exc.status == 404:
+            stream = client.get_stream(target.id)
+        except ApiError as gone:
+            if gone.status == 404:
                 return "already_deleted", None
-            if exc.status != 409 or waiting is None or deadline is None:
-                raise
-            try:
-                stream = client.get_stream(target.id)
-            except ApiError as gone:
-                if gone.status == 404:
-                    return "already_deleted", None
-                raise
-            if stream.get("desired_state") == DesiredState.STARTED:
-                raise
-            if waiting.clock() >= deadline:
-                raise _still_held(target.id, stream, waiting) from None
-            waiting.sleep(waiting.poll_seconds)
-            continue
-        return "deleted", None
+            raise
+        if stream.get("desired_state") == DesiredState.STARTED:
+            raise
+        return RELEASING, stream
+    return "deleted", None
 
 
-def _released(client: ApiClient, stream_id: str, waiting: Waiting) -> dict[str, Any]:
-    """The stream once nobody holds a live lease on it. Raises :class:`WaitTimedOut` after
-    ``waiting.timeout_seconds``, :class:`ApiError` as the API answers."""
-    deadline = waiting.clock() + waiting.timeout_seconds
-    while True:
-        stream = client.get_stream(stream_id)
-        if not stream.get("owner") or stream.get("lease_state") != "held":
-            return stream
-        if waiting.clock() >= deadline:
-            raise _still_held(stream_id, stream, waiting)
-        waiting.sleep(waiting.poll_seconds)
-
-
-def _still_held(stream_id: str, stream: dict[str, Any], waiting: Waiting) -> WaitTimedOut:
-    return WaitTimedOut(
-        f"{stream_id} is still held by {worker_name(stream.get('owner'))} after "
-        f"{waiting.timeout_seconds:g} s (--wait-timeout)"
-    )
+def _removed(
+    client: ApiClient, target: Target, verb: str, stream: dict[str, Any] | None
+) -> tuple[str, dict[str, Any] | None]:
+    """``rm --wait``: DELETE again once the last try found the stream still held."""
+    return _remove(client, target, True) if verb == RELEASING else (verb, stream)
 
 
 MUTATIONS: Final = {
@@ -175,7 +146,7 @@ MUTATIONS: Final = {
             '{"id": ...} (other keys ignored) or a bare id',
             False,
             _stop,
-            waits=True,
+            _stopped,
         ),
         Mutation(
             "resume",
@@ -194,10 +165,28 @@ MUTATIONS: Final = {
             '{"id": ...} (other keys ignored) or a bare id',
             False,
             _remove,
-            waits=True,
+            _removed,
         ),
     )
 }
+
+
+def _change(client: ApiClient, target: Target, _: bool) -> tuple[str, dict[str, Any] | None]:
+    """PATCH the URL and/or the whole profile (``None``: keep that one)."""
+    changed, stream = client.change_stream(target.id, ws_url=target.ws_url, profile=target.profile)
+    return ("changed" if changed else "unchanged"), stream
+
+
+CHANGE: Final = Mutation(
+    "set",
+    "change a stream's URL or connection profile in place",
+    "ID",
+    "a stream id",
+    "",
+    False,
+    _change,
+)
+"""``set``: one stream, reported as the other mutations report theirs."""
 
 _LABELS: Final = {
     "unchanged": "exists, unchanged:",
@@ -239,14 +228,17 @@ def run_mutation(
     for holders to let go (``--wait``; only for mutations that take it).
     """
     if single and not as_json:
-        verb, stream = mutation.call(client, targets[0], waiting)
-        out.write(result_line(Outcome(targets[0], verb, stream)) + "\n")
+        only = next(_outcomes(mutation, client, targets, concurrency, waiting))
+        if only.error is not None:
+            raise only.error
+        out.write(result_line(only) + "\n")
+        _warn(only, error)
         return 0
 
     started = time.monotonic()
     outcomes: dict[int, Outcome] = {}
     halted: Outcome | None = None
-    results = run_all(targets, _safely(mutation, client, waiting), concurrency=concurrency)
+    results = _outcomes(mutation, client, targets, concurrency, waiting)
     try:
         for outcome in results:
             outcomes[id(outcome.target)] = outcome
@@ -288,13 +280,38 @@ def summary_line(name: str, total: int, counts: Counter[str], seconds: float) ->
     return f"{name}: {total} {noun} in {seconds:.1f} s: {', '.join(done)}"
 
 
-def _safely(
-    mutation: Mutation, client: ApiClient, waiting: Waiting | None
-) -> Callable[[Target], Outcome]:
+def _outcomes(
+    mutation: Mutation,
+    client: ApiClient,
+    targets: Sequence[Target],
+    concurrency: int,
+    waiting: Waiting | None,
+) -> Generator[Outcome, None, None]:
+    """Every target's outcome as it is settled: the calls ``concurrency`` at a time, then,
+    under ``--wait``, the streams still held looked at together, round after round, each
+    until it is let go or its own ``--wait-timeout`` has passed (a stream waited for never
+    holds back the calls or the waits of the others)."""
+    settle = mutation.settle if waiting is not None else None
+    pending: list[tuple[Outcome, float]] = []
+    calls = run_all(targets, _safely(mutation, client, settle is not None), concurrency=concurrency)
+    try:
+        for outcome in calls:
+            if settle is None or outcome.error is not None:
+                yield outcome
+            else:
+                assert waiting is not None
+                pending.append((outcome, waiting.clock() + waiting.timeout_seconds))
+    finally:
+        calls.close()
+    if settle is not None and waiting is not None:
+        yield from settled(settle, client, pending, concurrency, waiting)
+
+
+def _safely(mutation: Mutation, client: ApiClient, waits: bool) -> Callable[[Target], Outcome]:
     def call(target: Target) -> Outcome:
         try:
-            verb, stream = mutation.call(client, target, waiting)
-        except (ApiError, TransportError, CredentialsMissing, WaitTimedOut) as exc:
+            verb, stream = mutation.call(client, target, waits)
+        except (ApiError, TransportError, CredentialsMissing) as exc:
             return Outcome(target, FAILED, error=exc)
         return Outcome(target, verb, stream)
 
@@ -305,8 +322,16 @@ def _report(mutation: Mutation, outcome: Outcome, out: TextIO, error: ErrorSink)
     if outcome.error is None:
         out.write(result_line(outcome) + "\n")
         out.flush()
+        _warn(outcome, error)
     else:
         error(f"{mutation.name} {outcome.target.id}: {outcome.error}", code="failed")
+
+
+def _warn(outcome: Outcome, error: ErrorSink) -> None:
+    """The API's warnings about a stream it accepted (a secret that does not exist yet), one
+    stderr line each; ``--json`` carries them in the stream's ``warnings``."""
+    for warning in (outcome.stream or {}).get("warnings") or ():
+        error(f"{outcome.target.id}: {warning}", code="warning", label="warning")
 
 
 def _status(outcome: Outcome) -> str:

@@ -149,3 +149,22 @@ def test_while_this_release_rolls_out_the_workers_keep_the_previous_ones_grants(
     expected["index/by-state-expiry"] = {"dynamodb:Query"}
     expected["index/by-owner"] = {"dynamodb:Query"}
     assert grants == expected
+
+
+@pytest.mark.parametrize(
+    ("policy", "actions"),
+    [
+        ("ApiSecretLookup", {"secretsmanager:DescribeSecret"}),
+        ("WorkersStreamSecrets", {"secretsmanager:GetSecretValue"}),
+    ],
+)
+def test_secrets_are_described_by_the_api_and_read_only_by_the_workers(
+    stateless_json: TemplateJson, policy: str, actions: set[str]
+) -> None:
+    """The API checks that a profile's secrets exist, never reads one; both only under the
+    deployment's prefix."""
+    statements = statements_of(stateless_json, policy)
+    assert [actions_of(s) for s in statements] == [actions]
+    prefix = CDK_CONTEXT["streamlease:secretsPrefix"]
+    (resource,) = resources_in(statements[0])
+    assert flat(resource).endswith(f':secret:{prefix}*"]]}}')

@@ -31,6 +31,7 @@ from local_stack_run import (
 
 from local.sink_report import build_report
 from local.stack import port_in_use
+from local.stack_files import StackPaths, read_stack_file
 from streamlease.cli.render import worker_name
 from streamlease.telemetry import ReaperMetric
 
@@ -109,6 +110,44 @@ def test_streams_keep_flowing_when_a_worker_is_killed(stack: StackRun) -> None:
         assert summary.violations == (), summary.violations
     for stream_id in victims_streams:
         assert report.stream(stream_id).epochs >= 2
+
+
+def test_the_stack_survives_its_upstream_simulator_exiting(stack: StackRun) -> None:
+    """kill -9 of the upstream simulator: the stack says so and starts it again, moto's state
+    and the workers live on, and the streams reconnect and deliver again."""
+    upstream = f"ws://127.0.0.1:{stack.env['STREAMLEASE_LOCAL_UPSTREAM_PORT']}"
+    ids = ["sim-1", "sim-2"]
+    for stream_id in ids:
+        assert stack.cli("start", stream_id, f"{upstream}/{stream_id}?rate=20").returncode == 0
+
+    def delivering() -> bool:
+        now = streams_by_id(stack)
+        return all(held(now.get(i)) and now[i].get("last_seq") for i in ids)
+
+    wait_until(delivering, WAIT, "both streams delivering", stack)
+    paths = StackPaths(stack.state_dir)
+    simulator = int((read_stack_file(paths) or {})["processes"]["upstream"])
+    os.kill(simulator, signal.SIGKILL)
+    stack.wait_for_output(f"the upstream simulator (pid {simulator}) killed by SIGKILL")
+    restarted = [line for line in stack.lines if f"(pid {simulator}) killed" in line]
+    assert "restarted" in restarted[0] and "started again" in restarted[0]
+    after = streams_by_id(stack)
+
+    def delivering_again() -> bool:
+        now = streams_by_id(stack)
+        return all(
+            held(now[i])
+            and now[i]["connection_state"] == "connected"
+            and now[i]["last_seq"] > after[i]["last_seq"]
+            for i in ids
+        )
+
+    wait_until(delivering_again, WAIT, "the streams delivering from the new simulator", stack)
+    now = read_stack_file(paths) or {}
+    assert int(now["processes"]["upstream"]) != simulator
+    assert stack.process.poll() is None
+    for stream_id in ids:
+        assert stack.cli("stop", stream_id).returncode == 0
 
 
 def reaper_stop_counts(stack: StackRun) -> list[float]:

@@ -10,7 +10,7 @@ from control_plane_support import Api
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lambdas.api_models import STREAM_ID_PATTERN
+from streamlease.schema import STREAM_ID_PATTERN
 
 SEGMENTS = st.one_of(
     st.sampled_from(["streams", "workers", "stop", "start", "", "s1", "%3A", "%2F", ".."]),

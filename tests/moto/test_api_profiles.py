@@ -114,7 +114,7 @@ def test_a_change_in_place_keeps_the_checkpoint_and_bumps_the_generation(
         "/streams/p1",
         body={"ws_url": new_url, "profile": {"query": {"after": "{last_seq}"}}},
     )
-    assert changed.status == 200
+    assert changed.status == 202
     after = changed.body
     assert (after["ws_url"], after["profile"]) == (new_url, {"query": {"after": "{last_seq}"}})
     assert after["generation"] == before["generation"] + 1
@@ -151,7 +151,7 @@ def test_a_stream_that_delivered_cannot_switch_between_its_own_and_the_workers_n
     replays and a reader would drop them as repeats. Before the first delivery it may."""
     assert create(api).status == 201
     early = api("PATCH", "/streams/p1", body={"profile": {"seq": "none"}})
-    assert early.status == 200
+    assert early.status == 202
     lease = store.acquire("p1", "w-1", 20_000)
     store.renew("p1", "w-1", lease.epoch, 41, 20_000)
     generation = api("GET", "/streams/p1").body["generation"]
@@ -160,4 +160,4 @@ def test_a_stream_that_delivered_cannot_switch_between_its_own_and_the_workers_n
     assert "new stream id" in refused.error["message"]
     assert api("GET", "/streams/p1").body["generation"] == generation
     same_kind = api("PATCH", "/streams/p1", body={"profile": {"seq": "none", "idle_seconds": 30}})
-    assert same_kind.status == 200
+    assert same_kind.status == 202

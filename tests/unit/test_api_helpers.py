@@ -7,11 +7,11 @@ import json
 import pytest
 
 from lambdas.api import with_plain_path
-from lambdas.api_models import STREAM_ID_PATTERN, StreamView
+from lambdas.api_models import StreamView
 from lambdas.http_errors import describe_validation_errors, precheck
 from lambdas.identity import caller_identity
 from streamlease.model import Stream
-from streamlease.schema import DesiredState
+from streamlease.schema import STREAM_ID_PATTERN, DesiredState
 from streamlease.url_policy import URL_PATTERN
 
 

@@ -180,7 +180,7 @@ CURRENT: dict[str, Any] = {
 def changed(request: Recorded) -> tuple[int, Any]:
     body = json.loads(request.body)
     profile = body.get("profile", CURRENT["profile"])
-    return 200, {**CURRENT, "generation": 4, "profile": profile or None}
+    return 202, {**CURRENT, "generation": 4, "profile": profile or None}
 
 
 def test_set_adds_a_header_to_the_current_profile_in_one_patch(api: FakeApi) -> None:
@@ -223,8 +223,57 @@ def test_set_with_a_whole_profile_replaces_it_and_reads_nothing(api: FakeApi) ->
     assert json.loads(api.requests[0].body) == {"profile": {"query": {"after": "{last_seq}"}}}
 
 
+def test_set_to_what_is_already_so_says_unchanged(api: FakeApi) -> None:
+    """The API's 200 (nothing changed, same generation) reads as ``start``'s does."""
+    api.routes[("PATCH", "/streams/s1")] = (200, CURRENT)
+    code, out, err = run("--api", api.url, "set", "s1", "--url", "wss://feed.example/1")
+    assert code == 0, err
+    assert out.startswith("exists, unchanged: s1:") and "changed s1" not in out
+
+
+@pytest.mark.parametrize(("status", "result"), [(202, "changed"), (200, "unchanged")])
+def test_set_json_is_the_result_document_of_every_mutation(
+    api: FakeApi, status: int, result: str
+) -> None:
+    """``set --json`` has the shape of ``start``/``stop``/``rm --json``: results and summary."""
+    api.routes[("PATCH", "/streams/s1")] = (status, CURRENT)
+    code, out, err = run("--api", api.url, "--json", "set", "s1", "--url", "wss://feed.example/1")
+    assert code == 0, err
+    document = json.loads(out)
+    assert [(r["id"], r["result"]) for r in document["results"]] == [("s1", result)]
+    assert document["results"][0]["stream"]["id"] == "s1"
+    assert document["summary"]["total"] == 1
+
+
+def test_set_json_carries_a_refusal_in_the_same_document(api: FakeApi) -> None:
+    refused = {"error": {"code": "invalid_url", "message": "no", "field": "ws_url"}}
+    api.routes[("PATCH", "/streams/s1")] = (400, refused)
+    code, out, _ = run("--api", api.url, "--json", "set", "s1", "--url", "wss://feed.example/1")
+    assert code == 1
+    assert json.loads(out)["results"][0]["error"]["field"] == "ws_url"
+
+
 def test_set_without_a_change_is_a_usage_error(api: FakeApi) -> None:
     code, _, err = run("--api", api.url, "set", "s1")
     assert code == 2
     assert "--url" in err
     assert api.requests == []
+
+
+WARNED = {**CURRENT, "warnings": ["secret streamlease/feed does not exist (yet): ..."]}
+
+
+def test_a_warning_in_the_answer_is_a_stderr_line_and_not_a_failure(api: FakeApi) -> None:
+    """``start`` of a stream whose secret is missing: created (exit 0), the warning on stderr."""
+    api.routes[("POST", "/streams")] = (201, WARNED)
+    code, out, err = run("--api", api.url, "start", "s1", "wss://feed.example/1")
+    assert code == 0
+    assert out.startswith("created s1")
+    assert err == "streamlease: warning: s1: secret streamlease/feed does not exist (yet): ...\n"
+
+
+def test_with_json_a_warning_stays_in_the_stream(api: FakeApi) -> None:
+    api.routes[("PATCH", "/streams/s1")] = (202, WARNED)
+    code, out, err = run("--api", api.url, "--json", "set", "s1", "--url", "wss://feed.example/1")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["results"][0]["stream"]["warnings"] == WARNED["warnings"]

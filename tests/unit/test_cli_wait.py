@@ -143,3 +143,50 @@ def test_rm_of_a_stream_that_is_gone_succeeds_with_a_note(api: FakeApi) -> None:
     code, out, _ = run("--api", api.url, "--json", "rm", "s1", "s2")
     assert code == 0
     assert [r["result"] for r in json.loads(out)["results"]] == ["already_deleted"] * 2
+
+
+class Fleet:
+    """Holders that let go of their streams only once every stream was asked (to stop, or to
+    be deleted), as when one worker's next renewal releases all it was told to: waiting for
+    each stream in turn, with fewer requests in flight than streams, would never see one go."""
+
+    def __init__(self, api: FakeApi, ids: list[str], *, let_go_after: str) -> None:
+        self.ids = set(ids)
+        self.let_go_after = let_go_after
+        self.asked: set[str] = set()
+        for stream_id in ids:
+            api.routes[("POST", f"/streams/{stream_id}/stop")] = self.answer
+            api.routes[("GET", f"/streams/{stream_id}")] = self.answer
+            api.routes[("DELETE", f"/streams/{stream_id}")] = self.answer
+
+    def answer(self, request: Recorded) -> Answer:
+        stream_id = request.path.split("/")[2]
+        if request.method == self.let_go_after:
+            self.asked.add(stream_id)
+        held = self.asked != self.ids
+        if request.method == "DELETE":
+            return CONFLICT if held else (204, b"")
+        return (202 if request.method == "POST" else 200), stream(
+            stream_id, "STOPPED", owner="w1" if held else None
+        )
+
+
+IDS = [f"s{i}" for i in range(12)]
+ONE_AT_A_TIME = ("--concurrency", "2", "--wait-timeout", "10")
+
+
+def test_stop_wait_of_many_streams_waits_for_them_together(api: FakeApi) -> None:
+    """Every stop is sent before any wait ends, and the streams are waited for together: 12
+    streams, 2 requests in flight, holders that let go only once all were told."""
+    Fleet(api, IDS, let_go_after="POST")
+    code, out, err = run("--api", api.url, "--json", "stop", "--wait", *ONE_AT_A_TIME, *IDS)
+    assert code == 0, err
+    assert [r["result"] for r in json.loads(out)["results"]] == ["stopped"] * len(IDS)
+
+
+def test_rm_wait_of_many_streams_waits_for_them_together(api: FakeApi) -> None:
+    """``rm --wait`` alike: every delete is tried before any is tried again."""
+    Fleet(api, IDS, let_go_after="DELETE")
+    code, out, err = run("--api", api.url, "--json", "rm", "--wait", *ONE_AT_A_TIME, *IDS)
+    assert code == 0, err
+    assert [r["result"] for r in json.loads(out)["results"]] == ["deleted"] * len(IDS)

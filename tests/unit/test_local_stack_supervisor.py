@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 
 from lambdas.reaper import is_planned_stop
-from local.supervisor import Child, WorkerStartFailed, WorkerSupervisor, child_environment
+from local.restarts import RESTARTED, Restarting, RestartsFailing
+from local.supervisor import (
+    MAX_FAILED_STARTS,
+    Child,
+    WorkerStartFailed,
+    WorkerSupervisor,
+    child_environment,
+)
 from streamlease.cli.render import worker_name
 
 pytestmark = pytest.mark.slow
@@ -248,3 +255,46 @@ def test_children_die_with_the_stack(tmp_path: Path) -> None:
     parent.kill()
     parent.wait()
     eventually(lambda: dead(pid))
+
+
+def test_a_part_that_exits_is_restarted_and_said_so(tmp_path: Path) -> None:
+    """The upstream simulator's policy: killed, it is started again with one console line."""
+    child = Child("upstream", SLEEPER, child_environment({}), tmp_path / "upstream.log")
+    child.start()
+    lines: list[tuple[str, str]] = []
+    part = Restarting(
+        child, "the upstream simulator", lambda kind, text: lines.append((kind, text))
+    )
+    first = child.pid
+    try:
+        assert part.poll() is False
+        os.kill(first, signal.SIGKILL)
+        eventually(lambda: part.poll())
+        assert child.pid != first and child.poll() is None
+        assert lines == [
+            (
+                RESTARTED,
+                f"the upstream simulator (pid {first}) killed by SIGKILL; started again as pid "
+                f"{child.pid}: streams reconnect to it (log {child.log_path})",
+            )
+        ]
+    finally:
+        child.kill()
+
+
+def test_a_part_that_keeps_exiting_as_it_starts_ends_the_stack(tmp_path: Path) -> None:
+    """Restarting what exits at once (its port taken) would only hide why: it is given up."""
+    failing = (sys.executable, "-c", "raise SystemExit(3)")
+    child = Child("upstream", failing, child_environment({}), tmp_path / "upstream.log")
+    child.start()
+    part = Restarting(child, "the upstream simulator", lambda kind, text: None)
+
+    def gives_up() -> bool:
+        try:
+            part.poll()
+        except RestartsFailing:
+            return True
+        return False
+
+    eventually(gives_up)
+    assert part.restarts == MAX_FAILED_STARTS - 1

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from lambdas.api_models import STREAM_ID_PATTERN, STREAM_ID_RULE
 from lambdas.openapi_document import DEFAULT_PATH, document, render
+from streamlease.schema import STREAM_ID_PATTERN, STREAM_ID_RULE
 from streamlease.url_policy import URL_PATTERN
 
 ROUTES = {
