@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
+
 from streamlease.cli import ApiClient, main
 from streamlease.cli.transport import Response, TransportError
 from streamlease.cli.watch import (
@@ -238,15 +240,19 @@ def test_a_live_frame_leaves_the_last_row_free() -> None:
         assert any("more workers" in line for line in lines)
 
 
-def test_rows_fit_the_width_by_narrowing_the_last_error() -> None:
-    """On a narrow terminal the LAST_ERROR column gives way first, with an ellipsis."""
+@pytest.mark.parametrize("width", [80, 120])
+def test_rows_fit_the_width_keeping_the_cause_of_the_last_error(width: int) -> None:
+    """On a narrow terminal LAST_ERROR is cut (with an ellipsis) only after the least needed
+    columns went, and what is left of it starts with the cause."""
     failing = [{**STREAMS[0], "last_error": "upstream refused the handshake (HTTP 403) " * 3}]
     lines = render_frame(
-        Snapshot(failing, WORKERS), RateTracker(), api_url="http://x", width=120, height=40
+        Snapshot(failing, WORKERS), RateTracker(), api_url="http://x", width=width, height=40
     )
+    header = next(line for line in lines if line.startswith("ID "))
     row = next(line for line in lines if line.startswith("b "))
-    assert len(row) <= 120 and row.endswith("…")
-    assert "TAKEOVERS" in lines[3]
+    assert len(row) <= width and row.endswith("…")
+    error = row[header.index("LAST_ERROR") :]
+    assert error.startswith("refused the handshake") and len(error) >= 24
 
 
 def test_once_on_a_terminal_fits_its_width() -> None:
