@@ -168,8 +168,8 @@ def stream_lines(
             headers, rows, width, drop=STREAM_DROP_FIRST, last_min=LAST_ERROR_MIN_CHARS
         )
     lines = table(headers, rows, right=STREAM_RIGHT, width=width)
-    rows = zip(lines[1:], streams, strict=True)
-    return [lines[0], *(row_colour(line, stream, colour) for line, stream in rows)]
+    painted = zip(lines[1:], streams, strict=True)
+    return [lines[0], *(row_colour(line, stream, colour) for line, stream in painted)]
 
 
 DETAIL_FIELDS: Final = (
