@@ -218,7 +218,7 @@ def stream_detail(
             lines.append(f"{'connection:':<15}{connection_detail(stream, at, colour)}")
         if key == "last_seq":
             lines.append(f"{'rate:':<15}{rate_detail(stream, at)}")
-            lines.append(f"{'counted:':<15}{progress_detail(stream, at)}")
+            lines.append(f"{'progress:':<15}{progress_detail(stream, at)}")
             lines.append(f"{'last message:':<15}{last_message_detail(stream, at)}")
     lines += profile_detail(stream)
     return lines

@@ -113,7 +113,7 @@ def test_get_says_how_old_the_seq_the_rate_and_the_counters_are() -> None:
     assert f"{'last seq:':<15}4321 (read 2.0s ago)" in lines
     assert f"{'rate:':<15}20.0 msg/s from 1m02s ago to 2.0s ago" in lines
     assert (
-        f"{'counted:':<15}received 30, delivered 30, malformed 0, gaps 27 (reported 1m02s ago)"
+        f"{'progress:':<15}received 30, delivered 30, malformed 0, gaps 27 (reported 1m02s ago)"
         in lines
     )
 

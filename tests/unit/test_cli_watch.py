@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -392,3 +393,28 @@ def test_once_shows_rates_from_two_checkpoints() -> None:
     assert "msgs/s 10.0" in out.getvalue()
     assert CLEAR not in out.getvalue()
     assert transport.polls == 4  # at 2, 3, 4 and 5 s: the checkpoints of 0 and 5 s
+
+
+def test_once_takes_the_apis_rate_from_one_poll() -> None:
+    """An API that reads the rate from the holder's report and its last renewal answers
+    ``watch --once`` at once: one poll, the stream's rate and the seq's age in the frame."""
+    read_at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2)
+    live = {
+        **STREAMS[0],
+        "lease_state": "held",
+        "msgs_per_s": 19.6,
+        "last_seq_at": read_at.isoformat().replace("+00:00", "Z"),
+    }
+    transport = FakeTransport([live])
+    client = ApiClient("http://127.0.0.1:9", transport=cast(Any, transport))
+    out = io.StringIO()
+    assert watch(client, out, once=True, sleep=lambda _: None) == 0
+    assert transport.calls == 2  # one poll: the streams and the workers
+    header, row = next(
+        (lines[i], lines[i + 1])
+        for lines in [out.getvalue().splitlines()]
+        for i, line in enumerate(lines)
+        if line.startswith("ID ")
+    )
+    assert row[header.index("MSG/S") :].split()[0] == "19.6"
+    assert row[header.index("SEQ_AGE") :].split()[0].endswith("s")
