@@ -8,7 +8,9 @@ holder's last progress write, which records the seq acknowledged when it was tak
 (``progress_seq``, at ``progress_at_ms``; the first one is written right after the holding's
 first acknowledged batch, the next ones every ``progress_seconds``). The rate is the seq
 difference between the two over the time between them — a one-call answer for ``get`` and
-``ls``, averaged over up to ``progress_seconds``, and as of the last renewal.
+``ls``, averaged over up to ``progress_seconds``, and as of the newer of the two. Right after a
+report the renewal is the older reading; the pair counts all the same, so only readings less
+than :data:`MIN_RATE_WINDOW_MS` apart give no rate.
 
 The counters that only the progress write carries (received, malformed, gaps, control) have
 no live reading: they are shown with their age, never as a rate.
@@ -93,8 +95,10 @@ def live_progress(stream: Stream, session: WorkerInfo | None, lease_ms: int) -> 
     seq = max(stream.last_seq, *(r.seq for r in readings))
     rate = since = None
     if renewal is not None and progress is not None:
-        window_ms = renewal.at_ms - progress.at_ms
-        if window_ms >= MIN_RATE_WINDOW_MS and renewal.seq >= progress.seq:
-            rate = (renewal.seq - progress.seq) * 1000 / window_ms
-            since = progress.at_ms
+        # Usually the report is the older reading; right after a report the renewal is.
+        older, newer = sorted((progress, renewal), key=lambda r: r.at_ms)
+        window_ms = newer.at_ms - older.at_ms
+        if window_ms >= MIN_RATE_WINDOW_MS and newer.seq >= older.seq:
+            rate = (newer.seq - older.seq) * 1000 / window_ms
+            since = older.at_ms
     return LiveProgress(seq, newest.at_ms, rate, since)

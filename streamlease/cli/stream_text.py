@@ -121,10 +121,12 @@ STREAM_DROP_FIRST: Final = (
     "COUNTED",
     "RCVD/DLVD/BAD/GAPS",
     "SEQ_AGE",
+    "OWNER",
     "LAST_ERROR",
 )
 """Columns left out, in this order, when the table does not fit a terminal (``get`` shows a
-stream whole)."""
+stream whole): the owner goes before the last error's cause (kept at
+:data:`LAST_ERROR_MIN_CHARS` at least) does."""
 
 
 def stream_row(

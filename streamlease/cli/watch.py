@@ -3,10 +3,12 @@
 The terminal counterpart of the dashboards. Messages per second come from ``last_seq``
 deltas; ``last_seq`` is a checkpoint the owner writes once per heartbeat, so each sample is
 placed at the time of that heartbeat (the owner's heartbeat age says when) rather than at the
-time of the poll, and rates are averaged over a window of several heartbeats. Until a stream
-has two samples, its rate is the API's (``msgs_per_s``: from the holder's last progress report
-to its last renewal), so ``--once`` needs one poll; from an API without it, ``--once`` polls
-until it has seen two checkpoints of every held stream (at most :data:`ONCE_MAX_SECONDS`).
+time of the poll, and rates are averaged over a window of several heartbeats — but only where
+the API gives none: its own (``msgs_per_s``, between the holder's last progress report and its
+last renewal, both timed by the holder) is the better figure, so ``--once`` needs one poll of
+a current API. From an API without the field, and for a stream it has no rate for yet,
+``--once`` polls until it has seen two checkpoints of every held stream (at most
+:data:`ONCE_MAX_SECONDS`).
 
 A frame fits the terminal's width by leaving out the least needed columns (:data:`DROP_FIRST`)
 and wrapping the headline, not by cutting values.
@@ -137,12 +139,12 @@ def rates_known(rates: RateTracker, snapshot: Snapshot) -> bool:
 
 
 def stream_rate(rates: RateTracker, stream: dict[str, Any]) -> float | None:
-    """Messages/s of a started stream: from this watch's own samples once it has two, else
-    the API's; ``None`` for a stopped one (an old rate means nothing)."""
+    """Messages/s of a started stream: the API's, else from this watch's own samples once it
+    has two; ``None`` for a stopped one (an old rate means nothing)."""
     if stream.get("desired_state") != DesiredState.STARTED:
         return None
-    sampled = rates.rate(str(stream.get("id")))
-    return api_rate(stream) if sampled is None else sampled
+    given = api_rate(stream)
+    return rates.rate(str(stream.get("id"))) if given is None else given
 
 
 def trouble_rank(stream: dict[str, Any], owned: list[dict[str, Any]]) -> int:

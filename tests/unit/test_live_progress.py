@@ -74,12 +74,13 @@ def test_the_rate_runs_from_the_last_report_to_the_last_renewal() -> None:
     assert live.rate_since_ms == ACQUIRED_MS + 5_000
 
 
-def test_a_report_newer_than_the_renewal_gives_the_seq_but_no_rate() -> None:
+def test_a_report_newer_than_the_renewal_is_the_newer_reading() -> None:
     """Right after a report the last renewal is older than it: the report's seq is the
-    newest figure, and one reading is no rate."""
-    stream = session_stream(report(360, ACQUIRED_MS + 16_000))
+    newest figure, and the rate runs from the renewal to the report."""
+    stream = session_stream(report(370, ACQUIRED_MS + 16_000))
     live = live_progress(stream, session(350, ACQUIRED_MS + 15_000), LEASE_MS)
-    assert (live.seq, live.seq_at_ms, live.rate_per_s) == (360, ACQUIRED_MS + 16_000, None)
+    assert (live.seq, live.seq_at_ms) == (370, ACQUIRED_MS + 16_000)
+    assert (live.rate_per_s, live.rate_since_ms) == (20.0, ACQUIRED_MS + 15_000)
 
 
 def test_readings_closer_than_the_minimum_window_give_no_rate() -> None:
