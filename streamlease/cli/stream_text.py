@@ -120,13 +120,13 @@ STREAM_DROP_FIRST: Final = (
     "STATE",
     "COUNTED",
     "RCVD/DLVD/BAD/GAPS",
-    "SEQ_AGE",
     "OWNER",
+    "SEQ_AGE",
     "LAST_ERROR",
 )
 """Columns left out, in this order, when the table does not fit a terminal (``get`` shows a
-stream whole): the owner goes before the last error's cause (kept at
-:data:`LAST_ERROR_MIN_CHARS` at least) does."""
+stream whole): the owner goes before the age of the seq and the last error's cause (kept at
+:data:`LAST_ERROR_MIN_CHARS` at least) do."""
 
 
 def stream_row(

@@ -193,6 +193,7 @@ def test_ls_shows_the_cause_first_at_every_width(width: int) -> None:
     header, row = stream_lines([stream], NOW_MS, width=width)
     assert len(row) <= width
     assert row[header.index("LAST_ERROR") :].startswith("stopped renewing")
+    assert {"LAST_SEQ", "MSG/S", "SEQ_AGE"} <= set(header.split())  # the owner went first
 
 
 def test_a_worker_has_one_short_name_in_every_table() -> None:
