@@ -340,7 +340,8 @@ class StreamView(BaseModel):
         stream: Stream,
         now_ms: int,
         session: WorkerInfo | None = None,
-        lease_ms: int = 20_000,
+        *,
+        lease_ms: int,
     ) -> StreamView:
         """The view of ``stream`` at wall time ``now_ms``; ``session``: its owner's worker item
         when the lease is attached to a session (None: unknown or gone); ``lease_ms``: the
