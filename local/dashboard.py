@@ -14,6 +14,9 @@ The metrics are the EMF documents the workers print on stdout (their logs,
 each value in the bucket of its timestamp (``period`` seconds, as CloudWatch puts it in its
 period), computes each series' statistic over its bucket as CloudWatch does, and keeps
 :data:`HISTORY_SECONDS` of buckets: a stack left up for days holds the last hour, no more.
+
+Above the graphs the page has a per-stream panel (:mod:`local.stream_panel`), read from the
+API's stream list at each refresh: CloudWatch has no per-stream metrics to draw it from.
 """
 
 from __future__ import annotations
