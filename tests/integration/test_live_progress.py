@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from local_stack_run import WAIT, StackRun, running_stack, wait_until
 
+from streamlease.schema import Liveness
 from worker.sinks.file import read_records, sink_file_name
 
 pytestmark = pytest.mark.slow
@@ -30,9 +31,11 @@ STREAM = "live-1"
 SETTLED_SECONDS = 15.0
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackRun]:
-    with running_stack(tmp_path_factory.mktemp("live") / "stack") as run:
+@pytest.fixture(scope="module", params=[Liveness.SESSION, Liveness.STREAM])
+def stack(tmp_path_factory: pytest.TempPathFactory, request: Any) -> Iterator[StackRun]:
+    """A stack in each liveness mode: the seq rides on a session's vector, or on each
+    stream's own lease item."""
+    with running_stack(tmp_path_factory.mktemp("live") / "stack", liveness=request.param) as run:
         yield run
 
 
