@@ -7,7 +7,8 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.api_schema_rules import change_rules, create_rules, profile_rules
-from streamlease import checkpoints, rules, seqs
+from streamlease import seqs
+from streamlease.live_progress import live_progress
 from streamlease.model import Stream, WorkerInfo, iso_ms
 from streamlease.profile import (
     DEFAULT_IDLE_SECONDS,
@@ -261,9 +262,26 @@ class StreamView(BaseModel):
     owned_since: str | None = Field(description="When the current owner acquired (ISO-8601).")
     epoch: int = Field(description="Fencing epoch: +1 on every acquisition.")
     last_seq: int | None = Field(
-        description="Last upstream sequence number delivered to the sink; null while nothing "
-        "was delivered (a stream created by an earlier version, before it delivered anything, "
-        "says 0)."
+        description="Last upstream sequence number delivered to the sink, as of the last "
+        "renewal of its lease (at most a heartbeat old) or its holder's last progress report, "
+        "whichever is newer; null while nothing was delivered (a stream created by an earlier "
+        "version, before it delivered anything, says 0)."
+    )
+    last_seq_at: str | None = Field(
+        default=None,
+        description="When last_seq was read by its holder (ISO-8601): the renewal or report "
+        "that carried it; null when no holder reported one.",
+    )
+    msgs_per_s: float | None = Field(
+        default=None,
+        description="Delivered sequence numbers per second (messages, for a feed that numbers "
+        "each one) between the holder's last progress report and its last renewal; null "
+        "until the holding has two such readings at least a second apart.",
+    )
+    rate_since: str | None = Field(
+        default=None,
+        description="Start of the time msgs_per_s averages over (ISO-8601); it ends at "
+        "last_seq_at.",
     )
     generation: int = Field(description="+1 on every desired_state change.")
     takeovers: int = Field(description="Acquisitions of a lease its holder did not release.")
@@ -296,7 +314,8 @@ class StreamView(BaseModel):
     )
     seq_gaps: int | None = Field(description="Sequence gaps seen during the current holding.")
     progress_at: str | None = Field(
-        description="When the holder wrote the counts above (they may trail by a few minutes)."
+        description="When the holder wrote the counts above (they may trail by a few minutes: "
+        "they are not live, and not a rate)."
     )
     last_message_at: str | None = Field(
         description="When the last delivered message was received (as of the last report, by "
@@ -325,19 +344,22 @@ class StreamView(BaseModel):
     )
 
     @classmethod
-    def of(cls, stream: Stream, now_ms: int, session: WorkerInfo | None = None) -> StreamView:
+    def of(
+        cls,
+        stream: Stream,
+        now_ms: int,
+        session: WorkerInfo | None = None,
+        *,
+        lease_ms: int,
+    ) -> StreamView:
         """The view of ``stream`` at wall time ``now_ms``; ``session``: its owner's worker item
-        when the lease is attached to a session (None: unknown or gone)."""
+        when the lease is attached to a session (None: unknown or gone); ``lease_ms``: the
+        lease length (a per-stream lease's last renewal is its expiry minus that)."""
         expires = stream.expires_at_ms
-        last_seq = stream.last_seq
         if stream.held_by_session:
             expires = session.expires_at_ms if session is not None and session.is_live else 0
-            if session is not None and stream.slot is not None:
-                # The live checkpoint rides on the session's renewals, not on the stream item.
-                entry = checkpoints.entry_at(session.checkpoints, stream.slot)
-                live = rules.checkpoint_for(entry, stream.stream_id, stream.epoch)
-                if live is not None:
-                    last_seq = max(last_seq, live)
+        # The live checkpoint rides on the renewals, not on the stream item's progress.
+        live = live_progress(stream, session, lease_ms)
         remaining = max(0, expires - now_ms) if stream.owner else 0
         lease_state = "held" if remaining > 0 else "expired"
         if stream.owner is None:
@@ -354,7 +376,10 @@ class StreamView(BaseModel):
             if stream.owner and stream.acquired_at_ms
             else None,
             epoch=stream.epoch,
-            last_seq=seqs.delivered(last_seq),
+            last_seq=seqs.delivered(live.seq),
+            last_seq_at=None if live.seq_at_ms is None else iso_ms(live.seq_at_ms),
+            msgs_per_s=None if live.rate_per_s is None else round(live.rate_per_s, 2),
+            rate_since=None if live.rate_since_ms is None else iso_ms(live.rate_since_ms),
             generation=stream.generation,
             takeovers=stream.takeovers,
             connection_state=stream.connection_state,

@@ -14,6 +14,9 @@ The metrics are the EMF documents the workers print on stdout (their logs,
 each value in the bucket of its timestamp (``period`` seconds, as CloudWatch puts it in its
 period), computes each series' statistic over its bucket as CloudWatch does, and keeps
 :data:`HISTORY_SECONDS` of buckets: a stack left up for days holds the last hour, no more.
+
+Above the graphs the page has a per-stream panel (:mod:`local.stream_panel`), read from the
+API's stream list at each refresh: CloudWatch has no per-stream metrics to draw it from.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from cdk.components.dashboard_widgets import EMF_SOURCES, ROWS, Graph, Series, S
 from local.api_adapter import HttpRequest, HttpResponse, Page, json_response
 from local.jsonl_tail import JsonlTail
 from local.stack_files import StackPaths
+from local.stream_panel import read_stream_panel
+from streamlease.cli.client import ApiClient
 from streamlease.settings import Settings
 from streamlease.stats import percentile
 from streamlease.telemetry import AUDITOR_SERVICE, REAPER_SERVICE, WORKER_SERVICE
@@ -173,11 +178,17 @@ class MetricStore:
             bucket.setdefault((source, name), Accumulator()).add(value)
 
     def _points(self, series: Series, starts: Iterable[int]) -> list[float | None]:
-        key = (series.source, series.metric)
+        """The series' statistic per bucket; a sum of several metrics (``series.plus``) adds
+        those that have a value (None where none has)."""
         found: list[float | None] = []
         for start in starts:
-            accumulator = self._buckets.get(start, {}).get(key)
-            found.append(None if accumulator is None else accumulator.statistic(series.statistic))
+            bucket = self._buckets.get(start, {})
+            values = [
+                accumulator.statistic(series.statistic)
+                for key in series.parts
+                if (accumulator := bucket.get(key)) is not None
+            ]
+            found.append(sum(values) if values else None)
         return found
 
 
@@ -190,15 +201,21 @@ def local_graphs() -> tuple[list[Graph], list[str]]:
             left = tuple(s for s in graph.left if s.source in EMF_SOURCES)
             right = tuple(s for s in graph.right if s.source in EMF_SOURCES)
             if left or right:
-                drawn.append(Graph(graph.title, left, right, graph.per_second, graph.alarm))
+                drawn.append(
+                    Graph(graph.title, left, right, graph.per_second, graph.alarm, graph.events)
+                )
             else:
                 elsewhere.append(graph.title)
     return drawn, elsewhere
 
 
-def dashboard_data(store: MetricStore, now_ms: int) -> dict[str, Any]:
+def dashboard_data(
+    store: MetricStore, now_ms: int, streams: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What the page draws: every local graph's series as ``[bucket start ms, value]`` points,
-    with the latest value of each; rates per second where the graph says so."""
+    with the latest, lowest and highest value of each (over the hour kept); rates per second
+    where the graph says so; and ``streams``, the per-stream panel
+    (:func:`local.stream_panel.stream_panel`), when given."""
     graphs, elsewhere = local_graphs()
     starts, found = store.read(now_ms, {s for g in graphs for s in (*g.left, *g.right)})
     period_seconds = store.period_ms / 1000
@@ -209,11 +226,14 @@ def dashboard_data(store: MetricStore, now_ms: int) -> dict[str, Any]:
             values = found[series]
             if rate:
                 values = [None if v is None else v / period_seconds for v in values]
+            known = [v for v in values if v is not None]
             drawn.append(
                 {
                     "label": series.label or series.metric,
                     "points": [[t, v] for t, v in zip(starts, values, strict=True)],
-                    "latest": next((v for v in reversed(values) if v is not None), None),
+                    "latest": known[-1] if known else None,
+                    "min": min(known) if known else None,
+                    "max": max(known) if known else None,
                 }
             )
         return drawn
@@ -226,12 +246,14 @@ def dashboard_data(store: MetricStore, now_ms: int) -> dict[str, Any]:
             {
                 "title": graph.title,
                 "per_second": graph.per_second,
+                "events": graph.events,
                 "left": lines(graph.left, graph.per_second),
                 "right": lines(graph.right, False),
             }
             for graph in graphs
         ],
         "cloudwatch_only": elsewhere,
+        "streams": streams,
     }
 
 
@@ -246,7 +268,10 @@ def dashboard_pages(settings: Settings) -> dict[str, Page]:
     def page(request: HttpRequest) -> HttpResponse:
         return HttpResponse(200, [("Content-Type", "text/html; charset=utf-8")], html)
 
+    api = ApiClient(f"http://{settings.local_host}:{settings.local_api_port}")
+
     def data(request: HttpRequest) -> HttpResponse:
-        return json_response(dashboard_data(store, time.time_ns() // 1_000_000))
+        now_ms = time.time_ns() // 1_000_000
+        return json_response(dashboard_data(store, now_ms, read_stream_panel(api, now_ms)))
 
     return {PAGE_PATH: page, DATA_PATH: data}

@@ -73,6 +73,7 @@ _NAMES: Final = {
     "#fctl": _A.FRAMES_CONTROL,
     "#lmsg": _A.LAST_MESSAGE_AT_MS,
     "#pat": _A.PROGRESS_AT_MS,
+    "#pseq": _A.PROGRESS_SEQ,
     "#shard": _A.EXPIRY_SHARD,
 }
 """Every attribute this module names, by placeholder."""
@@ -84,7 +85,7 @@ _PROGRESS: Final = (
     ("#fctl", "control"),
 )
 """Progress counters: placeholder and :class:`StreamProgress` field."""
-_NEW_HOLDING_REMOVES: Final = (*(name for name, _ in _PROGRESS), "#lmsg", "#pat")
+_NEW_HOLDING_REMOVES: Final = (*(name for name, _ in _PROGRESS), "#lmsg", "#pat", "#pseq")
 """What an acquisition removes: the previous holding's progress."""
 
 # Named condition clauses (Powertools' idempotency store does the same): each says one thing.
@@ -751,6 +752,9 @@ def _progress_sets(progress: StreamProgress, values: dict[str, Any]) -> list[str
     if progress.last_message_at_ms is not None:
         sets.append("#lmsg = :lmsg")
         values[":lmsg"] = progress.last_message_at_ms
+    if progress.seq is not None:
+        sets.append("#pseq = :pseq")
+        values[":pseq"] = progress.seq
     sets.append("#pat = :pat")
     values[":pat"] = progress.at_ms
     return sets

@@ -100,6 +100,8 @@ class StreamProgress:
     at_ms: int
     control: int = 0
     """Control frames skipped (not data, not malformed)."""
+    seq: int | None = None
+    """The last seq the sink had acknowledged at ``at_ms``; None: nothing in this holding yet."""
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> StreamProgress | None:
@@ -115,6 +117,7 @@ class StreamProgress:
             control=_int(item.get(StreamAttr.FRAMES_CONTROL)),
             last_message_at_ms=_opt_int(item.get(StreamAttr.LAST_MESSAGE_AT_MS)),
             at_ms=_int(at),
+            seq=_opt_int(item.get(StreamAttr.PROGRESS_SEQ)),
         )
 
 

@@ -231,6 +231,9 @@ class StreamAttr:
     """... and when the last delivered message was received (epoch ms; absent: none yet)."""
     PROGRESS_AT_MS: Final = "progress_at_ms"
     """When the progress counters above were written (epoch ms)."""
+    PROGRESS_SEQ: Final = "progress_seq"
+    """The last seq the sink had acknowledged when the counters were written (absent: none in
+    this holding yet): with a renewal's checkpoint, the two readings a delivery rate needs."""
     STREAM_ID: Final = "stream_id"
     DELETED_AT: Final = "deleted_at"
     """Set only on a tombstone: when the stream was deleted (ISO-8601 UTC)."""

@@ -53,12 +53,21 @@ EMF_SOURCES: Final = frozenset({Source.AUDITOR, Source.WORKER, Source.REAPER})
 
 @dataclass(frozen=True)
 class Series:
-    """One line: a metric of a source, its statistic over one minute, and its label."""
+    """One line: a metric of a source, its statistic over one minute, and its label; with
+    ``plus``, the sum of it and those metrics (same statistic, a missing value counted 0)."""
 
     source: Source
     metric: str
     statistic: str = "Sum"
     label: str | None = None
+    plus: tuple[tuple[Source, str], ...] = ()
+    """Further ``(source, metric)`` pairs added into this line: one thing counted in two
+    places (a takeover by a worker, or by the reaper's crash fast path)."""
+
+    @property
+    def parts(self) -> tuple[tuple[Source, str], ...]:
+        """Every ``(source, metric)`` this line adds up."""
+        return ((self.source, self.metric), *self.plus)
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,9 @@ class Graph:
     """The left series are drawn as rates (sum per minute / 60)."""
     alarm: str | None = None
     """The alarm (by its name in ``FleetAlarms.by_name``) whose threshold is drawn across."""
+    events: bool = False
+    """Its series count rare events (a crash, a takeover): drawn as marks that stand out, not
+    as lines along zero."""
 
 
 def _auditor(name: str, statistic: str = "Maximum", label: str | None = None) -> Series:
@@ -80,6 +92,24 @@ def _auditor(name: str, statistic: str = "Maximum", label: str | None = None) ->
 
 def _worker(name: str, statistic: str = "Sum", label: str | None = None) -> Series:
     return Series(Source.WORKER, name, statistic, label)
+
+
+TAKEOVERS: Final = Series(
+    Source.WORKER,
+    WorkerMetric.TAKEOVERS,
+    label="takeovers",
+    plus=((Source.REAPER, ReaperMetric.LEASES_RELEASED),),
+)
+"""Leases taken from a holder that did not release them, as each stream's ``takeovers``
+counts them: by a worker (taken or freed from a dead session) or by the reaper (freed from a
+stopped task's sessions, the crash fast path)."""
+SESSIONS_LOST: Final = Series(
+    Source.WORKER,
+    WorkerMetric.SESSIONS_EXPIRED,
+    label="sessions lost",
+    plus=((Source.WORKER, WorkerMetric.SESSIONS_REVOKED),),
+)
+"""Sessions ended without a drain: expired by an observer, or revoked by their own worker."""
 
 
 ROWS: Final[tuple[tuple[Graph, ...], ...]] = (
@@ -116,8 +146,13 @@ ROWS: Final[tuple[tuple[Graph, ...], ...]] = (
             ),
         ),
         Graph(
-            "Worker tasks stopped outside deployments",
-            (Series(Source.REAPER, ReaperMetric.UNPLANNED_TASK_STOPS, label="unplanned stops"),),
+            "Events: unplanned task stops, takeovers, sessions lost",
+            (
+                Series(Source.REAPER, ReaperMetric.UNPLANNED_TASK_STOPS, label="unplanned stops"),
+                TAKEOVERS,
+                SESSIONS_LOST,
+            ),
+            events=True,
         ),
     ),
     (
@@ -132,7 +167,7 @@ ROWS: Final[tuple[tuple[Graph, ...], ...]] = (
             "Lease churn",
             (
                 _worker(WorkerMetric.LEASES_ACQUIRED),
-                _worker(WorkerMetric.TAKEOVERS),
+                TAKEOVERS,
                 _worker(WorkerMetric.HANDOFFS),
                 _worker(WorkerMetric.LEASES_LOST),
                 _worker(WorkerMetric.SESSIONS_EXPIRED),
@@ -142,13 +177,15 @@ ROWS: Final[tuple[tuple[Graph, ...], ...]] = (
             ),
         ),
         Graph(
-            "Renewal lag (max, p99), renewal answer age (max), event-loop lag (p99), ms",
+            "Renewal and event-loop lag (ms, left); renewal answer age (ms, right)",
             (
                 _worker(WorkerMetric.RENEWAL_LAG_MS, "Maximum", "renewal lag max"),
                 _worker(WorkerMetric.RENEWAL_LAG_MS, "p99", "renewal lag p99"),
-                _worker(WorkerMetric.RENEWAL_ANSWER_AGE_MS, "Maximum", "answer age max"),
                 _worker(WorkerMetric.EVENT_LOOP_LAG_MS, "p99", "event-loop lag p99"),
             ),
+            # A heartbeat apart at rest, climbing through a gray failure: seconds, which on
+            # the lags' axis would flatten them.
+            right=(_worker(WorkerMetric.RENEWAL_ANSWER_AGE_MS, "Maximum", "answer age max"),),
             alarm="RenewalLag",
         ),
     ),

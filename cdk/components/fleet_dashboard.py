@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 from aws_cdk import Aws, Duration
 from aws_cdk import aws_apigateway as apigw
@@ -23,6 +24,14 @@ _HEIGHT = 6
 
 _MetricOf = Callable[[str, str], cloudwatch.Metric]
 """A source's metric by (name, statistic), over one minute."""
+_LEGEND_FIGURES = " (last ${LAST}, min ${MIN}, max ${MAX})"
+"""CloudWatch's dynamic labels: each legend entry says its latest, lowest and highest value
+over the time shown, not only its name."""
+_EVENT_MARK = cloudwatch.HorizontalAnnotation(
+    value=0.5, color="#d62728", fill=cloudwatch.Shading.ABOVE, label="any is an event"
+)
+"""On an events graph, everything above half an event is shaded red: a single crash or takeover
+is a spike into a red band, not a dot along zero."""
 
 
 class FleetDashboard(Construct):
@@ -89,17 +98,21 @@ class FleetDashboard(Construct):
                 cloudwatch.MathExpression(
                     expression="m / PERIOD(m)",
                     using_metrics={"m": metric},
-                    label=series.label or series.metric,
+                    label=(series.label or series.metric) + _LEGEND_FIGURES,
                     period=ONE_MINUTE,
                 )
                 for series, metric in zip(graph.left, left, strict=True)
             ]
-        annotations = [self._alarms[graph.alarm].to_annotation()] if graph.alarm else None
+        annotations = [self._alarms[graph.alarm].to_annotation()] if graph.alarm else []
+        if graph.events:
+            annotations.append(_EVENT_MARK)
         return cloudwatch.GraphWidget(
             title=graph.title,
             left=left,
             right=[m for series in graph.right for m in self._metrics(series)],
-            left_annotations=annotations,
+            left_annotations=annotations or None,
+            left_y_axis=cloudwatch.YAxisProps(min=0) if graph.events else None,
+            legend_position=cloudwatch.LegendPosition.BOTTOM,
             width=_WIDTH,
             height=_HEIGHT,
         )
@@ -108,17 +121,39 @@ class FleetDashboard(Construct):
         """The CloudWatch metrics of one series (one per function for ``FUNCTIONS``)."""
         if series.source is Source.FUNCTIONS:
             return [
-                fn.metric(series.metric, statistic=series.statistic, period=ONE_MINUTE, label=name)
+                fn.metric(
+                    series.metric,
+                    statistic=series.statistic,
+                    period=ONE_MINUTE,
+                    label=name + _LEGEND_FIGURES,
+                )
                 for name, fn in self._functions.items()
             ]
         if series.source is Source.TABLE and series.metric == "ThrottledRequests":
             # Reported per operation only: summed over the ones streamlease performs.
+            summed = self._table.metric_throttled_requests_for_operations(
+                operations=list(TABLE_OPERATIONS), period=ONE_MINUTE
+            )
+            label = (series.label or series.metric) + _LEGEND_FIGURES
+            return [cast(cloudwatch.MathExpression, summed).with_(label=label)]
+        if any(source not in self._sources for source, _ in series.parts):
+            return []  # Container Insights off
+        label = (series.label or series.metric) + _LEGEND_FIGURES
+        if series.plus:
+            # Ids unique in a graph that draws several sums: named for the metric.
+            parts = {
+                f"{source.value}_{name}".lower().replace("-", "_"): self._sources[source](
+                    name, series.statistic
+                )
+                for source, name in series.parts
+            }
             return [
-                self._table.metric_throttled_requests_for_operations(
-                    operations=list(TABLE_OPERATIONS), period=ONE_MINUTE, label=series.label
+                cloudwatch.MathExpression(
+                    expression=" + ".join(f"FILL({m}, 0)" for m in parts),
+                    using_metrics=parts,
+                    label=label,
+                    period=ONE_MINUTE,
                 )
             ]
-        if series.source not in self._sources:  # Container Insights off
-            return []
         metric = self._sources[series.source](series.metric, series.statistic)
-        return [metric.with_(label=series.label) if series.label else metric]
+        return [metric.with_(label=label)]

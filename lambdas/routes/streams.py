@@ -78,7 +78,8 @@ def _sessions_of(streams: list[Stream]) -> dict[str, WorkerInfo]:
 
 
 def _view(stream: Stream, sessions: dict[str, WorkerInfo], now_ms: int) -> StreamView:
-    return StreamView.of(stream, now_ms, sessions.get(stream.owner or ""))
+    lease_ms = runtime.current().settings.lease_ms
+    return StreamView.of(stream, now_ms, sessions.get(stream.owner or ""), lease_ms=lease_ms)
 
 
 def _reply(status: HTTPStatus, stream: Stream, warnings: list[str] | None = None) -> Response[Any]:

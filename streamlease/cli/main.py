@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -42,8 +43,6 @@ from streamlease.cli.profile_args import (
 from streamlease.cli.render import (
     WORKER_HEADERS,
     now_ms,
-    stream_detail,
-    stream_lines,
     table,
     trouble_of,
     trouble_summary,
@@ -51,6 +50,7 @@ from streamlease.cli.render import (
 )
 from streamlease.cli.secret import SecretError, add_parser, put_secret, read_value, store_for
 from streamlease.cli.signing import CredentialsMissing
+from streamlease.cli.stream_text import stream_detail, stream_lines
 from streamlease.cli.target import TargetError, target_for
 from streamlease.cli.transport import HttpTransport, Transport, TransportError
 from streamlease.cli.waits import DEFAULT_WAIT_SECONDS, Waiting, WaitTimedOut
@@ -322,7 +322,8 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
         lines = ["no streams"]
         if streams:
             troubled_first = sorted(streams, key=lambda s: trouble_of(s) is None)
-            lines = stream_lines(troubled_first, now_ms(), colour=colour)
+            width = shutil.get_terminal_size().columns if _is_terminal(io.out) else None
+            lines = stream_lines(troubled_first, now_ms(), colour=colour, width=width)
             lines += [summary] if (summary := trouble_summary(streams)) else []
         _emit(io, {"streams": streams}, lines)
     elif command == "workers":

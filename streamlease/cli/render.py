@@ -156,23 +156,6 @@ def count_text(count: Any) -> str:
     return f"{count // 100_000 / 10:.1f}M"
 
 
-PROGRESS_KEYS: Final = ("frames_received", "frames_delivered", "frames_malformed", "seq_gaps")
-
-
-def frames_text(stream: Mapping[str, Any]) -> str:
-    """``1204/1200/4/1``: frames received, delivered, malformed and gaps of the current
-    holding; ``-`` until its holder has reported."""
-    if stream.get("frames_received") is None:
-        return NONE
-    return "/".join(count_text(stream.get(key)) for key in PROGRESS_KEYS)
-
-
-def last_message_text(stream: Mapping[str, Any], at_ms: int) -> str:
-    """``12s ago``: when the last delivered message was received; ``-`` when none was."""
-    age = age_ms(stream.get("last_message_at"), at_ms)
-    return NONE if age is None else f"{seconds_text(age)} ago"
-
-
 def trouble_summary(streams: Iterable[Mapping[str, Any]]) -> str:
     """``3 streams in trouble: rejected 1, stalled 2``; ``""`` when none is."""
     states = [state for state in map(trouble_of, streams) if state is not None]
@@ -181,14 +164,6 @@ def trouble_summary(streams: Iterable[Mapping[str, Any]]) -> str:
     counts = ", ".join(f"{state} {states.count(state)}" for state in sorted(set(states)))
     noun = "stream" if len(states) == 1 else "streams"
     return f"{len(states)} {noun} in trouble: {counts}"
-
-
-def last_error_text(stream: Mapping[str, Any]) -> str:
-    """The last error, marked :data:`PAST_ERROR` when the stream has been healthy since."""
-    error = cell(stream.get("last_error"))
-    if error != NONE and stream.get("last_error_active") is False:
-        return f"{PAST_ERROR} {error}"
-    return error
 
 
 def cell(value: Any) -> str:
@@ -247,15 +222,18 @@ def fit_columns(
     width: int,
     *,
     drop: Sequence[str],
+    last_min: int = 0,
 ) -> tuple[list[str], list[list[str]]]:
     """The columns of a table that fit ``width``: those named in ``drop`` are removed, in that
     order, until every column but the last fits whole and the last keeps at least its header's
-    width (:func:`table` narrows only that one). Values are never abbreviated."""
+    width, or ``last_min`` characters (:func:`table` narrows only that one). Values are never
+    abbreviated."""
     kept, body = list(headers), [list(row) for row in rows]
 
     def needed() -> int:
         widths = [max([len(h), *(len(row[i]) for row in body)]) for i, h in enumerate(kept)]
-        return sum(widths[:-1]) + 2 * (len(widths) - 1) + len(kept[-1])
+        last = min(widths[-1], max(len(kept[-1]), last_min))
+        return sum(widths[:-1]) + 2 * (len(widths) - 1) + last
 
     for name in drop:
         if needed() <= width:
@@ -278,50 +256,6 @@ def pack(parts: Sequence[str], width: int, separator: str = "  ") -> list[str]:
         else:
             lines.append(part)
     return lines
-
-
-STREAM_HEADERS: Final = (
-    "ID",
-    "STATE",
-    "CONNECTION",
-    "OWNER",
-    "LEASE",
-    "EPOCH",
-    "LAST_SEQ",
-    "TAKEOVERS",
-    "RCVD/DLVD/BAD/GAPS",
-    "LAST_MSG",
-    "LAST_ERROR",
-)
-STREAM_RIGHT: Final = "EPOCH,LAST_SEQ,TAKEOVERS,RCVD/DLVD/BAD/GAPS"
-LAST_ERROR_CHARS: Final = 48
-
-
-def stream_row(stream: Mapping[str, Any], at_ms: int | None = None) -> list[str]:
-    """One row of the stream table (:data:`STREAM_HEADERS`) at wall time ``at_ms`` (default:
-    now)."""
-    return [
-        cell(stream.get("id")),
-        cell(stream.get("desired_state")),
-        connection_text(stream, now_ms() if at_ms is None else at_ms),
-        worker_name(stream.get("owner")),
-        lease_text(stream),
-        cell(stream.get("epoch")),
-        cell(stream.get("last_seq")),
-        cell(stream.get("takeovers")),
-        frames_text(stream),
-        last_message_text(stream, now_ms() if at_ms is None else at_ms),
-        clip(last_error_text(stream), LAST_ERROR_CHARS),
-    ]
-
-
-def stream_lines(
-    streams: Sequence[Mapping[str, Any]], at_ms: int, *, colour: bool = False
-) -> list[str]:
-    """The ``ls`` table; streams in trouble in red when ``colour``."""
-    lines = table(STREAM_HEADERS, [stream_row(s, at_ms) for s in streams], right=STREAM_RIGHT)
-    rows = zip(lines[1:], streams, strict=True)
-    return [lines[0], *(row_colour(line, stream, colour) for line, stream in rows)]
 
 
 def row_colour(line: str, stream: Mapping[str, Any], enabled: bool) -> str:
@@ -349,55 +283,6 @@ def worker_row(worker: Mapping[str, Any]) -> list[str]:
     ]
 
 
-DETAIL_FIELDS: Final = (
-    ("id", "id"),
-    ("state", "desired_state"),
-    ("url", "ws_url"),
-    ("owner", "owner"),
-    ("owned since", "owned_since"),
-    ("epoch", "epoch"),
-    ("last seq", "last_seq"),
-    ("generation", "generation"),
-    ("takeovers", "takeovers"),
-    ("last error", "last_error"),
-    ("last error at", "last_error_at"),
-    ("created", "created_at"),
-    ("created by", "created_by"),
-    ("updated", "updated_at"),
-    ("updated by", "updated_by"),
-)
-
-
-def stream_detail(
-    stream: Mapping[str, Any], at_ms: int | None = None, *, colour: bool = False
-) -> list[str]:
-    """``get`` output: one ``label: value`` line per field, the URL redacted, the lease left and
-    the connection and the holder's progress (as of wall time ``at_ms``, default now) added; a
-    connection in trouble in red and a past error dimmed when ``colour``."""
-    at = now_ms() if at_ms is None else at_ms
-    lines = []
-    for label, key in DETAIL_FIELDS:
-        value = stream.get(key)
-        if key == "ws_url" and value:
-            text = redact_url(str(value))
-        elif key == "last_seq" and value is None:
-            text = NOTHING_DELIVERED_TEXT
-        elif key == "last_error":
-            text = last_error_text(stream)
-            if text.startswith(PAST_ERROR):
-                text = paint(text, DIM, colour)
-        else:
-            text = cell(value)
-        lines.append(f"{label + ':':<15}{text}")
-        if key == "owner":
-            lines.append(f"{'lease left:':<15}{lease_text(stream)}")
-            lines.append(f"{'connection:':<15}{connection_detail(stream, at, colour)}")
-            lines.append(f"{'progress:':<15}{progress_detail(stream, at)}")
-            lines.append(f"{'last message:':<15}{last_message_detail(stream, at)}")
-    lines += profile_detail(stream)
-    return lines
-
-
 def profile_detail(stream: Mapping[str, Any]) -> list[str]:
     """The connection profile, one ``profile:`` line per field (secrets by reference, as the
     API shows them; ``default`` without one), and the failover note when there is one."""
@@ -411,27 +296,6 @@ def profile_detail(stream: Mapping[str, Any]) -> list[str]:
     if note:
         lines.append(f"{'failover:':<15}{note}")
     return lines
-
-
-def progress_detail(stream: Mapping[str, Any], at_ms: int) -> str:
-    """``received 1204, delivered 1200, malformed 4, gaps 1 (reported 2.0s ago)``."""
-    if stream.get("frames_received") is None:
-        return NONE
-    labels = ("received", "delivered", "malformed", "gaps")
-    text = ", ".join(
-        f"{label} {cell(stream.get(key))}" for label, key in zip(labels, PROGRESS_KEYS, strict=True)
-    )
-    if stream.get("frames_control"):
-        text += f", control {cell(stream.get('frames_control'))}"
-    age = age_ms(stream.get("progress_at"), at_ms)
-    return text if age is None else f"{text} (reported {seconds_text(age)} ago)"
-
-
-def last_message_detail(stream: Mapping[str, Any], at_ms: int) -> str:
-    """``2026-…Z (12s ago)``: when the last delivered message was received."""
-    at = stream.get("last_message_at")
-    age = age_ms(at, at_ms)
-    return NONE if age is None else f"{at} ({seconds_text(age)} ago)"
 
 
 def connection_detail(stream: Mapping[str, Any], at_ms: int, colour: bool = False) -> str:

@@ -3,8 +3,12 @@
 The terminal counterpart of the dashboards. Messages per second come from ``last_seq``
 deltas; ``last_seq`` is a checkpoint the owner writes once per heartbeat, so each sample is
 placed at the time of that heartbeat (the owner's heartbeat age says when) rather than at the
-time of the poll, and rates are averaged over a window of several heartbeats. ``--once`` polls
-until it has seen two checkpoints of every held stream (at most :data:`ONCE_MAX_SECONDS`).
+time of the poll, and rates are averaged over a window of several heartbeats — but only where
+the API gives none: its own (``msgs_per_s``, between the holder's last progress report and its
+last renewal, both timed by the holder) is the better figure, so ``--once`` needs one poll of
+a current API. From an API without the field, and for a stream it has no rate for yet,
+``--once`` polls until it has seen two checkpoints of every held stream (at most
+:data:`ONCE_MAX_SECONDS`).
 
 A frame fits the terminal's width by leaving out the least needed columns (:data:`DROP_FIRST`)
 and wrapping the headline, not by cutting values.
@@ -24,17 +28,22 @@ from streamlease.cli.client import ApiClient, ApiError
 from streamlease.cli.render import (
     NONE,
     RED,
-    STREAM_HEADERS,
-    STREAM_RIGHT,
     WORKER_HEADERS,
     fit_columns,
     pack,
     paint,
     row_colour,
-    stream_row,
     table,
     trouble_of,
     worker_row,
+)
+from streamlease.cli.stream_text import (
+    LAST_ERROR_MIN_CHARS,
+    STREAM_DROP_FIRST,
+    STREAM_HEADERS,
+    STREAM_RIGHT,
+    api_rate,
+    stream_row,
 )
 from streamlease.cli.transport import TransportError
 from streamlease.schema import DesiredState
@@ -48,13 +57,7 @@ ONCE_MAX_SECONDS: Final = 15.0
 UNCUT: Final = 100_000
 """Line width of a frame written to a pipe: lines are not cut."""
 DROP_FIRST: Final = (
-    "TAKEOVERS",
-    "EPOCH",
-    "LEASE",
-    "STATE",
-    "RCVD/DLVD/BAD/GAPS",
-    "LAST_MSG",
-    "LAST_ERROR",
+    *STREAM_DROP_FIRST,
     "VERSION",
     "HOST",
     "HEARTBEAT",
@@ -129,22 +132,19 @@ def observe_snapshot(rates: RateTracker, snapshot: Snapshot, now: float) -> None
 def rates_known(rates: RateTracker, snapshot: Snapshot) -> bool:
     """True when every started stream with a live lease has a rate."""
     return all(
-        rates.rate(str(s.get("id"))) is not None
+        stream_rate(rates, s) is not None
         for s in snapshot.streams
         if s.get("desired_state") == DesiredState.STARTED and s.get("lease_state") == "held"
     )
 
 
-def rate_text(rate: float | None) -> str:
-    """``12.5`` / ``-``."""
-    return NONE if rate is None else f"{rate:.1f}"
-
-
 def stream_rate(rates: RateTracker, stream: dict[str, Any]) -> float | None:
-    """Messages/s of a started stream; ``None`` for a stopped one (an old rate means nothing)."""
+    """Messages/s of a started stream: the API's, else from this watch's own samples once it
+    has two; ``None`` for a stopped one (an old rate means nothing)."""
     if stream.get("desired_state") != DesiredState.STARTED:
         return None
-    return rates.rate(str(stream.get("id")))
+    given = api_rate(stream)
+    return rates.rate(str(stream.get("id"))) if given is None else given
 
 
 def trouble_rank(stream: dict[str, Any], owned: list[dict[str, Any]]) -> int:
@@ -217,14 +217,11 @@ def render_frame(
     ordered = sorted(streams, key=lambda s: trouble_rank(s, owned))
     shown_streams = _fit(ordered, None if room is None else max(room - len(shown_workers), 1))
 
-    position = STREAM_HEADERS.index("LAST_SEQ") + 1
-    headers = (*STREAM_HEADERS[:position], "MSG/S", *STREAM_HEADERS[position:])
-    rows = []
-    for stream in shown_streams:
-        row = stream_row(stream, at_ms)
-        rows.append([*row[:position], rate_text(stream_rate(rates, stream)), *row[position:]])
-    fitted, rows = fit_columns(headers, rows, width, drop=DROP_FIRST)
-    stream_table = table(fitted, rows, right=STREAM_RIGHT + ",MSG/S", width=width)
+    rows = [stream_row(s, at_ms, stream_rate(rates, s)) for s in shown_streams]
+    fitted, rows = fit_columns(
+        STREAM_HEADERS, rows, width, drop=DROP_FIRST, last_min=LAST_ERROR_MIN_CHARS
+    )
+    stream_table = table(fitted, rows, right=STREAM_RIGHT, width=width)
     lines.append(stream_table[0])
     lines += [  # cut to the width already: painting adds only invisible characters
         row_colour(line, stream, colour)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -394,3 +395,40 @@ def test_outputs_api_and_dashboard_urls(stateless_json: TemplateJson) -> None:
     url = flat(outputs["DashboardUrl"]["Value"])
     assert "console.aws.amazon.com/cloudwatch" in url
     assert f'{{"Ref":"{dashboard_id}"}}' in url
+
+
+def _dashboard_widgets(template: TemplateJson) -> dict[str, dict[str, Any]]:
+    """The dashboard's widgets by title (tokens replaced by ``x``)."""
+    parts = properties_of(template, "AWS::CloudWatch::Dashboard")["DashboardBody"]["Fn::Join"][1]
+    body = json.loads("".join(part if isinstance(part, str) else "x" for part in parts))
+    return {w["properties"].get("title", ""): w["properties"] for w in body["widgets"]}
+
+
+def test_dashboard_counts_takeovers_wherever_they_happen(stateless_json: TemplateJson) -> None:
+    """The takeovers line adds a worker's takeovers and the reaper's releases of a crashed
+    task's streams (each a takeover on the stream item), not LeasesAcquired."""
+    events = _dashboard_widgets(stateless_json)[
+        "Events: unplanned task stops, takeovers, sessions lost"
+    ]
+    expressions = [m[0] for m in events["metrics"] if isinstance(m[0], dict)]
+    takeovers = next(e for e in expressions if e["label"].startswith("takeovers"))
+    ids = {m[-1].get("id"): m[1] for m in events["metrics"] if not isinstance(m[0], dict)}
+    named = {ids[part] for part in re.findall(r"FILL\((\w+), 0\)", takeovers["expression"])}
+    assert named == {WorkerMetric.TAKEOVERS, ReaperMetric.LEASES_RELEASED}
+
+
+def test_dashboard_marks_events_and_keeps_seconds_off_the_milliseconds_axis(
+    stateless_json: TemplateJson,
+) -> None:
+    """Events shade everything above zero red; the renewal answer age has its own axis; every
+    legend entry says its last, min and max."""
+    widgets = _dashboard_widgets(stateless_json)
+    events = widgets["Events: unplanned task stops, takeovers, sessions lost"]
+    [band] = events["annotations"]["horizontal"]
+    assert (band["value"], band["fill"]) == (0.5, "above")
+    lag = next(w for title, w in widgets.items() if title.startswith("Renewal and event-loop"))
+    on_right = [m for m in lag["metrics"] if m[-1].get("yAxis") == "right"]
+    assert [m[1] for m in on_right] == [WorkerMetric.RENEWAL_ANSWER_AGE_MS]
+    drawn = [m[-1] for w in widgets.values() for m in w.get("metrics", [])]
+    labels = [m["label"] for m in drawn if m.get("visible", True)]
+    assert labels and all(label.endswith("max ${MAX})") for label in labels)

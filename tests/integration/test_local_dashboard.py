@@ -3,8 +3,10 @@ from the metrics the workers and the auditor publish, and follows a worker kille
 
 A headless Chromium (Debian's package) loads ``/dashboard`` of a stack started as ``make run``
 starts it (timers scaled, metrics flushed every second) and the test reads what the page drew:
-each graph's legend carries its series' latest values. Screenshots of both moments are left in
-``build/test-screenshots/`` (:data:`SCREENSHOTS`), replaced by every run.
+each graph's legend carries its series' latest, lowest and highest values, and the per-stream
+panel lists the streams. Screenshots of both moments are left in ``build/test-screenshots/``
+(:data:`SCREENSHOTS`), replaced by every run; the one after the kill is also the documentation's
+(:data:`DOCS_SCREENSHOT`), so it shows the page as it is.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ pytestmark = pytest.mark.slow
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "test-screenshots"
 """Where the screenshots go: in the checkout (ignored by git), where CI can keep them."""
+DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "local-dashboard.png"
+"""The README's picture of the page, written by this test."""
 STREAMS = [f"dash-{n}" for n in range(1, 6)]
 LEGENDS = """
 Object.fromEntries(Array.from(document.querySelectorAll("section.widget")).map(section => [
@@ -33,6 +37,16 @@ Object.fromEntries(Array.from(document.querySelectorAll("section.widget")).map(s
   Object.fromEntries(Array.from(section.querySelectorAll("li")).map(
     item => [item.dataset.label, item.dataset.latest === "" ? null : Number(item.dataset.latest)]))
 ]))
+"""
+HIGHEST = """
+Object.fromEntries(Array.from(document.querySelectorAll("section.widget")).map(section => [
+  section.dataset.title,
+  Object.fromEntries(Array.from(section.querySelectorAll("li")).map(
+    item => [item.dataset.label, item.dataset.max === "" ? null : Number(item.dataset.max)]))
+]))
+"""
+PANEL_STREAMS = """
+Array.from(document.querySelectorAll("#streams tbody tr td:first-child")).map(td => td.textContent)
 """
 
 
@@ -54,8 +68,9 @@ def latest(page: dict[str, dict[str, float | None]], metric: str, label: str = "
 
 def test_the_dashboard_shows_the_streams_and_follows_a_killed_worker(tmp_path: Path) -> None:
     """The page loads with every local graph, shows the five streams wanted, owned and
-    flowing, and after kill -9 of a worker shows the unplanned stop and the streams owned
-    again — all drawn from the workers', the auditor's and the reaper's own metrics."""
+    flowing, and after kill -9 of a worker shows the unplanned stop, the takeovers of its
+    streams and the streams owned again — all drawn from the workers', the auditor's and the
+    reaper's own metrics — and lists the streams in its per-stream panel."""
     binary = require_chromium()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     for old in SCREENSHOTS.glob("*.png"):
@@ -97,7 +112,19 @@ def test_the_dashboard_shows_the_streams_and_follows_a_killed_worker(tmp_path: P
 
         wait_until(page_shows(recovered), WAIT, "the page to show the kill and recovery", stack)
         assert all(streams_by_id(stack)[i]["owner"] != victim for i in STREAMS)
+
+        def taken_over() -> bool:
+            highest = browser.evaluate(HIGHEST)
+            return (latest(highest, WorkerMetric.TAKEOVERS, "takeovers") or 0) >= 1
+
+        wait_until(taken_over, WAIT, "the takeovers series to count the kill's streams", stack)
+
+        def panel_lists_the_streams() -> bool:
+            return set(browser.evaluate(PANEL_STREAMS)) >= set(STREAMS)
+
+        wait_until(panel_lists_the_streams, WAIT, "the per-stream panel to list them", stack)
         shot = browser.screenshot(SCREENSHOTS / "dashboard-after-kill-9.png")
+        DOCS_SCREENSHOT.write_bytes(shot.read_bytes())
         print(f"dashboard screenshots: {shot.parent}")
         assert shot.stat().st_size > 10_000
         assert "Only on the CloudWatch dashboard" in browser.evaluate(

@@ -42,6 +42,9 @@ STREAM_FIELDS = {
     "owned_since",
     "epoch",
     "last_seq",
+    "last_seq_at",
+    "msgs_per_s",
+    "rate_since",
     "generation",
     "takeovers",
     "connection_state",
@@ -62,6 +65,7 @@ STREAM_FIELDS = {
     "updated_at",
     "created_by",
     "updated_by",
+    "warnings",
 }
 
 

@@ -16,6 +16,7 @@ from stream_items import SESSION_HELD_MS, Handoffs, put_stream
 from streamlease.lease_store import LeaseStore
 from streamlease.model import LeaseView
 from worker.liveness.gone_sessions import PAGE_ITEMS, GoneSessions, turn_entries
+from worker.metrics import WorkerMetrics
 from worker.ownership.reconciler import query_limit
 
 SELF = "self/1-aa"
@@ -73,6 +74,7 @@ def walker(
             lease_seconds=5.0 * rounds_per_lease,
         ),
         handoffs=Handoffs(),
+        metrics=WorkerMetrics(),
     )
     view = SimpleNamespace(live_workers=1, total_streams=total_streams)
     return GoneSessions(cast(Any, ctx), cast(Any, view)), counting, sessions

@@ -427,11 +427,14 @@ def test_progress_rides_on_a_state_change_or_goes_alone_while_holding(store, see
     )
     item = raw_item(dynamodb, table, "s1")
     assert StreamProgress.from_item(item) == PROGRESS
-    later = dataclasses.replace(PROGRESS, delivered=150, last_message_at_ms=NOW + 9, at_ms=NOW + 10)
+    later = dataclasses.replace(
+        PROGRESS, delivered=150, last_message_at_ms=NOW + 9, at_ms=NOW + 10, seq=4321
+    )
     store.record_progress("s1", "w1", lease.epoch, later)
     item = raw_item(dynamodb, table, "s1")
     assert StreamProgress.from_item(item) == later
     assert (item[A.PROGRESS_AT_MS], item[A.CONNECTION_STATE]) == (NOW + 10, "malformed")
+    assert item[A.PROGRESS_SEQ] == 4321  # the seq acknowledged when counted: a rate's baseline
     with pytest.raises(LeaseLost):
         store.record_progress("s1", "w2", lease.epoch, PROGRESS)
 
@@ -442,12 +445,14 @@ def test_the_release_keeps_the_final_progress_and_the_next_acquire_clears_it(
     """A stopped stream shows how far its last holding got; a new holding starts from none."""
     seed("s1")
     lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
-    store.release("s1", "w1", lease.epoch, last_seq=100, progress=PROGRESS, now_ms=NOW + 1)
-    assert StreamProgress.from_item(raw_item(dynamodb, table, "s1")) == PROGRESS
+    final = dataclasses.replace(PROGRESS, seq=100)
+    store.release("s1", "w1", lease.epoch, last_seq=100, progress=final, now_ms=NOW + 1)
+    assert StreamProgress.from_item(raw_item(dynamodb, table, "s1")) == final
     store.acquire("s1", "w2", LEASE_MS, now_ms=NOW + 2)
     item = raw_item(dynamodb, table, "s1")
     assert StreamProgress.from_item(item) is None
     assert A.LAST_MESSAGE_AT_MS not in item and A.PROGRESS_AT_MS not in item
+    assert A.PROGRESS_SEQ not in item
 
 
 # --- queries ---------------------------------------------------------------------------------

@@ -150,9 +150,16 @@ def test_stream_view_lease(
     changes: dict[str, object], now: int, state: str, remaining: int, since: str | None
 ) -> None:
     """The view says whether the lease is held, expired or free, and for how much longer."""
-    view = StreamView.of(stream(**changes), now)
+    view = StreamView.of(stream(**changes), now, lease_ms=5_000)
     assert (view.lease_state, view.lease_remaining_ms, view.owned_since) == (
         state,
         remaining,
         since,
     )
+
+
+def test_a_per_stream_leases_seq_is_read_at_its_last_renewal() -> None:
+    """A per-stream lease's item carries the seq its last renewal wrote, sent at the expiry
+    less the lease: that is how old ``last_seq`` is."""
+    view = StreamView.of(stream(), 4_000, lease_ms=5_000)
+    assert (view.last_seq, view.last_seq_at) == (5, "1970-01-01T00:00:05.000Z")

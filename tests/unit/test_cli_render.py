@@ -10,19 +10,28 @@ import pytest
 from streamlease.cli.render import (
     NONE,
     NOTHING_DELIVERED_TEXT,
-    STREAM_HEADERS,
     connection_text,
     count_text,
-    last_error_text,
-    stream_detail,
-    stream_row,
     worker_name,
     worker_row,
+)
+from streamlease.cli.stream_text import (
+    STREAM_HEADERS,
+    last_error_text,
+    stream_detail,
+    stream_lines,
+    stream_row,
 )
 
 NOW_MS = 1_796_000_000_000
 SINCE_MS = NOW_MS - 20_000
 SINCE = dt.datetime.fromtimestamp(SINCE_MS / 1000, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def iso(at_ms: int) -> str:
+    """``at_ms`` as the API writes times."""
+    return dt.datetime.fromtimestamp(at_ms / 1000, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
 
 STREAM: dict[str, Any] = {
     "id": "s1",
@@ -58,22 +67,55 @@ def test_every_trouble_state_stands_out(state: str) -> None:
     assert stream_row(stream, NOW_MS)[2] == f"{state.upper()} 20s"
 
 
-def test_a_row_shows_the_holders_progress_and_the_last_message() -> None:
-    """Received/delivered/malformed/gaps in one cell, and how long ago the last message
-    came."""
+def test_a_row_shows_the_holders_counters_with_their_age() -> None:
+    """Received/delivered/malformed/gaps in one cell, and how old that report is (COUNTED)."""
     stream = {
         **STREAM,
         "frames_received": 1204,
         "frames_delivered": 123_456,
         "frames_malformed": 4,
         "seq_gaps": 0,
-        "last_message_at": SINCE,
+        "progress_at": SINCE,
     }
     row = dict(zip(STREAM_HEADERS, stream_row(stream, NOW_MS), strict=True))
-    assert row["RCVD/DLVD/BAD/GAPS"] == "1204/123k/4/0"
-    assert row["LAST_MSG"] == "20s ago"
+    assert (row["RCVD/DLVD/BAD/GAPS"], row["COUNTED"]) == ("1204/123k/4/0", "20s")
     unreported = dict(zip(STREAM_HEADERS, stream_row(STREAM, NOW_MS), strict=True))
-    assert (unreported["RCVD/DLVD/BAD/GAPS"], unreported["LAST_MSG"]) == ("-", "-")
+    assert (unreported["RCVD/DLVD/BAD/GAPS"], unreported["COUNTED"]) == ("-", "-")
+
+
+def test_a_row_shows_the_live_seq_its_age_and_the_rate() -> None:
+    """LAST_SEQ is the renewal's reading, SEQ_AGE how old it is, MSG/S the API's rate."""
+    read_at = iso(NOW_MS - 3_000)
+    stream = {**STREAM, "last_seq": 4321, "last_seq_at": read_at, "msgs_per_s": 19.84}
+    row = dict(zip(STREAM_HEADERS, stream_row(stream, NOW_MS), strict=True))
+    assert (row["LAST_SEQ"], row["SEQ_AGE"], row["MSG/S"]) == ("4321", "3.0s", "19.8")
+    older_api = dict(zip(STREAM_HEADERS, stream_row(STREAM, NOW_MS), strict=True))
+    assert (older_api["SEQ_AGE"], older_api["MSG/S"]) == ("-", "-")
+
+
+def test_get_says_how_old_the_seq_the_rate_and_the_counters_are() -> None:
+    """``get`` gives the seq with its age, the rate with its window, the counters with their
+    report's age (never as a rate)."""
+    stream = {
+        **STREAM,
+        "owner": "host/1-ab12",
+        "last_seq": 4321,
+        "last_seq_at": iso(NOW_MS - 2_000),
+        "msgs_per_s": 20.0,
+        "rate_since": iso(NOW_MS - 62_000),
+        "frames_received": 30,
+        "frames_delivered": 30,
+        "frames_malformed": 0,
+        "seq_gaps": 27,
+        "progress_at": iso(NOW_MS - 62_000),
+    }
+    lines = stream_detail(stream, NOW_MS)
+    assert f"{'last seq:':<15}4321 (read 2.0s ago)" in lines
+    assert f"{'rate:':<15}20.0 msg/s from 1m02s ago to 2.0s ago" in lines
+    assert (
+        f"{'progress:':<15}received 30, delivered 30, malformed 0, gaps 27 (reported 1m02s ago)"
+        in lines
+    )
 
 
 @pytest.mark.parametrize(
@@ -106,14 +148,52 @@ def test_a_stream_that_delivered_nothing_shows_no_last_seq() -> None:
     assert stream_row({**STREAM, "last_seq": 0}, NOW_MS)[STREAM_HEADERS.index("LAST_SEQ")] == "0"
 
 
-def test_a_past_error_is_marked_past() -> None:
+def test_a_past_error_is_marked_past_after_its_cause() -> None:
     """``last_error_active: false``: the error is from before the stream became healthy."""
-    failing = {**STREAM, "last_error": "upstream closed 1006"}
-    assert last_error_text({**failing, "last_error_active": True}) == "upstream closed 1006"
-    assert last_error_text({**failing, "last_error_active": False}) == (
-        "(past) upstream closed 1006"
+    failing = {**STREAM, "last_error": "timed out opening"}
+    assert last_error_text({**failing, "last_error_active": True}) == "timed out opening"
+    assert last_error_text({**failing, "last_error_active": False}) == ("timed out opening (past)")
+    assert last_error_text(failing) == "timed out opening"  # an older API: as it is
+
+
+@pytest.mark.parametrize(
+    ("error", "headline"),
+    [
+        (
+            "worker 0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12 stopped renewing its session",
+            "stopped renewing its session (worker 0f1e2d3c…/4242-ab12)",
+        ),
+        (
+            "worker 0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12's session is gone",
+            "session is gone (worker 0f1e2d3c…/4242-ab12)",
+        ),
+        (
+            "upstream refused the handshake (HTTP 403)",
+            "refused the handshake (HTTP 403) (upstream)",
+        ),
+    ],
+)
+def test_last_error_starts_with_the_cause(error: str, headline: str) -> None:
+    """Who failed goes after what happened, so that any cut keeps the cause."""
+    assert last_error_text({**STREAM, "last_error": error, "last_error_active": False}) == (
+        f"{headline} (past)"
     )
-    assert last_error_text(failing) == "upstream closed 1006"  # an older API: as it is
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 200])
+def test_ls_shows_the_cause_first_at_every_width(width: int) -> None:
+    """The ``ls`` table cut to a terminal's width still starts its LAST_ERROR with the cause."""
+    stream = {
+        **STREAM,
+        "owner": "0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12",
+        "last_error": "worker 0f1e2d3c4b5a69788796a5b4c3d2e1f0/4242-ab12 stopped renewing its "
+        "session",
+        "last_error_active": False,
+    }
+    header, row = stream_lines([stream], NOW_MS, width=width)
+    assert len(row) <= width
+    assert row[header.index("LAST_ERROR") :].startswith("stopped renewing")
+    assert {"LAST_SEQ", "MSG/S", "SEQ_AGE"} <= set(header.split())  # the owner went first
 
 
 def test_a_worker_has_one_short_name_in_every_table() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
+
+import pytest
 
 from streamlease.cli import ApiClient, main
 from streamlease.cli.transport import Response, TransportError
@@ -238,15 +241,19 @@ def test_a_live_frame_leaves_the_last_row_free() -> None:
         assert any("more workers" in line for line in lines)
 
 
-def test_rows_fit_the_width_by_narrowing_the_last_error() -> None:
-    """On a narrow terminal the LAST_ERROR column gives way first, with an ellipsis."""
+@pytest.mark.parametrize("width", [80, 120])
+def test_rows_fit_the_width_keeping_the_cause_of_the_last_error(width: int) -> None:
+    """On a narrow terminal LAST_ERROR is cut (with an ellipsis) only after the least needed
+    columns went, and what is left of it starts with the cause."""
     failing = [{**STREAMS[0], "last_error": "upstream refused the handshake (HTTP 403) " * 3}]
     lines = render_frame(
-        Snapshot(failing, WORKERS), RateTracker(), api_url="http://x", width=120, height=40
+        Snapshot(failing, WORKERS), RateTracker(), api_url="http://x", width=width, height=40
     )
+    header = next(line for line in lines if line.startswith("ID "))
     row = next(line for line in lines if line.startswith("b "))
-    assert len(row) <= 120 and row.endswith("…")
-    assert "TAKEOVERS" in lines[3]
+    assert len(row) <= width and row.endswith("…")
+    error = row[header.index("LAST_ERROR") :]
+    assert error.startswith("refused the handshake") and len(error) >= 24
 
 
 def test_once_on_a_terminal_fits_its_width() -> None:
@@ -323,8 +330,9 @@ BUSY = {
 
 
 def test_at_80_columns_columns_give_way_not_values() -> None:
-    """An 80-column terminal: every line fits, the seq, the rate and the owner are whole, and
-    the columns left out are the least needed ones."""
+    """An 80-column terminal: every line fits, the seq and the rate are whole, the last error
+    starts with its cause, and the columns left out are the least needed ones (the owner
+    before the cause; the worker table names it)."""
     rates = RateTracker()
     rates.observe(BUSY["id"], 0.0, 1_234_000)
     rates.observe(BUSY["id"], 5.0, 1_234_567)
@@ -336,7 +344,8 @@ def test_at_80_columns_columns_give_way_not_values() -> None:
     header = next(line for line in lines if line.startswith("ID "))
     row = next(line for line in lines if line.startswith("meeting:"))
     assert "LAST_SEQ" in header and "MSG/S" in header and "TAKEOVERS" not in header
-    assert "1234567" in row and "113.4" in row and "0f1e2d3c…/4242-ab12" in row
+    assert "1234567" in row and "113.4" in row
+    assert row[header.index("LAST_ERROR") :].startswith("closed the connection (1")
     assert "msgs/s 113.4" in "\n".join(lines[:3])  # the headline wraps instead of being cut
 
 
@@ -386,3 +395,28 @@ def test_once_shows_rates_from_two_checkpoints() -> None:
     assert "msgs/s 10.0" in out.getvalue()
     assert CLEAR not in out.getvalue()
     assert transport.polls == 4  # at 2, 3, 4 and 5 s: the checkpoints of 0 and 5 s
+
+
+def test_once_takes_the_apis_rate_from_one_poll() -> None:
+    """An API that reads the rate from the holder's report and its last renewal answers
+    ``watch --once`` at once: one poll, the stream's rate and the seq's age in the frame."""
+    read_at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2)
+    live = {
+        **STREAMS[0],
+        "lease_state": "held",
+        "msgs_per_s": 19.6,
+        "last_seq_at": read_at.isoformat().replace("+00:00", "Z"),
+    }
+    transport = FakeTransport([live])
+    client = ApiClient("http://127.0.0.1:9", transport=cast(Any, transport))
+    out = io.StringIO()
+    assert watch(client, out, once=True, sleep=lambda _: None) == 0
+    assert transport.calls == 2  # one poll: the streams and the workers
+    header, row = next(
+        (lines[i], lines[i + 1])
+        for lines in [out.getvalue().splitlines()]
+        for i, line in enumerate(lines)
+        if line.startswith("ID ")
+    )
+    assert row[header.index("MSG/S") :].split()[0] == "19.6"
+    assert row[header.index("SEQ_AGE") :].split()[0].endswith("s")

@@ -270,3 +270,32 @@ async def test_progress_alone_is_written_at_most_every_interval_and_only_when_it
     assert len(store.progress) == written
     progress.delivered += 1
     await clock.until(lambda: len(store.progress) == written + 1, step=0.02)
+
+
+async def test_the_first_acknowledged_seq_is_written_at_once_then_the_schedule_resumes(
+    running: Any,
+) -> None:
+    """A holding's first acknowledged batch is reported within a scan, with its seq (the first
+    reading a rate is computed from); later progress waits for the interval's due time as
+    before, so a holding makes one progress write more, not one per scan."""
+    clock = Clock()
+    report, store = running(
+        scan_seconds=DRIVEN_SCAN, progress_seconds=300.0, rand=lambda: 0.5, clock=clock
+    )
+    progress = watched(idle_seconds=10_000.0)  # never stalled here
+    report.track(lease("s1"), progress, ignore)
+    report.note(lease("s1"), CONNECTED, None, ignore)
+    await until(lambda: len(store.calls) == 1)
+    assert [p.seq for _, p, _ in store.progress] == [None]
+    progress.received = progress.delivered = 5
+    progress.acked_seq = 105
+    await clock.until(lambda: len(store.progress) == 2, step=0.02)
+    assert [(p.seq, rode) for _, p, rode in store.progress[1:]] == [(105, False)]
+    progress.received = progress.delivered = 100
+    progress.acked_seq = 200
+    for _ in range(50):  # a second of the clock: nothing until the interval's due time
+        await clock.advance(0.02)
+    assert len(store.progress) == 2
+    await clock.until(lambda: len(store.progress) == 3, step=1.0)
+    assert clock.now >= 1000.0 + 150.0  # the first scheduled write: rand 0.5 of 300 s
+    assert store.progress[-1][1].seq == 200

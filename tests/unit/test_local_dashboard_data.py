@@ -25,7 +25,13 @@ from local.dashboard import (
     local_graphs,
 )
 from streamlease.settings import Settings
-from streamlease.telemetry import AUDITOR_SERVICE, AuditorMetric, WorkerMetric
+from streamlease.telemetry import (
+    AUDITOR_SERVICE,
+    REAPER_SERVICE,
+    AuditorMetric,
+    ReaperMetric,
+    WorkerMetric,
+)
 from worker.metrics import EmfPublisher, WorkerMetrics
 
 PERIOD = 10.0
@@ -43,6 +49,19 @@ def worker_flush(log: Path, held: int, **counts: int) -> None:
         EmfPublisher("Streamlease").publish(metrics.take_snapshot())
     with open(log, "a", encoding="utf-8") as handle:
         handle.write("a log line that is not a metric\n" + out.getvalue())
+
+
+def reap(log: Path, released: int) -> None:
+    """One reaper run's metrics (a crashed task's streams freed), as the Lambda host writes
+    them."""
+    runtime.configure(Settings())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        MetricEmitter(REAPER_SERVICE).emit(
+            {ReaperMetric.UNPLANNED_TASK_STOPS: 1, ReaperMetric.LEASES_RELEASED: released}
+        )
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write(out.getvalue())
 
 
 def audit(log: Path, started: int, owned: int) -> None:
@@ -84,7 +103,7 @@ def test_workers_and_the_auditor_are_read_as_cloudwatch_aggregates_them(tmp_path
         for found in data["widgets"]
         for line in found["left"] + found["right"]
     }
-    assert lines[WorkerMetric.TAKEOVERS] == 3
+    assert lines["takeovers"] == 3
     assert lines["messages/s"] == 400 / PERIOD
     assert lines["average per task"] == 5 and lines["maximum per task"] == 6
     assert lines["minimum per task"] == 4
@@ -103,7 +122,7 @@ def test_new_lines_are_read_as_they_are_appended(tmp_path: Path) -> None:
     assert widget(dashboard_data(store, now), "Lease churn")["widget"]["left"][1]["latest"] == 1
     worker_flush(tmp_path / "worker-cccc.log", held=1, Takeovers=5)
     churn = widget(dashboard_data(store, now), "Lease churn")["widget"]
-    assert churn["left"][1]["label"] == WorkerMetric.TAKEOVERS
+    assert churn["left"][1]["label"] == "takeovers"
     assert churn["left"][1]["latest"] == 6
 
 
@@ -193,3 +212,34 @@ def test_a_page_opened_after_days_reads_the_end_of_each_log_only(tmp_path: Path)
     churn = widget(dashboard_data(store, later()), "Lease churn")["widget"]
     assert churn["left"][1]["latest"] == 7
     assert store._tail.malformed < 1000  # read ~64 KB of the 3 MB
+
+
+def test_takeovers_count_the_reapers_crash_fast_path_too(tmp_path: Path) -> None:
+    """A ``kill -9``'s streams are freed by the reaper (each a takeover on its stream item,
+    and no worker's Takeovers): the events graph's takeovers line adds both."""
+    worker_flush(tmp_path / "worker-aaaa.log", held=1, Takeovers=1, LeasesAcquired=5)
+    reap(tmp_path / "lambdas.log", released=4)
+    events = widget(dashboard_data(MetricStore(tmp_path, PERIOD), later()), "Events")["widget"]
+    assert events["events"] is True
+    lines = {line["label"]: line["latest"] for line in events["left"]}
+    assert lines["takeovers"] == 5 and lines["unplanned stops"] == 1
+
+
+def test_a_legend_has_the_last_lowest_and_highest_value(tmp_path: Path) -> None:
+    """Each line carries its last, min and max over the hour kept, not its last alone."""
+    store = MetricStore(tmp_path, PERIOD)
+    start_ms = time.time_ns() // 1_000_000 - int(5 * PERIOD * 1000)
+    for n, count in enumerate((3, 9, 1)):
+        store.add(
+            {
+                "_aws": {
+                    "Timestamp": start_ms + int(n * PERIOD * 1000),
+                    "CloudWatchMetrics": [{"Metrics": [{"Name": WorkerMetric.LEASES_LOST}]}],
+                },
+                "service": "streamlease-worker",
+                WorkerMetric.LEASES_LOST: count,
+            }
+        )
+    churn = widget(dashboard_data(store, later()), "Lease churn")["widget"]
+    lost = next(line for line in churn["left"] if line["label"] == WorkerMetric.LEASES_LOST)
+    assert (lost["latest"], lost["min"], lost["max"]) == (1, 1, 9)

@@ -10,8 +10,10 @@ from typing import Any, cast
 from streamlease.model import LeaseView, WorkerInfo
 from streamlease.schema import DesiredState, WorkerState
 from streamlease.settings import Settings
+from streamlease.telemetry import WorkerMetric
 from worker.liveness import takeover as takeover_module
 from worker.liveness.takeover import Takeover
+from worker.metrics import WorkerMetrics
 from worker.ownership.acquisition import Outcome
 from worker.ownership.fleet_view import FleetView
 from worker.ownership.holdings import Holdings
@@ -57,6 +59,7 @@ def sweep(share: int) -> tuple[Takeover, Store, Holdings, FleetView]:
         store=store,
         sessions=SimpleNamespace(delete=lambda _id: None),
         handoffs=None,
+        metrics=WorkerMetrics(),
     )
     view = FleetView(share=share, live_workers=3)
     taker = Takeover(cast(Any, ctx), cast(Any, Acquirer(holdings, store)), holdings, view)
@@ -103,12 +106,14 @@ async def test_a_sweep_with_room_does_not_wait(monkeypatch: Any) -> None:
 
 async def test_a_small_fleet_frees_at_once_what_it_has_no_room_for(monkeypatch: Any) -> None:
     """No settle hook (a fleet read whole each round has a current share): two are taken, the
-    rest freed, and a share that stays short after the wait frees the rest too."""
+    rest freed — each freed one a takeover, as its stream item counts it — and a share that
+    stays short after the wait frees the rest too."""
     monkeypatch.setattr(takeover_module, "REREAD_SECONDS", 0.0)
     taker, store, holdings, _ = sweep(share=2)
     await asyncio.wait_for(taker.take_over(tombstone()), 5)
     assert holdings.count == 2
     assert len(store.freed) == STREAMS - 2
+    assert taker._ctx.metrics.total(WorkerMetric.TAKEOVERS) == STREAMS - 2
 
     taker, store, holdings, _ = sweep(share=2)
     waits: list[int] = []

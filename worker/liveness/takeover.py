@@ -38,6 +38,7 @@ from streamlease.errors import StoreError
 from streamlease.lease_store import wall_ms
 from streamlease.model import LeaseView, WorkerInfo
 from streamlease.schema import DesiredState, Liveness
+from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
 from worker.logs import describe, logger
 from worker.ownership.acquisition import Acquirer, DeadHolding, Outcome
@@ -204,6 +205,7 @@ async def free_and_hand_off(
         return "unanswered"
     if stream is None:
         return "gone"
+    ctx.metrics.incr(WorkerMetric.TAKEOVERS)  # the item counted one: a holder that did not release
     if ctx.settings.handoff_on_release and stream.desired_state is DesiredState.STARTED:
         await ctx.handoffs.send_handoff(stream_id, stream.generation)
     return "freed"

@@ -13,7 +13,11 @@ second and writes, conditionally on still holding it:
   message. Each such write carries the progress counters;
 - otherwise the progress counters alone, at most every ``progress_seconds`` per stream (the
   first at a random point of that interval, so a worker's streams spread their writes) and
-  only when they changed;
+  only when they changed; and once, within a scan, after the holding's first acknowledged
+  batch, unless a state write already carried a seq: each progress write records the seq
+  acknowledged when it was taken, and that reading, with the live checkpoint of a later
+  renewal, is what a delivery rate is computed from (``streamlease.live_progress``) — without
+  it a new stream would show no rate for up to ``progress_seconds``;
 - at most :data:`PARALLEL_WRITES` at once — an outage that makes every upstream retry at the
   same moment becomes a short queue of writes, not a burst. A write that got no answer is tried
   again after :data:`RETRY_SECONDS`.
@@ -68,6 +72,8 @@ class _Entry:
     """The state whose write got no answer (tried again after :data:`RETRY_SECONDS`)."""
     progress_written: StreamProgress | None = None
     progress_due: float = math.inf
+    seq_reported: bool = False
+    """A write carrying an acknowledged seq was made (or tried) for this holding."""
 
 
 class ConnectionReport:
@@ -176,10 +182,14 @@ class ConnectionReport:
                 continue
             self._dirty.discard(key)
             progress = entry.progress
-            if progress is not None and now >= entry.progress_due:
+            if progress is None:
+                continue
+            if now >= entry.progress_due:
                 snapshot = progress.snapshot()
                 if _changed(snapshot, entry.progress_written):
                     writes.append(self._write_progress(store, entry, snapshot))
+            elif not entry.seq_reported and progress.acked_seq is not None:
+                writes.append(self._write_progress(store, entry, progress.snapshot(), first=True))
         if writes:
             limit = asyncio.Semaphore(self._parallel)
 
@@ -221,13 +231,18 @@ class ConnectionReport:
             return
         entry.written, entry.unanswered = shown, None
         if progress is not None:
+            entry.seq_reported = entry.seq_reported or progress.seq is not None
             entry.progress_written = progress  # its own schedule keeps its phase
 
     async def _write_progress(
-        self, store: LeaseStore, entry: _Entry, progress: StreamProgress
+        self, store: LeaseStore, entry: _Entry, progress: StreamProgress, *, first: bool = False
     ) -> None:
+        """Write ``progress``; ``first``: the holding's first acknowledged seq, off the
+        schedule (which keeps its phase)."""
         lease = entry.lease
-        entry.progress_due = self._clock() + self._progress_seconds
+        entry.seq_reported = entry.seq_reported or progress.seq is not None
+        if not first:
+            entry.progress_due = self._clock() + self._progress_seconds
         try:
             await asyncio.to_thread(
                 store.record_progress, lease.stream_id, lease.owner, lease.epoch, progress

@@ -186,6 +186,7 @@ class Delivery:
             held.last_seq = seq
         progress = self.progress
         progress.delivered += len(records)
+        progress.acked_seq = seq
         progress.last_message_at_ms = last.received_at_ms
         progress.sink_failures = 0
         first = self.on_first_stored

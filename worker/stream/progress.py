@@ -71,6 +71,7 @@ class ProgressWatch:
         "_received_at",
         "_received_seen",
         "_watching",
+        "acked_seq",
         "delivered",
         "idle_seconds",
         "last_message_at_ms",
@@ -88,6 +89,8 @@ class ProgressWatch:
         """Frames received (whole messages, deliverable or not)."""
         self.delivered = 0
         """Messages the sink acknowledged."""
+        self.acked_seq: int | None = None
+        """The last seq the sink acknowledged in this holding (None: nothing yet)."""
         self.last_message_at_ms: int | None = None
         self.sink_failures = 0
         """Consecutive refused sink writes (0 after any stored batch)."""
@@ -111,6 +114,7 @@ class ProgressWatch:
             control=sequencer.control,
             last_message_at_ms=self.last_message_at_ms,
             at_ms=wall_ms(),
+            seq=self.acked_seq,
         )
 
     def judge(self, now_mono: float, link: State) -> State:
