@@ -20,7 +20,9 @@ import argparse
 import contextlib
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -202,9 +204,34 @@ def run_consume(
     from streamlease.consumer.kinesis_reader import KinesisReader
 
     consumer = Consumer(MemoryWatermarks(), raw=args.raw)
-    reader = KinesisReader(target.client("kinesis"), name, consumer, start=start)
+    stop = threading.Event()
+    # Waits end at once on Ctrl-C; a call under way (one GetRecords, never long) finishes.
+    reader = KinesisReader(target.client("kinesis"), name, consumer, start=start, sleep=stop.wait)
     run = ConsumeRun(out, err, frozenset(args.stream_ids), as_json)
-    with contextlib.suppress(KeyboardInterrupt):
-        reader.run(run.on_batch, until_idle_seconds=args.until_idle)
+    with _ctrl_c_sets(stop), contextlib.suppress(KeyboardInterrupt):
+        reader.run(run.on_batch, until_idle_seconds=args.until_idle, stop=stop)
     run.summary(consumer.counts, consumer.problems, records=reader.progress.records)
     return 0
+
+
+@contextlib.contextmanager
+def _ctrl_c_sets(stop: threading.Event) -> Iterator[None]:
+    """While the block runs, the first SIGINT only sets ``stop`` (the read ends between two
+    calls, so the batch in hand is printed and counted); a second one interrupts as usual.
+
+    A KeyboardInterrupt raised wherever the signal lands can be lost: one that lands in a
+    finalizer (``__del__`` of a closed connection, run by the garbage collector) is printed
+    and ignored, and the read would go on. Off the main thread (a test's) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum: int, frame: Any) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

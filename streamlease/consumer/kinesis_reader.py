@@ -136,7 +136,7 @@ class KinesisReader:
         backoff_base_seconds: float = 0.5,
         backoff_max_seconds: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] = time.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
         if not 1 <= limit <= MAX_LIMIT:
