@@ -246,6 +246,11 @@ class WorkerAttr:
     STATE: Final = "state"
     ACTIVE_STREAMS: Final = "active_streams"
     CAPACITY: Final = "capacity"
+    LOAD_MILLI: Final = "load_milli"
+    """What the worker's streams cost it, in thousandths of a load unit per second
+    (:mod:`streamlease.placement`); absent until its first renewal that measured it."""
+    CPU_PERMILLE: Final = "cpu_permille"
+    """The worker process's CPU use over the last heartbeat, in thousandths of one core."""
     HOST: Final = "host"
     PID: Final = "pid"
     TASK_ARN: Final = "task_arn"
@@ -277,6 +282,13 @@ class DigestAttr:
     LIVE_WORKERS: Final = "live_workers"
     TOTAL_STREAMS: Final = "total_streams"
     DEFICIT: Final = "deficit"
+    SURPLUS: Final = "surplus"
+    """Streams the workers above share + slack hold beyond the share."""
+    LOAD_MEAN_MILLI: Final = "load_mean_milli"
+    """The fleet's mean load per sharing worker (thousandths of a load unit per second);
+    absent while some worker has published no load (counts decide)."""
+    LOAD_ROOM_MILLI: Final = "load_room_milli"
+    LOAD_SURPLUS_MILLI: Final = "load_surplus_milli"
 
 
 # Worker items carry KIND = WORKER_KIND so the fleet can be listed through its own sparse index
@@ -404,6 +416,8 @@ FLEET: Final = IndexSpec(
         WorkerAttr.EXPIRES_AT_MS,
         WorkerAttr.ACTIVE_STREAMS,
         WorkerAttr.CAPACITY,
+        WorkerAttr.LOAD_MILLI,
+        WorkerAttr.CPU_PERMILLE,
         WorkerAttr.LIVENESS,
         WorkerAttr.HOST,
         WorkerAttr.PID,

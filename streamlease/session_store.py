@@ -44,6 +44,8 @@ _NAMES: Final = {
     "#hbat": _W.HEARTBEAT_AT_MS,
     "#active": _W.ACTIVE_STREAMS,
     "#cap": _W.CAPACITY,
+    "#load": _W.LOAD_MILLI,
+    "#cpu": _W.CPU_PERMILLE,
     "#cps": _W.CHECKPOINTS,
     "#xat": _W.EXPIRED_AT_MS,
     "#xby": _W.EXPIRED_BY,
@@ -117,9 +119,13 @@ class SessionStore:
         active_streams: int,
         capacity: int | None = None,
         checkpoints: bytes | None = None,
+        load_milli: int | None = None,
+        cpu_permille: int | None = None,
     ) -> None:
         """One renewal: ``hb`` + 1, the new expiry, the stream count, the capacity the worker
-        can use now (None: unchanged) and (sessions) the vector.
+        can use now (None: unchanged), (sessions) the vector, and the worker's load
+        (thousandths of a load unit per second) and CPU use (thousandths of a core), each
+        None: unchanged. The load rides on this write, which is sent anyway.
 
         ``expires_at_ms`` must be above every expiry this session sent before
         (:func:`streamlease.rules.next_session_expiry_ms`). Raises :class:`SessionExpired` when
@@ -140,6 +146,12 @@ class SessionStore:
         if checkpoints is not None:
             sets.append("#cps = :cps")
             values[":cps"] = checkpoints
+        if load_milli is not None:
+            sets.append("#load = :load")
+            values[":load"] = max(0, load_milli)
+        if cpu_permille is not None:
+            sets.append("#cpu = :cpu")
+            values[":cpu"] = max(0, cpu_permille)
         try:
             self._update(
                 worker_id, "SET " + ", ".join(sets), f"{_LIVE} AND {_EXPIRY_GROWS}", values
