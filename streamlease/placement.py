@@ -5,7 +5,7 @@ Functions of numbers only (no I/O, no clock reads), shared by the worker and the
 **Load** is what a stream costs its holder, in *load units per second*: its messages per
 second plus its kibibytes per second (:func:`stream_load`), each a decayed average
 (:class:`DecayedRate`). A worker's load is the sum over the streams it holds; it publishes it
-on its session renewal, a write it sends anyway (architecture §11).
+on its session renewal, a write it sends anyway (architecture §10).
 
 **Placement.** When load figures exist for the whole fleet (:class:`FleetLoad`), a worker
 takes handed-off streams while its load is below the fleet's mean, and one above the mean +

@@ -1,4 +1,4 @@
-"""Skewed stream rates: balance by load against balance by counts (architecture §11).
+"""Skewed stream rates: balance by load against balance by counts (architecture §10).
 
 Streams get rates from a Zipf law over 0.1 to 100 load units per second (a few heavy feeds,
 many light ones), spread over the workers by counts, as the count rule leaves them. The fleet

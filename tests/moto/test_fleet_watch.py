@@ -103,7 +103,9 @@ def watcher(
     )
     takeover = Takeover()
     view = FleetView()
-    holdings = SimpleNamespace(active_count=me.active_streams)
+    holdings = SimpleNamespace(
+        active_count=me.active_streams, load=SimpleNamespace(total=lambda: None)
+    )
     digest = DigestStore(dynamodb, settings.table_name, clock_skew_ms=settings.clock_skew_ms)
     watch = FleetWatcher(cast(Any, ctx), cast(Any, holdings), view, cast(Any, takeover), digest)
     return watch, takeover, view

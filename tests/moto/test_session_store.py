@@ -160,3 +160,16 @@ def test_a_window_after_sessions_started_in_the_same_millisecond_skips_none(
         sessions.create(info(name, started_at_ms=NOW))
     after_a = sessions.fleet_after(info("a", started_at_ms=NOW), 5)
     assert [w.worker_id for w in after_a.sessions] == ["b", "c"]
+
+
+def test_a_renewal_carries_the_workers_load_and_cpu_to_the_fleet_index(
+    sessions: SessionStore,
+) -> None:
+    """The load rides on the renewal (no write of its own) and peers read it in the fleet
+    index; a renewal that measured nothing leaves the last figures as they were."""
+    sessions.create(info())
+    assert sessions.list_fleet()[0].load is None, "no figures before a renewal published one"
+    renew(sessions, NOW + 25_000, load_milli=12_345, cpu_permille=420)
+    renew(sessions, NOW + 30_000)
+    (worker,) = sessions.list_fleet()
+    assert (worker.load, worker.cpu_permille) == (12.345, 420)

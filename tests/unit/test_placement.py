@@ -1,4 +1,4 @@
-"""Placement by load and by counts (architecture §11): the pure rules the worker and the fleet
+"""Placement by load and by counts (architecture §10): the pure rules the worker and the fleet
 model share."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What this worker's streams cost it: each holding's decayed message and byte rates, and the
-process's CPU use (architecture §11).
+process's CPU use (architecture §10).
 
 Sampled from the holders' counters once per heartbeat, on the event loop, when the session
 keeper copies what the next renewal carries: the data path only adds to two counters per

@@ -1,4 +1,4 @@
-"""Rebalancing: shed streams when this worker carries far above its part (architecture §11).
+"""Rebalancing: shed streams when this worker carries far above its part (architecture §10).
 
 The fleet's figures come from the fleet watcher (:mod:`worker.liveness.fleet`, recounted every
 second). Every ``rebalance_seconds`` (jittered) a worker above the fleet's mean load + slack
