@@ -248,7 +248,8 @@ class WorkerAttr:
     CAPACITY: Final = "capacity"
     LOAD_MILLI: Final = "load_milli"
     """What the worker's streams cost it, in thousandths of a load unit per second
-    (:mod:`streamlease.placement`); absent until its first renewal that measured it."""
+    (:mod:`streamlease.placement`); absent until its first renewal that measured it. Not in the
+    ``fleet`` index: read from the item (``SessionStore.read_loads``)."""
     CPU_PERMILLE: Final = "cpu_permille"
     """The worker process's CPU use over the last heartbeat, in thousandths of one core."""
     HOST: Final = "host"
@@ -416,8 +417,6 @@ FLEET: Final = IndexSpec(
         WorkerAttr.EXPIRES_AT_MS,
         WorkerAttr.ACTIVE_STREAMS,
         WorkerAttr.CAPACITY,
-        WorkerAttr.LOAD_MILLI,
-        WorkerAttr.CPU_PERMILLE,
         WorkerAttr.LIVENESS,
         WorkerAttr.HOST,
         WorkerAttr.PID,
@@ -427,7 +426,9 @@ FLEET: Final = IndexSpec(
 )
 """The fleet: worker items only (sparse on ``kind``), keyed by start time, which never changes,
 so a session renewal moves no index key. The checkpoint vector is not projected: peers re-read
-the fleet every second and need only the small fields."""
+the fleet every second and need only the small fields. Nor are the load figures
+(:attr:`WorkerAttr.LOAD_MILLI`, :attr:`WorkerAttr.CPU_PERMILLE`): a deployed index's projection
+cannot change, so their readers get them from the items (``SessionStore.read_loads``)."""
 
 BY_STATE: Final = IndexSpec(
     name="by-state",

@@ -57,10 +57,20 @@ _SAME_HB: Final = "#hb = :seen"
 _ITEM_ATTRIBUTES: Final = [
     value for name, value in vars(WorkerAttr).items() if not name.startswith("_")
 ]
+_LOAD_ATTRIBUTES: Final = [_W.WORKER_ID, _W.LOAD_MILLI, _W.CPU_PERMILLE]
 _LIVE_VALUES: Final = {
     ":running": WorkerState.RUNNING.value,
     ":draining": WorkerState.DRAINING.value,
 }
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """One worker's published load figures (:attr:`WorkerInfo.load_milli`,
+    :attr:`WorkerInfo.cpu_permille`; None: not published)."""
+
+    load_milli: int | None
+    cpu_permille: int | None
 
 
 @dataclass(frozen=True)
@@ -238,6 +248,17 @@ class SessionStore:
         keys = [{PK: worker_key(w)} for w in sorted(set(worker_ids))]
         items = dynamo.batch_get(self._client, self._table, keys, _ITEM_ATTRIBUTES)
         return {info.worker_id: info for info in map(WorkerInfo.from_item, items)}
+
+    def read_loads(self, worker_ids: Iterable[str]) -> dict[str, WorkerLoad]:
+        """The load figures of those of ``worker_ids`` whose items exist, by id, from the items
+        (the ``fleet`` index does not carry them). One eventually consistent BatchGetItem per
+        100 ids; each item costs its full size in read units. Raises :class:`StoreError`."""
+        keys = [{PK: worker_key(w)} for w in sorted(set(worker_ids))]
+        items = dynamo.batch_get(self._client, self._table, keys, _LOAD_ATTRIBUTES)
+        return {
+            info.worker_id: WorkerLoad(info.load_milli, info.cpu_permille)
+            for info in map(WorkerInfo.from_item, items)
+        }
 
     def fleet_after(
         self, session: WorkerInfo | None, limit: int, *, cursor: Mapping[str, Any] | None = None

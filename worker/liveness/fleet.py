@@ -43,6 +43,7 @@ from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
+from worker.liveness.peer_loads import PeerLoads
 from worker.liveness.takeover import Takeover
 from worker.logs import describe, logger
 from worker.ownership.fleet_view import FleetView, update_view, view_from_digest
@@ -89,6 +90,7 @@ class FleetWatcher:
         self._rounds = 0
         self._published: tuple[int, int, int, int, int] | None = None
         self._published_mono = -float("inf")
+        self._peer_loads = PeerLoads(ctx.sessions, ctx.settings.heartbeat_seconds)
         takeover.settle = self.settle
 
     async def watch_fleet(self, tasks: asyncio.TaskGroup) -> None:
@@ -121,7 +123,7 @@ class FleetWatcher:
         if whole:
             update_view(
                 self._view,
-                workers,
+                await self._peer_loads.with_loads(workers, me, now),
                 me,
                 self._holdings.active_count,
                 dead,
