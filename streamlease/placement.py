@@ -176,8 +176,11 @@ def choose_by_load(
 
     Nothing while ``my_load`` is within the mean + slack. Above it, the gap to close is the
     excess over the mean, at most this worker's part of the receivers' room. The heaviest
-    streams that fit in what is left of the gap go first, so it closes in few moves; a stream
-    heavier than the gap stays (moving it would only move the imbalance, and back). At most
+    streams that fit in what is left of the gap go first, so it closes in few moves. A stream
+    may overshoot what is left by up to the slack, as a receiver takes it up to the mean + slack
+    (:func:`takes_by_load`): a heavy stream that barely misses the gap on figures a few seconds
+    old still moves, instead of light ones going first and leaving it stranded. A stream
+    heavier than that stays (moving it would only move the imbalance, and back). At most
     ``max_moves``.
     """
     excess = my_load - fleet.mean
@@ -188,7 +191,7 @@ def choose_by_load(
     for stream_id, load in sorted(streams, key=lambda s: (-s[1], s[0])):
         if len(chosen) >= max_moves or gap <= 0:
             break
-        if 0 < load <= gap:
+        if 0 < load <= gap + fleet.slack:
             chosen.append(stream_id)
             gap -= load
     return chosen
