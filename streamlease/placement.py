@@ -42,9 +42,48 @@ SPREAD_FRACTION: Final = 0.5
 once: the orphan index and the receivers' partitions see a steady trickle, never a burst."""
 
 
-def shed_spacing_seconds(moves: int, rebalance_seconds: float) -> float:
-    """The pause between two handoffs of one round of ``moves``."""
-    return 0.0 if moves <= 1 else SPREAD_FRACTION * rebalance_seconds / moves
+PARTITION_WRITE_UNITS: Final = 1000
+"""Write units a second one DynamoDB partition takes before it throttles."""
+MOVES_INDEX_SHARE: Final = 0.15
+"""The fleet's handoffs together use at most this fraction of the orphan index's write
+capacity: its partitions stay far from throttling with the takeovers and starts beside them."""
+ORPHAN_WRITES_PER_MOVE: Final = 2
+"""A handoff writes the orphan index twice: the released stream enters it, its taker's
+acquire removes it."""
+
+
+def fleet_moves_per_second(orphan_shards: int) -> float:
+    """How many handoffs a second the whole fleet may send (:data:`MOVES_INDEX_SHARE` of
+    ``orphan_shards`` partitions' write units, two writes a move): 2,400 over 32 shards."""
+    return orphan_shards * PARTITION_WRITE_UNITS * MOVES_INDEX_SHARE / ORPHAN_WRITES_PER_MOVE
+
+
+def paced_cap(
+    cap: int, mine: float, surplus: float, rebalance_seconds: float, orphan_shards: int
+) -> int:
+    """Most handoffs one giver sends this round so the fleet's together stay within
+    :func:`fleet_moves_per_second` on average: its part (``mine`` over the fleet's ``surplus``,
+    in streams or load units alike) of what the fleet may send in one round; at most ``cap``,
+    at least one. A paced giver spreads its moves over the whole round
+    (:func:`shed_spacing_seconds`), so the fleet's moves come at about that pace. A small fleet
+    never meets the pace (its ``cap`` binds); a scale-out of a thousand workers does, and its
+    moves trickle over a few rounds instead of throttling the orphan index."""
+    if mine <= 0 or surplus <= 0:
+        return cap
+    part = min(1.0, mine / max(surplus, mine))
+    allowed = fleet_moves_per_second(orphan_shards) * rebalance_seconds * part
+    return max(1, min(cap, math.floor(allowed)))
+
+
+def shed_spacing_seconds(moves: int, rebalance_seconds: float, *, paced: bool = False) -> float:
+    """The pause between two handoffs of one round of ``moves``: spread over
+    :data:`SPREAD_FRACTION` of the round, or over all of it when :func:`paced_cap` bound the
+    round (``paced``): the givers of a large scale-out learn of it from one digest and start
+    their rounds nearly together, and moves spread over half a round come in waves of twice
+    the pace."""
+    if moves <= 1:
+        return 0.0
+    return (1.0 if paced else SPREAD_FRACTION) * rebalance_seconds / moves
 
 
 class DecayedRate:

@@ -389,6 +389,13 @@ class Agent:
             return
         cap = placement.round_cap(self.capacity, s.shed_batch)
         my_load, rate, fleet = self.load, world.rate, self.view.load
+        shards = world.design.orphan_shards
+        if fleet is not None and my_load is not None and rate is not None:
+            mine, surplus = my_load - fleet.mean, fleet.surplus
+        else:
+            mine, surplus = float(len(session.held) - self.view.share), float(self.view.surplus)
+        unpaced = cap
+        cap = placement.paced_cap(cap, mine, surplus, s.rebalance_seconds, shards)
         count = placement.count_to_shed(
             len(session.held),
             self.view.share,
@@ -415,7 +422,9 @@ class Agent:
             ]
         else:
             chosen = world.rng.sample(eligible, min(count, len(eligible)))
-        spacing = placement.shed_spacing_seconds(len(chosen), s.rebalance_seconds)
+        spacing = placement.shed_spacing_seconds(
+            len(chosen), s.rebalance_seconds, paced=cap < unpaced
+        )
         for n, stream in enumerate(chosen):
             world.sim.after(n * spacing, lambda x=stream: self._shed(x))
 

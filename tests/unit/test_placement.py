@@ -150,3 +150,25 @@ def test_a_load_move_never_takes_a_giver_below_the_mean_less_the_slack(loads, st
     moved = sum(streams[int(i)] for i in chosen)
     assert moved <= max(0.0, my_load - fleet.mean) + fleet.slack + 1e-9
     assert moved <= fleet.room + fleet.slack + 1e-9
+
+
+def test_a_thousand_givers_together_stay_within_the_fleet_s_pace() -> None:
+    """A scale-out of a thousand workers of capacity 2,000, each 200 streams above its share:
+    per round the fleet's handoffs fit what the orphan index's partitions are given for them,
+    each giver its even part (24), instead of its cap of 100 (100,000 moves a round, spread
+    over half of it: forty thousand writes a second on 32 partitions)."""
+    givers, excess, rebalance = 1000, 200, 10.0
+    cap = placement.round_cap(2000, 2)
+    caps = [
+        placement.paced_cap(cap, excess, givers * excess, rebalance, orphan_shards=32)
+        for _ in range(givers)
+    ]
+    assert cap == 100
+    assert sum(caps) / rebalance <= placement.fleet_moves_per_second(32)
+    assert set(caps) == {24}
+
+
+def test_a_small_fleet_is_never_paced_and_every_giver_moves_at_least_one() -> None:
+    assert placement.paced_cap(5, 40, 80, 10.0, orphan_shards=32) == 5
+    assert placement.paced_cap(5, 0, 80, 10.0, orphan_shards=32) == 5, "not a giver: unchanged"
+    assert placement.paced_cap(5, 1, 10**9, 10.0, orphan_shards=1) == 1

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 from streamlease import placement, rules
+from streamlease.schema import expiry_shards
 from worker.context import WorkerContext
 from worker.logs import describe, logger
 from worker.ownership.fleet_view import FleetView
@@ -86,10 +87,13 @@ class Rebalancer:
         view = self._view
         active: list[StreamHolder] = [h for h in self._holdings if h.is_active]
         now = time.monotonic()
-        cap = placement.round_cap(self._holdings.capacity, settings.shed_batch)
+        unpaced = cap = placement.round_cap(self._holdings.capacity, settings.shed_batch)
+        shards = expiry_shards(settings.liveness)
         meter = self._holdings.load
         my_load = meter.total()
         if view.load is not None and my_load is not None:
+            mine, surplus = my_load - view.load.mean, view.load.surplus
+            cap = placement.paced_cap(cap, mine, surplus, settings.rebalance_seconds, shards)
             loads = meter.loads()
             ids = past_tenure(
                 [(h.stream_id, h.acquired_mono) for h in active], now, settings.min_tenure_seconds
@@ -98,6 +102,8 @@ class Rebalancer:
                 [(i, loads.get(i, 0.0)) for i in ids], my_load, view.load, cap
             )
         else:
+            mine, surplus = len(active) - view.share, view.surplus
+            cap = placement.paced_cap(cap, mine, surplus, settings.rebalance_seconds, shards)
             count = placement.count_to_shed(
                 len(active), view.share, settings.rebalance_slack, view.deficit, view.surplus, cap
             )
@@ -109,7 +115,9 @@ class Rebalancer:
                 self._rng,
             )
         by_id = {h.stream_id: h for h in active}
-        spacing = placement.shed_spacing_seconds(len(chosen), settings.rebalance_seconds)
+        spacing = placement.shed_spacing_seconds(
+            len(chosen), settings.rebalance_seconds, paced=cap < unpaced
+        )
         for n, stream_id in enumerate(chosen):
             if n and spacing:
                 await asyncio.sleep(spacing)
