@@ -37,6 +37,7 @@ SECTIONS: Final = {
     "write_cost": "bench.write_cost",
     "scale": "bench.scale",
     "rebalance": "bench.rebalance",
+    "placement": "bench.placement_local",
     "cost": "bench.cost",
     "fleet_model": "bench.fleet_model",
     "first_data": "bench.first_data",

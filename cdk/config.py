@@ -137,7 +137,8 @@ class DeploymentConfig:
     min_tasks: int = 2
     max_tasks: int = 11
     target_load_fraction: float = 0.7
-    """Scaling keeps wanted streams per task at this fraction of ``capacity_per_worker``."""
+    """Scaling keeps each task's CPU utilization at this fraction, and wanted streams per task
+    at no more than this fraction of ``capacity_per_worker``."""
     worker_cpu: int = 256
     """Fargate CPU units per task (1024 = one vCPU)."""
     worker_memory_mib: int = 512
@@ -244,6 +245,11 @@ class DeploymentConfig:
         fencing deadline (lease − fence margin), ``heartbeat + renewal_lag_alarm_ms``. Renewals
         sent on time whose answers do not come back (a gray failure) show here, not in the lag."""
         return round(self.heartbeat_seconds * 1000) + self.renewal_lag_alarm_ms
+
+    @property
+    def target_cpu_percent(self) -> float:
+        """The scaling target on load: the tasks' average CPU utilization, in percent."""
+        return round(100 * self.target_load_fraction, 1)
 
     @property
     def target_streams_per_task(self) -> float:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo
 from streamlease.lease_store import wall_ms
+from streamlease.placement import FleetLoad
 from streamlease.schema import FLEET_DIGEST_KEY, PK, DigestAttr
 
 if TYPE_CHECKING:
@@ -34,6 +35,10 @@ _NAMES: Final = {
     "#live": _D.LIVE_WORKERS,
     "#total": _D.TOTAL_STREAMS,
     "#deficit": _D.DEFICIT,
+    "#surplus": _D.SURPLUS,
+    "#lmean": _D.LOAD_MEAN_MILLI,
+    "#lroom": _D.LOAD_ROOM_MILLI,
+    "#lsurplus": _D.LOAD_SURPLUS_MILLI,
 }
 _KEY: Final = {PK: FLEET_DIGEST_KEY}
 
@@ -49,6 +54,9 @@ class FleetDigest:
     live_workers: int = 0
     total_streams: int = 0
     deficit: int = 0
+    surplus: int = 0
+    load: FleetLoad | None = None
+    """The fleet's load as the writer counted it; None: counts decide."""
 
     def fresh(self, now_ms: int) -> bool:
         """Its writer's claim still stands at ``now_ms`` (wall): the counts are current."""
@@ -69,6 +77,8 @@ class FleetDigest:
             live_workers=int(item.get(_D.LIVE_WORKERS, 0)),
             total_streams=int(item.get(_D.TOTAL_STREAMS, 0)),
             deficit=int(item.get(_D.DEFICIT, 0)),
+            surplus=int(item.get(_D.SURPLUS, 0)),
+            load=_load_from(item),
         )
 
 
@@ -118,30 +128,44 @@ class DigestStore:
         return True
 
     def publish(
-        self, me: str, lease_ms: int, *, sessions: int, live: int, total: int, deficit: int
+        self,
+        me: str,
+        lease_ms: int,
+        *,
+        sessions: int,
+        live: int,
+        total: int,
+        deficit: int,
+        surplus: int = 0,
+        load: FleetLoad | None = None,
     ) -> bool:
-        """Write the counts and extend the claim, if ``me`` is the writer. False when it is not
-        (another worker took the digest over: stop writing). Raises :class:`StoreError`."""
+        """Write the counts (and the fleet's load, None: removed) and extend the claim, if
+        ``me`` is the writer. False when it is not (another worker took the digest over: stop
+        writing). Raises :class:`StoreError`."""
         now = self._clock_ms()
+        values: dict[str, Any] = {
+            ":me": me,
+            ":exp": now + lease_ms,
+            ":now": now,
+            ":sessions": sessions,
+            ":live": live,
+            ":total": total,
+            ":deficit": deficit,
+            ":surplus": surplus,
+        }
+        update = (
+            "SET #wexp = :exp, #at = :now, #sessions = :sessions, #live = :live,"
+            " #total = :total, #deficit = :deficit, #surplus = :surplus"
+        )
+        if load is None:
+            update += " REMOVE #lmean, #lroom, #lsurplus"
+        else:
+            update += ", #lmean = :lmean, #lroom = :lroom, #lsurplus = :lsurplus"
+            values[":lmean"] = round(load.mean * 1000)
+            values[":lroom"] = round(load.room * 1000)
+            values[":lsurplus"] = round(load.surplus * 1000)
         try:
-            dynamo.update(
-                self._client,
-                self._table,
-                _KEY,
-                "SET #wexp = :exp, #at = :now, #sessions = :sessions, #live = :live,"
-                " #total = :total, #deficit = :deficit",
-                "#w = :me",
-                _NAMES,
-                {
-                    ":me": me,
-                    ":exp": now + lease_ms,
-                    ":now": now,
-                    ":sessions": sessions,
-                    ":live": live,
-                    ":total": total,
-                    ":deficit": deficit,
-                },
-            )
+            dynamo.update(self._client, self._table, _KEY, update, "#w = :me", _NAMES, values)
         except dynamo.ConditionFailed:
             return False
         return True
@@ -161,3 +185,14 @@ class DigestStore:
             )
         except dynamo.ConditionFailed:
             return
+
+
+def _load_from(item: Mapping[str, Any]) -> FleetLoad | None:
+    mean = item.get(_D.LOAD_MEAN_MILLI)
+    if mean is None:
+        return None
+    return FleetLoad(
+        mean=int(mean) / 1000,
+        room=int(item.get(_D.LOAD_ROOM_MILLI, 0)) / 1000,
+        surplus=int(item.get(_D.LOAD_SURPLUS_MILLI, 0)) / 1000,
+    )

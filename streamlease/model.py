@@ -31,6 +31,10 @@ def iso_ms(epoch_ms: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
+def _maybe_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
 def _int(value: Any, default: int = 0) -> int:
     if value is None:
         return default
@@ -285,6 +289,16 @@ class WorkerInfo:
     project it)."""
     expired_at_ms: int = 0
     """When the tombstone was written (0 while live)."""
+    load_milli: int | None = None
+    """What its streams cost it (thousandths of a load unit per second,
+    :mod:`streamlease.placement`); None until a renewal published it."""
+    cpu_permille: int | None = None
+    """Its process's CPU use over its last heartbeat (thousandths of one core); None: unknown."""
+
+    @property
+    def load(self) -> float | None:
+        """Its published load in load units per second, or None."""
+        return None if self.load_milli is None else self.load_milli / 1000
 
     @property
     def is_live(self) -> bool:
@@ -312,6 +326,10 @@ class WorkerInfo:
         }
         if self.checkpoints is not None:
             item[WorkerAttr.CHECKPOINTS] = self.checkpoints
+        if self.load_milli is not None:
+            item[WorkerAttr.LOAD_MILLI] = self.load_milli
+        if self.cpu_permille is not None:
+            item[WorkerAttr.CPU_PERMILLE] = self.cpu_permille
         return item
 
     @classmethod
@@ -334,4 +352,6 @@ class WorkerInfo:
             liveness=Liveness(item.get(WorkerAttr.LIVENESS, Liveness.SESSION)),
             checkpoints=None if checkpoints is None else bytes(checkpoints),
             expired_at_ms=_int(item.get(WorkerAttr.EXPIRED_AT_MS)),
+            load_milli=_maybe_int(item.get(WorkerAttr.LOAD_MILLI)),
+            cpu_permille=_maybe_int(item.get(WorkerAttr.CPU_PERMILLE)),
         )

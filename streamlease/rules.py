@@ -106,19 +106,6 @@ def fair_share(streams: int, live_workers: int) -> int:
     return math.ceil(streams / max(1, live_workers))
 
 
-def streams_to_shed(held: int, share: int, slack: int, batch: int, room_elsewhere: int) -> int:
-    """How many streams a worker holding ``held`` hands off this round.
-
-    Nothing until it holds more than ``share + slack``; then the excess over ``share``, at most
-    ``batch`` at a time so the fleet converges without a thundering herd, and never more than
-    ``room_elsewhere`` (what the workers below the share lack): a stream handed off when nobody
-    below the share can take it would only move the imbalance.
-    """
-    if held <= share + slack:
-        return 0
-    return max(0, min(batch, held - share, room_elsewhere))
-
-
 def may_take_more(held: int, share: int, capacity: int) -> bool:
     """Whether a worker should poll for start and handoff commands: not above its fair share,
     and below capacity.

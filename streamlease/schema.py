@@ -267,6 +267,12 @@ class WorkerAttr:
     STATE: Final = "state"
     ACTIVE_STREAMS: Final = "active_streams"
     CAPACITY: Final = "capacity"
+    LOAD_MILLI: Final = "load_milli"
+    """What the worker's streams cost it, in thousandths of a load unit per second
+    (:mod:`streamlease.placement`); absent until its first renewal that measured it. Not in the
+    ``fleet`` index: read from the item (``SessionStore.read_loads``)."""
+    CPU_PERMILLE: Final = "cpu_permille"
+    """The worker process's CPU use over the last heartbeat, in thousandths of one core."""
     HOST: Final = "host"
     PID: Final = "pid"
     TASK_ARN: Final = "task_arn"
@@ -298,6 +304,13 @@ class DigestAttr:
     LIVE_WORKERS: Final = "live_workers"
     TOTAL_STREAMS: Final = "total_streams"
     DEFICIT: Final = "deficit"
+    SURPLUS: Final = "surplus"
+    """Streams the workers above share + slack hold beyond the share."""
+    LOAD_MEAN_MILLI: Final = "load_mean_milli"
+    """The fleet's mean load per sharing worker (thousandths of a load unit per second);
+    absent while some worker has published no load (counts decide)."""
+    LOAD_ROOM_MILLI: Final = "load_room_milli"
+    LOAD_SURPLUS_MILLI: Final = "load_surplus_milli"
 
 
 # Worker items carry KIND = WORKER_KIND so the fleet can be listed through its own sparse index
@@ -434,7 +447,9 @@ FLEET: Final = IndexSpec(
 )
 """The fleet: worker items only (sparse on ``kind``), keyed by start time, which never changes,
 so a session renewal moves no index key. The checkpoint vector is not projected: peers re-read
-the fleet every second and need only the small fields."""
+the fleet every second and need only the small fields. Nor are the load figures
+(:attr:`WorkerAttr.LOAD_MILLI`, :attr:`WorkerAttr.CPU_PERMILLE`): a deployed index's projection
+cannot change, so their readers get them from the items (``SessionStore.read_loads``)."""
 
 BY_STATE: Final = IndexSpec(
     name="by-state",

@@ -44,6 +44,8 @@ _NAMES: Final = {
     "#hbat": _W.HEARTBEAT_AT_MS,
     "#active": _W.ACTIVE_STREAMS,
     "#cap": _W.CAPACITY,
+    "#load": _W.LOAD_MILLI,
+    "#cpu": _W.CPU_PERMILLE,
     "#cps": _W.CHECKPOINTS,
     "#xat": _W.EXPIRED_AT_MS,
     "#xby": _W.EXPIRED_BY,
@@ -55,10 +57,20 @@ _SAME_HB: Final = "#hb = :seen"
 _ITEM_ATTRIBUTES: Final = [
     value for name, value in vars(WorkerAttr).items() if not name.startswith("_")
 ]
+_LOAD_ATTRIBUTES: Final = [_W.WORKER_ID, _W.LOAD_MILLI, _W.CPU_PERMILLE]
 _LIVE_VALUES: Final = {
     ":running": WorkerState.RUNNING.value,
     ":draining": WorkerState.DRAINING.value,
 }
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """One worker's published load figures (:attr:`WorkerInfo.load_milli`,
+    :attr:`WorkerInfo.cpu_permille`; None: not published)."""
+
+    load_milli: int | None
+    cpu_permille: int | None
 
 
 @dataclass(frozen=True)
@@ -117,9 +129,13 @@ class SessionStore:
         active_streams: int,
         capacity: int | None = None,
         checkpoints: bytes | None = None,
+        load_milli: int | None = None,
+        cpu_permille: int | None = None,
     ) -> None:
         """One renewal: ``hb`` + 1, the new expiry, the stream count, the capacity the worker
-        can use now (None: unchanged) and (sessions) the vector.
+        can use now (None: unchanged), (sessions) the vector, and the worker's load
+        (thousandths of a load unit per second) and CPU use (thousandths of a core), each
+        None: unchanged. The load rides on this write, which is sent anyway.
 
         ``expires_at_ms`` must be above every expiry this session sent before
         (:func:`streamlease.rules.next_session_expiry_ms`). Raises :class:`SessionExpired` when
@@ -140,6 +156,12 @@ class SessionStore:
         if checkpoints is not None:
             sets.append("#cps = :cps")
             values[":cps"] = checkpoints
+        if load_milli is not None:
+            sets.append("#load = :load")
+            values[":load"] = max(0, load_milli)
+        if cpu_permille is not None:
+            sets.append("#cpu = :cpu")
+            values[":cpu"] = max(0, cpu_permille)
         try:
             self._update(
                 worker_id, "SET " + ", ".join(sets), f"{_LIVE} AND {_EXPIRY_GROWS}", values
@@ -226,6 +248,17 @@ class SessionStore:
         keys = [{PK: worker_key(w)} for w in sorted(set(worker_ids))]
         items = dynamo.batch_get(self._client, self._table, keys, _ITEM_ATTRIBUTES)
         return {info.worker_id: info for info in map(WorkerInfo.from_item, items)}
+
+    def read_loads(self, worker_ids: Iterable[str]) -> dict[str, WorkerLoad]:
+        """The load figures of those of ``worker_ids`` whose items exist, by id, from the items
+        (the ``fleet`` index does not carry them). One eventually consistent BatchGetItem per
+        100 ids; each item costs its full size in read units. Raises :class:`StoreError`."""
+        keys = [{PK: worker_key(w)} for w in sorted(set(worker_ids))]
+        items = dynamo.batch_get(self._client, self._table, keys, _LOAD_ATTRIBUTES)
+        return {
+            info.worker_id: WorkerLoad(info.load_milli, info.cpu_permille)
+            for info in map(WorkerInfo.from_item, items)
+        }
 
     def fleet_after(
         self, session: WorkerInfo | None, limit: int, *, cursor: Mapping[str, Any] | None = None

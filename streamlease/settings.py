@@ -108,7 +108,7 @@ class Settings:
     """A worker sheds only when it holds more than fair share + slack."""
     shed_batch: int = 2
     """Most streams handed off per rebalance round."""
-    min_tenure_seconds: float = 60.0
+    min_tenure_seconds: float = 30.0
     """A stream is never shed sooner than this after it was acquired."""
     worker_id: str = ""
     """Empty: derived from the ECS task id or host, pid and a random suffix."""

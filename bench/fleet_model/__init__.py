@@ -23,6 +23,8 @@ from bench.fleet_model.calibrate import TODAY_ORPHANS, calibrate
 from bench.fleet_model.report import goals_table, model_notes, scenario_table, steady_table
 from bench.fleet_model.scenarios import SCENARIOS, Outcome, Size
 from bench.fleet_model.scenarios import run as play
+from bench.fleet_model.skew import SKEW_SIZES, skew_table
+from bench.fleet_model.skew import run as play_skew
 from bench.fleet_model.world import Design
 from streamlease.schema import BY_OWNER, BY_SHARD_EXPIRY, INDEX_SHARDS, LEGACY_BY_OWNER
 from streamlease.settings import Settings
@@ -85,6 +87,10 @@ def run(ctx: BenchContext) -> list[Table]:
     cap = QUICK_CAP_LEASES if ctx.quick else FULL_CAP_LEASES
     plan = [(d, size, sc) for size in sizes for sc in scenarios for d in (today, flat)]
     outcomes = run_all(plan, cap, lambda text: ctx.progress.update(text, force=True))
+    skewed = []
+    for size in SKEW_SIZES:
+        ctx.progress.update(f"skewed rates: {size.label()}", force=True)
+        skewed.append(play_skew(flat, size))
     seconds = time.monotonic() - started
     largest = max(sizes, key=lambda s: (s.streams, s.workers))
     small = min((s for s in sizes if s.per_worker == largest.per_worker), key=lambda s: s.workers)
@@ -92,5 +98,6 @@ def run(ctx: BenchContext) -> list[Table]:
         goals_table(outcomes, largest, small),
         steady_table(outcomes),
         scenario_table(outcomes, [s for s in scenarios if s != "steady"], cap),
+        skew_table(skewed),
         model_notes(today, flat, seconds, math.isclose(cap, QUICK_CAP_LEASES)),
     ]

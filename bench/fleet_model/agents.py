@@ -6,7 +6,8 @@ Each loop mirrors the worker's own (:mod:`worker.fencing.session`, :mod:`worker.
 takes its decisions with the same rules: :class:`~streamlease.rules.DeadSessionDetector`,
 :func:`~streamlease.rules.fair_share` through :func:`worker.ownership.fleet_view.update_view`,
 :func:`~worker.ownership.reconciler.room_for`, :func:`~streamlease.rules.may_take_more`,
-:func:`~streamlease.rules.streams_to_shed`. What differs by design — how the fleet is watched, where
+:func:`~streamlease.placement.count_to_shed`, :func:`~streamlease.placement.choose_by_load`.
+What differs by design — how the fleet is watched, where
 orphans are found — is in :mod:`bench.fleet_model.watch`; taking over a dead session's streams in
 :mod:`bench.fleet_model.takeover`.
 """
@@ -20,10 +21,10 @@ from typing import TYPE_CHECKING, Final
 from bench.fleet_model.events import Answer, Batcher, Request
 from bench.fleet_model.units import read_units
 from bench.fleet_model.world import World
-from streamlease import rules
+from streamlease import placement, rules
 from streamlease.schema import WorkerState
 from worker.ownership.commands import MAX_MESSAGES_PER_RECEIVE, PASS_ON_PAUSE_SECONDS, receive_count
-from worker.ownership.fleet_view import FleetView
+from worker.ownership.fleet_view import FleetView, wants_handoffs
 from worker.ownership.rebalancer import jittered
 from worker.ownership.reconciler import MAX_PARALLEL_ACQUIRES
 
@@ -63,6 +64,8 @@ class Agent:
         self._acquires = Batcher(world, MAX_PARALLEL_ACQUIRES)
         self._releases = Batcher(world, RELEASE_PARALLEL)
         self._connected: list[int] = []
+        self._free_seen: set[int] = set()
+        """Free streams the last reconcile round found."""
         self.watch: Watch
         self.takeover: Takeover
 
@@ -72,6 +75,30 @@ class Agent:
     def held(self) -> int:
         """Streams attached to the current session, plus acquires in flight."""
         return (len(self.session.held) if self.session else 0) + self.reserved
+
+    @property
+    def load(self) -> float | None:
+        """What its streams cost it (load units per second); None without load figures."""
+        rate = self.world.rate
+        if rate is None:
+            return None
+        return sum(rate[x] for x in self.session.held) if self.session else 0.0
+
+    def below_mean_load(self) -> bool:
+        """Below the fleet's mean load (the worker's :meth:`CommandPoller._below_mean_load`)."""
+        fleet, mine = self.view.load, self.load
+        return fleet is not None and mine is not None and placement.takes_by_load(mine, fleet)
+
+    def wants_handoffs(self) -> bool:
+        """A rebalance handoff is for it (:func:`~worker.ownership.fleet_view.wants_handoffs`)."""
+        return wants_handoffs(self.view, self.held, self.load)
+
+    def may_take_more(self) -> bool:
+        """The worker's poll gate: not above the share, or below the mean load; below
+        capacity."""
+        if rules.may_take_more(self.held, self.view.share, self.capacity):
+            return True
+        return self.held < self.capacity and self.below_mean_load()
 
     def healthy(self) -> bool:
         """The session is live, inside its fence and renewals are not a heartbeat behind."""
@@ -160,6 +187,7 @@ class Agent:
             session.hb += 1
             session.renewed_at = world.sim.now
             session.active = len(session.held)
+            session.load = self.load
 
         def answered(answer: Answer) -> None:
             if not self.alive or self.session is not session:
@@ -215,6 +243,10 @@ class Agent:
         )
         owner = self.world.owner
         wanted = [s for s in found if owner[s] == -1]
+        seen, self._free_seen = self._free_seen, set(wanted)
+        if not wants_handoffs(self.view, self.held, self.load):
+            # the worker's rule: a stream released since the last round is left to its handoff
+            wanted = [s for s in wanted if s in seen]
         self.world.rng.shuffle(wanted)
         for stream in wanted[:room]:
             self.acquire(stream, _ignore_bool)
@@ -309,9 +341,7 @@ class Agent:
         now = world.sim.now
         if now < self.paused_until:
             world.sim.at(self.paused_until, self.poll)
-        elif not (
-            self.may_acquire() and rules.may_take_more(self.held, self.view.share, self.capacity)
-        ):
+        elif not (self.may_acquire() and self.may_take_more()):
             world.sim.after(IDLE_CHECK_SECONDS, self.poll)
         elif world.queue:
             self.receive()
@@ -340,7 +370,7 @@ class Agent:
                 self.poll()
 
         for s, rebalance in batch:
-            if rebalance and self.held >= self.view.share:
+            if rebalance and not self.wants_handoffs():
                 world.queue.append((s, rebalance))  # passed on to a worker below its share
                 self.paused_until = world.sim.now + PASS_ON_PAUSE_SECONDS
                 handled()
@@ -357,10 +387,25 @@ class Agent:
         session = self.session
         if session is None:
             return
-        count = rules.streams_to_shed(
-            len(session.held), self.view.share, s.rebalance_slack, s.shed_batch, self.view.deficit
+        cap = placement.round_cap(self.capacity, s.shed_batch)
+        my_load, rate, fleet = self.load, world.rate, self.view.load
+        shards = world.design.orphan_shards
+        if fleet is not None and my_load is not None and rate is not None:
+            mine, surplus = my_load - fleet.mean, fleet.surplus
+        else:
+            mine, surplus = float(len(session.held) - self.view.share), float(self.view.surplus)
+        unpaced = cap
+        cap = placement.paced_cap(cap, mine, surplus, s.rebalance_seconds, shards)
+        count = placement.count_to_shed(
+            len(session.held),
+            self.view.share,
+            s.rebalance_slack,
+            self.view.deficit,
+            self.view.surplus,
+            cap,
         )
-        if count <= 0:
+        by_load = fleet is not None and my_load is not None and rate is not None
+        if not by_load and count <= 0:
             return
         now = world.sim.now
         eligible = [
@@ -368,7 +413,24 @@ class Agent:
             for x in session.held
             if rules.may_shed(world.acquired_at[x], now, s.min_tenure_seconds)
         ]
-        for stream in world.rng.sample(eligible, min(count, len(eligible))):
+        if fleet is not None and my_load is not None and rate is not None:
+            chosen = [
+                int(x)
+                for x in placement.choose_by_load(
+                    [(str(x), rate[x]) for x in eligible], my_load, fleet, cap
+                )
+            ]
+        else:
+            chosen = world.rng.sample(eligible, min(count, len(eligible)))
+        spacing = placement.shed_spacing_seconds(
+            len(chosen), s.rebalance_seconds, paced=cap < unpaced
+        )
+        for n, stream in enumerate(chosen):
+            world.sim.after(n * spacing, lambda x=stream: self._shed(x))
+
+    def _shed(self, stream: int) -> None:
+        session = self.session
+        if self.alive and not self.draining and session is not None and stream in session.held:
             self.release(stream, rebalance=True, then=_nothing)
 
     def drain(self) -> None:

@@ -32,6 +32,8 @@ class Session:
     """When ``hb`` last moved."""
     active: int = 0
     """``active_streams`` as its last renewal wrote it (a dead session's stays)."""
+    load: float | None = None
+    """The load its last renewal published (None: the fleet has no load figures)."""
     expired_at: float = 0.0
     held: set[int] = field(default_factory=set)
     """Streams whose ``lease_owner`` is this session."""
@@ -54,6 +56,7 @@ class Session:
             host="",
             pid=0,
             hb=self.hb,
+            load_milli=None if self.load is None else round(self.load * 1000),
         )
 
 

@@ -56,7 +56,15 @@ def whole_fleet_view(world: World) -> FleetView:
     if me is not None:
         view.orphans = min(world.free.count(), query_limit(me.agent.capacity))
         infos = [s.info(s.agent.capacity) for s in sessions]
-        update_view(view, infos, me.sid, len(me.held), dead)
+        update_view(
+            view,
+            infos,
+            me.sid,
+            len(me.held),
+            dead,
+            my_load=me.load,
+            slack=world.settings.rebalance_slack,
+        )
     world.cache["view"] = (second, view)
     return view
 
@@ -64,6 +72,7 @@ def whole_fleet_view(world: World) -> FleetView:
 def _copy(view: FleetView, into: FleetView) -> None:
     into.share, into.live_workers = view.share, view.live_workers
     into.total_streams, into.deficit = view.total_streams, view.deficit
+    into.surplus, into.load = view.surplus, view.load
 
 
 class Watch:

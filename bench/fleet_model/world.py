@@ -150,6 +150,9 @@ class World:
         self.store = Store(table_partitions, index_partitions)
         self.owner = [-1] * streams
         self.acquired_at = [0.0] * streams
+        self.rate: list[float] | None = None
+        """Each stream's load (load units per second), as its holder measures it; None: no
+        load figures (counts decide)."""
         self.free = FreeIndex(design.orphan_shards)
         self.agents: list[Agent] = []
         self.fleet = Fleet()

@@ -1,8 +1,8 @@
-"""Scaling of the worker service on wanted streams per running task."""
+"""Scaling of the worker service on load per task (CPU), with wanted streams per task as a cap."""
 
 from __future__ import annotations
 
-from aws_cdk import Names
+from aws_cdk import Duration, Names
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecs as ecs
@@ -32,11 +32,16 @@ def _metric_stat(
 
 
 class FleetScaling(Construct):
-    """Target tracking that keeps ``wanted_streams / running_tasks`` at ``target_streams_per_task``.
+    """Two target-tracking policies on the service's task count: the tasks' average CPU
+    utilization at ``target_cpu_percent`` (the load: streams cost what their messages cost),
+    and ``wanted_streams / running_tasks`` at ``target_streams_per_task`` (the cap: however
+    light the streams, a task holds no more than its share of its capacity).
 
-    Wanted streams come from the auditor, so the load is visible even when no worker runs and
-    counts streams nobody owns yet. The L2 ``scale_to_track_custom_metric`` refuses metric math,
-    hence the L1 policy on the service's scalable target.
+    Application Auto Scaling scales out when either policy asks and in only when both allow,
+    so a few heavy streams add tasks by CPU although their count is low, and many light ones
+    add tasks by count although the CPU is idle. Wanted streams come from the auditor, so that
+    cap is visible even when no worker runs and counts streams nobody owns yet. The L2
+    ``scale_to_track_custom_metric`` refuses metric math, hence the L1 policy for it.
     """
 
     def __init__(
@@ -50,10 +55,17 @@ class FleetScaling(Construct):
         wanted_streams: cloudwatch.Metric,
         running_tasks: cloudwatch.Metric,
         target_streams_per_task: float,
+        target_cpu_percent: float,
     ) -> None:
         super().__init__(scope, construct_id)
         self.task_count = service.auto_scale_task_count(
             min_capacity=min_tasks, max_capacity=max_tasks
+        )
+        self.task_count.scale_on_cpu_utilization(
+            "CpuPerTask",
+            target_utilization_percent=target_cpu_percent,
+            scale_out_cooldown=Duration.seconds(SCALE_OUT_COOLDOWN_SECONDS),
+            scale_in_cooldown=Duration.seconds(SCALE_IN_COOLDOWN_SECONDS),
         )
         query = appscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty
         self.policy = appscaling.CfnScalingPolicy(

@@ -67,7 +67,7 @@ AUDITOR_TABLE: Final = TableAccess(
 """The auditor: reads only; the fleet, the held streams with their connection states
 (``by-holder``) and the free ones (the orphan index), and a batch of orphans' times."""
 WORKER_TABLE: Final = TableAccess(
-    items=(GET, PUT, UPDATE, DELETE),
+    items=(GET, BATCH_GET, PUT, UPDATE, DELETE),
     indexes={
         FLEET.name: (QUERY,),
         BY_SHARD_EXPIRY.name: (QUERY, SCAN),
@@ -76,7 +76,8 @@ WORKER_TABLE: Final = TableAccess(
 )
 """The worker: its session (created once with a conditional put, renewed, tombstoned), the
 fleet's tombstones deleted, every lease write, re-reads of lost answers, the fleet digest (read,
-claimed, written); orphans from the orphan index (sessions scan it, per-stream leases query
+claimed, written), the live peers' load figures in batches (the ``fleet`` index does not
+carry them); orphans from the orphan index (sessions scan it, per-stream leases query
 it), its own streams from ``by-holder`` and, a page a round for the fleet, the streams held
 through sessions whose items may be gone."""
 PREVIOUS_WORKERS: Final = TableAccess(

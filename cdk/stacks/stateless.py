@@ -203,6 +203,7 @@ class StatelessStack(Stack):
             wanted_streams=metrics.auditor(AuditorMetric.STARTED_STREAMS, statistic="Average"),
             running_tasks=metrics.running_tasks(),
             target_streams_per_task=config.target_streams_per_task,
+            target_cpu_percent=config.target_cpu_percent,
         )
         fleet_events = FleetEvents(
             self, "Events", cluster=fleet.cluster, reaper=reaper_fn, auditor=auditor_fn

@@ -1,18 +1,29 @@
-"""Scaling of the worker service on wanted streams per running task."""
+"""Scaling of the worker service on load per task (CPU), capped by wanted streams per task."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from template_support import TemplateJson, properties_of
+from template_support import TemplateJson, only_resource, properties_of, resources_of
 
 from cdk.config import DeploymentConfig
 from streamlease import telemetry
 from streamlease.telemetry import AuditorMetric
 
 
+def _policies(template: TemplateJson) -> dict[str, dict[str, Any]]:
+    """The scaling policies' properties, by the kind of metric they track."""
+    policies = resources_of(template, "AWS::ApplicationAutoScaling::ScalingPolicy").values()
+    by_kind: dict[str, dict[str, Any]] = {}
+    for body in policies:
+        config = body["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+        kind = "cpu" if "PredefinedMetricSpecification" in config else "streams"
+        by_kind[kind] = body["Properties"]
+    return by_kind
+
+
 def _queries(template: TemplateJson) -> dict[str, dict[str, Any]]:
-    policy = properties_of(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    policy = _policies(template)["streams"]
     spec = policy["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]
     return {query["Id"]: query for query in spec["Metrics"]}
 
@@ -31,7 +42,7 @@ def test_policy_tracks_a_target_below_per_task_capacity(
     stateless_json: TemplateJson, config: DeploymentConfig
 ) -> None:
     """Target tracking aims at a fraction of a task's capacity, so tasks keep headroom."""
-    policy = properties_of(stateless_json, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    policy = _policies(stateless_json)["streams"]
     assert policy["PolicyType"] == "TargetTrackingScaling"
     target = policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]
     assert target == config.target_streams_per_task
@@ -66,3 +77,26 @@ def test_wanted_streams_metric_has_the_auditors_namespace_and_service_dimension(
         "MetricName": AuditorMetric.STARTED_STREAMS,
         "Dimensions": [{"Name": telemetry.SERVICE_DIMENSION, "Value": telemetry.AUDITOR_SERVICE}],
     }
+
+
+def test_load_per_task_scales_the_service_beside_the_stream_count(
+    stateless_json: TemplateJson, config: DeploymentConfig
+) -> None:
+    """Two target-tracking policies on the one scalable target: the tasks' average CPU at the
+    target load fraction (heavy streams add tasks though they are few) and streams per task
+    (light streams add tasks though the CPU idles); scale-in needs both to allow it. Both
+    scale out within a minute and in over five."""
+    policies = _policies(stateless_json)
+    assert set(policies) == {"cpu", "streams"}
+    target_id, _ = only_resource(stateless_json, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert {p["ScalingTargetId"]["Ref"] for p in policies.values()} == {target_id}
+    cpu = policies["cpu"]["TargetTrackingScalingPolicyConfiguration"]
+    assert cpu["PredefinedMetricSpecification"] == {
+        "PredefinedMetricType": "ECSServiceAverageCPUUtilization"
+    }
+    assert cpu["TargetValue"] == config.target_cpu_percent == 100 * config.target_load_fraction
+    assert 0 < cpu["TargetValue"] < 100
+    for policy in policies.values():
+        tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+        assert (tracking["ScaleOutCooldown"], tracking["ScaleInCooldown"]) == (60, 300)
+        assert tracking.get("DisableScaleIn") in (None, False)

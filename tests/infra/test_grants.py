@@ -44,6 +44,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     "WorkersTaskDefinitionTaskRole": {
         "table": {
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # the live peers' load figures
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",

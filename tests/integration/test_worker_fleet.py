@@ -79,3 +79,39 @@ def test_capacity_is_a_hard_limit_and_others_take_the_rest(
     report = fleet.report()
     assert report.ok, format_report(report)
     assert most_held_at_once(report)[small.worker_id] == 2
+
+
+def test_a_joining_worker_takes_its_part_of_the_load_by_graceful_handoffs(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """Two heavy streams (40 msg/s) and four light ones (1 msg/s) on one worker: once a second
+    worker joins, the first hands off by load (the rebalancer says so with the fleet's mean)
+    until each holds one heavy stream. Every move is a graceful handoff: no stream delivered by
+    two workers at once, no gap, no repeated message. A stream stays 4 s where it lands (30 s
+    in production): its rate is measured before it can move."""
+    first = fleet.start("a", min_tenure_seconds=4.0)
+    heavy, light = new_ids(2, "heavy"), new_ids(4, "light")
+    for stream_id in heavy:
+        streams.put(stream_id, upstream.url_for(stream_id, rate=40))
+    for stream_id in light:
+        streams.put(stream_id, upstream.url_for(stream_id, rate=1))
+    fleet.wait(lambda: len(fleet.held_by(first)) == 6, 20, "the first worker holds all six")
+
+    second = fleet.start("b", min_tenure_seconds=4.0)
+
+    def heavy_split() -> bool:
+        return all(len(fleet.held_by(w) & set(heavy)) == 1 for w in (first, second))
+
+    fleet.wait(heavy_split, 60, "one heavy stream on each worker")
+    fleet.wait_owned([*heavy, *light])
+    for stream_id in heavy:
+        fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 40)
+
+    shed = [r for r in fleet.log_records(first) if r.get("message") == "shedding streams"]
+    assert shed and all(r.get("mean_load") is not None for r in shed), "moved by load"
+    report = fleet.report()
+    assert report.ok, format_report(report)
+    assert report.missing == 0
+    assert report.duplicates == 0
+    assert report.takeovers
+    assert {t.from_end_reason for t in report.takeovers} == {"released"}

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from streamlease.fleet_digest import DigestStore
+from streamlease.placement import FleetLoad
 
 LEASE_MS = 20_000
 SKEW_MS = 1_000
@@ -70,3 +71,19 @@ def test_a_draining_writer_hands_the_digest_over_at_once(
     digest = digests.read()
     assert digest is not None and digest.claimable(clock.now, SKEW_MS)
     assert digests.claim("w3", LEASE_MS)
+
+
+def test_the_digest_carries_the_fleets_load_and_drops_it_when_counts_decide(
+    digests: DigestStore,
+) -> None:
+    assert digests.claim("w1", LEASE_MS)
+    load = FleetLoad(mean=40.5, room=60.0, surplus=59.25)
+    assert digests.publish(
+        "w1", LEASE_MS, sessions=3, live=3, total=30, deficit=0, surplus=4, load=load
+    )
+    digest = digests.read()
+    assert digest is not None
+    assert (digest.surplus, digest.load) == (4, load)
+    assert digests.publish("w1", LEASE_MS, sessions=3, live=3, total=30, deficit=0)
+    again = digests.read()
+    assert again is not None and again.load is None

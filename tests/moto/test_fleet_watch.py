@@ -85,6 +85,7 @@ def watcher(
     sessions: SessionStore,
     me: WorkerInfo,
     lease_seconds: float = STEADY_LEASE_SECONDS,
+    my_load: float | None = None,
 ) -> tuple[FleetWatcher, Takeover, FleetView]:
     settings = dataclasses.replace(
         aws_settings,
@@ -103,7 +104,9 @@ def watcher(
     )
     takeover = Takeover()
     view = FleetView()
-    holdings = SimpleNamespace(active_count=me.active_streams)
+    holdings = SimpleNamespace(
+        active_count=me.active_streams, load=SimpleNamespace(total=lambda: my_load)
+    )
     digest = DigestStore(dynamodb, settings.table_name, clock_skew_ms=settings.clock_skew_ms)
     watch = FleetWatcher(cast(Any, ctx), cast(Any, holdings), view, cast(Any, takeover), digest)
     return watch, takeover, view
@@ -238,3 +241,37 @@ async def test_a_fleet_grown_small_again_is_read_whole_again(
             await reader.refresh(tasks)
         whole = await reader.refresh(tasks)
     assert len(whole) == rules.FULL_READ_MAX_SESSIONS - 2
+
+
+async def test_a_small_fleet_counts_the_load_its_peers_renewals_wrote_on_their_items(
+    aws_settings: Settings, dynamodb: Any, sessions: SessionStore
+) -> None:
+    """The ``fleet`` index does not carry the load: the watcher reads it from the peers' items,
+    and until every sharing peer has published one the fleet has no load (counts decide)."""
+    small = [item(n) for n in range(3)]
+    for w in small:
+        sessions.create(w)
+    watch, _, view = watcher(aws_settings, dynamodb, sessions, small[0], my_load=1.0)
+    sessions.renew(
+        "w01",
+        expires_at_ms=START + 10**9,
+        now_ms=START,
+        active_streams=10,
+        load_milli=2_000,
+        cpu_permille=300,
+    )
+    await watch.refresh()
+    assert view.load is None, "w02 has published no load yet"
+
+    sessions.renew(
+        "w02",
+        expires_at_ms=START + 10**9,
+        now_ms=START,
+        active_streams=10,
+        load_milli=6_000,
+        cpu_permille=900,
+    )
+    watcher_now, _, view_now = watcher(aws_settings, dynamodb, sessions, small[0], my_load=1.0)
+    await watcher_now.refresh()
+    assert view_now.load is not None
+    assert view_now.load.mean == pytest.approx(3.0)

@@ -10,7 +10,7 @@ from streamlease import checkpoints
 from streamlease.errors import SessionExpired, StoreError
 from streamlease.model import WorkerInfo
 from streamlease.schema import Liveness, WorkerState
-from streamlease.session_store import SessionStore
+from streamlease.session_store import SessionStore, WorkerLoad
 
 NOW = 1_800_000_000_000
 LEASE_MS = 20_000
@@ -160,3 +160,21 @@ def test_a_window_after_sessions_started_in_the_same_millisecond_skips_none(
         sessions.create(info(name, started_at_ms=NOW))
     after_a = sessions.fleet_after(info("a", started_at_ms=NOW), 5)
     assert [w.worker_id for w in after_a.sessions] == ["b", "c"]
+
+
+def test_a_renewal_carries_the_workers_load_and_cpu_on_its_item_not_the_fleet_index(
+    sessions: SessionStore,
+) -> None:
+    """The load rides on the renewal (no write of its own); peers read it from the items, as
+    the deployed ``fleet`` index does not project it. A renewal that measured nothing leaves
+    the last figures as they were; a worker that never published reads None."""
+    sessions.create(info())
+    sessions.create(info("quiet"))
+    renew(sessions, NOW + 25_000, load_milli=12_345, cpu_permille=420)
+    renew(sessions, NOW + 30_000)
+    loads = sessions.read_loads(["w1", "quiet", "gone"])
+    assert loads == {
+        "w1": WorkerLoad(load_milli=12_345, cpu_permille=420),
+        "quiet": WorkerLoad(load_milli=None, cpu_permille=None),
+    }
+    assert all(w.load is None for w in sessions.list_fleet()), "not in the fleet index"

@@ -147,49 +147,6 @@ def test_fair_share_is_ceil_of_streams_over_live_workers(streams, workers, share
 
 
 @pytest.mark.parametrize(
-    ("held", "share", "slack", "batch", "shed"),
-    [
-        (5, 5, 1, 2, 0),  # at share
-        (6, 5, 1, 2, 0),  # within slack
-        (7, 5, 1, 2, 2),  # above share + slack: the excess over share, capped by the batch
-        (7, 5, 1, 5, 2),
-        (20, 5, 1, 3, 3),  # big excess: one batch per round
-        (6, 5, 0, 2, 1),  # no slack
-        (0, 0, 0, 1, 0),
-        (4, 0, 1, 10, 4),  # no streams wanted any more: shed all, batch permitting
-    ],
-)
-def test_streams_to_shed_respects_slack_and_batch(held, share, slack, batch, shed):
-    """Nothing until held > share + slack; then min(batch, held − share)."""
-    assert rules.streams_to_shed(held, share, slack, batch, room_elsewhere=1000) == shed
-
-
-@pytest.mark.parametrize(("room", "shed"), [(0, 0), (1, 1), (2, 2), (9, 2)])
-def test_nothing_is_shed_beyond_what_the_workers_below_share_lack(room, shed):
-    """After a scale-out the excess moves to the workers below their share, and no further: a
-    stream handed to a worker already at its share is a wasted handover."""
-    assert rules.streams_to_shed(12, 9, 1, 2, room_elsewhere=room) == shed
-
-
-@given(
-    held=st.integers(0, 10_000),
-    share=st.integers(0, 10_000),
-    slack=st.integers(0, 100),
-    batch=st.integers(1, 100),
-    room=st.integers(0, 10_000),
-)
-def test_shedding_never_drops_below_fair_share_nor_exceeds_the_batch(
-    held, share, slack, batch, room
-):
-    """A shedding worker ends at or above its share, moving at most one batch and never more
-    than the others can take."""
-    shed = rules.streams_to_shed(held, share, slack, batch, room)
-    assert 0 <= shed <= min(batch, room)
-    if shed:
-        assert held - shed >= share
-
-
-@pytest.mark.parametrize(
     ("held", "share", "capacity", "polls"),
     [
         (0, 0, 100, True),  # a new fleet: the empty worker still polls for the first stream

@@ -104,6 +104,7 @@ class Session:
         probation: bool = False,
         count: Callable[[str], None] | None = None,
         leases_unanswered: Callable[[], bool] | None = None,
+        load_figures: Callable[[], tuple[int | None, int | None]] | None = None,
     ) -> None:
         """``store``: for the loop's own writes; ``renewal_store``: on the renewal thread's
         client. ``active_streams()`` is read by the loop only (the thread gets a copy).
@@ -112,7 +113,9 @@ class Session:
         until a renewal succeeded (a worker that lost its previous session proves its renewals
         get through before it takes streams again). ``leases_unanswered()`` (per-stream mode,
         read by the loop only): True while the worker's lease renewals go unanswered; the
-        renewals then advertise a capacity of 0."""
+        renewals then advertise a capacity of 0. ``load_figures()`` (read by the loop only):
+        the worker's load and CPU use in thousandths (:mod:`worker.ownership.load_meter`),
+        carried by the next renewal."""
         self.worker_id = worker_id
         self.settings = settings
         self.state = SessionState.LIVE
@@ -131,6 +134,8 @@ class Session:
         """True while the renewals advertise no capacity (lease renewals unanswered)."""
         self._active_copy = 0
         self._capacity_copy = settings.capacity
+        self._load_figures = load_figures
+        self._load_copy: tuple[int | None, int | None] = (None, None)
         self.retiring = False
         """True once this session is being replaced by a fresh one (too many slots lost): it
         takes no more streams and hands off those it holds."""
@@ -269,6 +274,8 @@ class Session:
         thread reads the copies): what the slots leave, or 0 while its lease renewals go
         unanswered (it takes no streams then)."""
         self._active_copy = self._active_streams()
+        if self._load_figures is not None:
+            self._load_copy = self._load_figures()
         unanswered = self._leases_unanswered is not None and self._leases_unanswered()
         if unanswered != self._withholding:
             self._withholding = unanswered
@@ -322,6 +329,8 @@ class Session:
                     active_streams=self._active_copy,
                     capacity=self._capacity_copy,
                     checkpoints=self.slots.vector() if self.carries_checkpoints else None,
+                    load_milli=self._load_copy[0],
+                    cpu_permille=self._load_copy[1],
                 )
             except SessionExpired:
                 self._to_loop(self._lost, SessionState.EXPIRED)

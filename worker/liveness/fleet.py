@@ -43,6 +43,7 @@ from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
+from worker.liveness.peer_loads import PeerLoads
 from worker.liveness.takeover import Takeover
 from worker.logs import describe, logger
 from worker.ownership.fleet_view import FleetView, update_view, view_from_digest
@@ -87,8 +88,9 @@ class FleetWatcher:
         self._writer = False
         """This worker publishes the digest (the fleet's elected watcher)."""
         self._rounds = 0
-        self._published: tuple[int, int, int, int] | None = None
+        self._published: tuple[int, int, int, int, int] | None = None
         self._published_mono = -float("inf")
+        self._peer_loads = PeerLoads(ctx.sessions, ctx.settings.heartbeat_seconds)
         takeover.settle = self.settle
 
     async def watch_fleet(self, tasks: asyncio.TaskGroup) -> None:
@@ -119,7 +121,15 @@ class FleetWatcher:
         dead = frozenset(w.worker_id for w in workers if self._detector.is_stale(w.worker_id, now))
         was_large = self._large
         if whole:
-            update_view(self._view, workers, me, self._holdings.active_count, dead)
+            update_view(
+                self._view,
+                await self._peer_loads.with_loads(workers, me, now),
+                me,
+                self._holdings.active_count,
+                dead,
+                my_load=self._holdings.load.total(),
+                slack=ctx.settings.rebalance_slack,
+            )
             self._large = len(workers) > rules.FULL_READ_MAX_SESSIONS
         if tasks is None or ctx.shutdown_requested.is_set():
             return workers
@@ -221,7 +231,8 @@ class FleetWatcher:
         """Write the view when it changed, and at least every heartbeat (the claim's renewal)."""
         ctx, view = self._ctx, self._view
         held = view.total_streams - view.orphans  # every reader adds the orphans it sees
-        counts = (sessions, view.live_workers, held, view.deficit)
+        counts = (sessions, view.live_workers, held, view.deficit, view.surplus)
+        # the load moves a little every round: it goes out with the heartbeat's publish
         now = time.monotonic()
         if (
             counts == self._published
@@ -237,6 +248,8 @@ class FleetWatcher:
                 live=view.live_workers,
                 total=held,
                 deficit=view.deficit,
+                surplus=view.surplus,
+                load=view.load,
             )
         except StoreError as exc:
             logger.info("fleet digest not written", error=describe(exc))

@@ -120,6 +120,7 @@ class SessionKeeper:
                 probation=self._sessions_lost > 0,
                 count=ctx.metrics.incr,
                 leases_unanswered=self._leases_unanswered,
+                load_figures=self._holdings.load.renewal_figures,
             )
             try:
                 await session.open()

@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from streamlease import rules
+from streamlease import placement, rules
 from streamlease.schema import COMMAND_MAX_RECEIVES, Command, CommandType
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
 from worker.blocking import run_in_daemon_thread
 from worker.context import WorkerContext
 from worker.logs import describe, logger
 from worker.ownership.acquisition import Acquirer, Outcome
-from worker.ownership.fleet_view import FleetView
+from worker.ownership.fleet_view import FleetView, wants_handoffs
 from worker.ownership.holdings import Holdings
 
 if TYPE_CHECKING:
@@ -190,10 +190,7 @@ class CommandPoller:
             if paused > 0:
                 await asyncio.sleep(paused)
                 continue
-            if not (
-                self._acquirer.may_acquire()
-                and rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity)
-            ):
+            if not (self._acquirer.may_acquire() and self._may_take_more()):
                 # Look again when a stream leaves or the rebalancer may have recounted.
                 await holdings.wait_changed(IDLE_CHECK_SECONDS)
                 continue
@@ -264,8 +261,20 @@ class CommandPoller:
             outcome=outcome.value,
         )
 
+    def _may_take_more(self) -> bool:
+        """Poll while not above the share by counts, or below the fleet's mean load (a worker
+        of many light streams takes a heavy one's place), and below capacity."""
+        holdings = self._holdings
+        if rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity):
+            return True
+        return holdings.count < holdings.capacity and self._below_mean_load()
+
     def _below_share(self) -> bool:
-        return self._holdings.count < self._fleet.share
+        return wants_handoffs(self._fleet, self._holdings.count, self._holdings.load.total())
+
+    def _below_mean_load(self) -> bool:
+        fleet, mine = self._fleet.load, self._holdings.load.total()
+        return fleet is not None and mine is not None and placement.takes_by_load(mine, fleet)
 
 
 def _receives(message: MessageTypeDef) -> int:

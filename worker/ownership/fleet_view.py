@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from streamlease import rules
+from streamlease import placement, rules
 from streamlease.errors import ConfigError
 from streamlease.fleet_digest import FleetDigest
 from streamlease.model import WorkerInfo
@@ -30,6 +30,11 @@ class FleetView:
     deficit: int = 0
     """Streams the other workers with a part in the share lack to reach it (what shedding
     fills)."""
+    surplus: int = 0
+    """Streams the workers above share + slack (this one included) hold beyond the share (what
+    shedding empties: each giver sheds its part of the deficit)."""
+    load: placement.FleetLoad | None = None
+    """The fleet's load when every sharing worker published one; None: counts decide."""
     updated_mono: float = 0.0
 
 
@@ -75,16 +80,30 @@ def update_view(
     me: str,
     held: int,
     dead: frozenset[str] = frozenset(),
+    my_load: float | None = None,
+    slack: int = 1,
 ) -> None:
-    """Recount ``view`` from the worker items (orphans as last seen by the reconciler)."""
+    """Recount ``view`` from the worker items (orphans as last seen by the reconciler);
+    ``my_load``: this worker's own load (None: not measured), ``slack``: the rebalance slack
+    (streams)."""
     total, live = count_fleet(workers, me, held, view.orphans, dead)
+    peers = sharing_peers(workers, me, dead)
     view.total_streams = total
     view.live_workers = live
     view.share = rules.fair_share(total, live)
-    view.deficit = sum(
-        max(0, view.share - max(0, w.active_streams)) for w in sharing_peers(workers, me, dead)
-    )
+    view.deficit = sum(max(0, view.share - max(0, w.active_streams)) for w in peers)
+    counts = [held, *(max(0, w.active_streams) for w in peers)]
+    view.surplus = sum(c - view.share for c in counts if c > view.share + slack)
+    view.load = placement.fleet_load([my_load, *(w.load for w in peers)])
     view.updated_mono = time.monotonic()
+
+
+def wants_handoffs(view: FleetView, held: int, my_load: float | None) -> bool:
+    """Whether a rebalance handoff is for this worker: below the fleet's mean load when load
+    figures exist (for the fleet and this worker), else below the share by counts."""
+    if view.load is not None and my_load is not None:
+        return placement.takes_by_load(my_load, view.load)
+    return held < view.share
 
 
 def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
@@ -95,6 +114,8 @@ def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
     view.total_streams = digest.total_streams + view.orphans
     view.share = rules.fair_share(view.total_streams, view.live_workers)
     view.deficit = digest.deficit
+    view.surplus = digest.surplus
+    view.load = digest.load
     view.updated_mono = time.monotonic()
 
 

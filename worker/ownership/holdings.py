@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.load_meter import LoadMeter
 from worker.stream.delivery import Delivery
 
 
@@ -29,6 +30,8 @@ class Holdings:
         self._changed = asyncio.Event()
         self._tasks: asyncio.TaskGroup | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
+        self.load = LoadMeter(lambda: self._holders.values())
+        """What the held streams cost (sampled once per heartbeat for the session renewal)."""
 
     def bind(self, tasks: asyncio.TaskGroup) -> None:
         """The task group holders run in (set once the worker's task groups exist)."""

@@ -1,11 +1,13 @@
-"""Rebalancing: shed streams when this worker holds far above its share.
+"""Rebalancing: shed streams when this worker carries far above its part (architecture §10).
 
-The fair share comes from the fleet watcher (:mod:`worker.liveness.fleet`, recounted every second).
-Every ``rebalance_seconds`` (jittered), when this worker holds more than share + slack, it hands
-off a few streams (release + handoff) that it has held for at least ``min_tenure_seconds``. A few
-at a time, so the fleet converges without a herd; never more than the workers below their share
-lack (a stream shed when nobody below the share can take it only moves the imbalance), and each
-handoff is marked for them (:class:`~streamlease.schema.Command` ``rebalance``).
+The fleet's figures come from the fleet watcher (:mod:`worker.liveness.fleet`, recounted every
+second). Every ``rebalance_seconds`` (jittered) a worker above the fleet's mean load + slack
+hands off the streams that close its gap in the fewest moves; without load figures, a worker
+holding more than share + slack hands off its excess. Only streams held at least
+``min_tenure_seconds`` move; a worker sheds at most its part of what the receivers lack (a
+stream shed when nobody can take it only moves the imbalance) and at most a quarter of its
+capacity per round, and each handoff is marked for the receivers
+(:class:`~streamlease.schema.Command` ``rebalance``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import random
 import time
 from collections.abc import Sequence
 
-from streamlease import rules
+from streamlease import placement, rules
+from streamlease.schema import expiry_shards
 from worker.context import WorkerContext
 from worker.logs import describe, logger
 from worker.ownership.fleet_view import FleetView
@@ -37,14 +40,21 @@ def choose_to_shed(
 ) -> list[str]:
     """Up to ``count`` stream ids, at random, among ``(stream id, acquired_mono)`` candidates
     held at least ``min_tenure_seconds``."""
-    eligible = [
+    eligible = past_tenure(candidates, now_mono, min_tenure_seconds)
+    if count <= 0 or not eligible:
+        return []
+    return rng.sample(eligible, min(count, len(eligible)))
+
+
+def past_tenure(
+    candidates: Sequence[tuple[str, float]], now_mono: float, min_tenure_seconds: float
+) -> list[str]:
+    """The ids among ``(stream id, acquired_mono)`` held at least ``min_tenure_seconds``."""
+    return [
         stream_id
         for stream_id, acquired in candidates
         if rules.may_shed(acquired, now_mono, min_tenure_seconds)
     ]
-    if count <= 0 or not eligible:
-        return []
-    return rng.sample(eligible, min(count, len(eligible)))
 
 
 class Rebalancer:
@@ -67,37 +77,63 @@ class Rebalancer:
                 logger.warning("rebalance failed", error=describe(exc))
 
     async def rebalance_once(self) -> list[str]:
-        """One round: shed what :func:`rules.streams_to_shed` says; returns the stream ids
-        asked to go."""
+        """One round: by load when the fleet's load is known
+        (:func:`placement.choose_by_load`), else by counts (:func:`placement.count_to_shed`);
+        returns the stream ids asked to go."""
         ctx = self._ctx
         if ctx.shutdown_requested.is_set():
             return []
         settings = ctx.settings
+        view = self._view
         active: list[StreamHolder] = [h for h in self._holdings if h.is_active]
-        count = rules.streams_to_shed(
-            len(active),
-            self._view.share,
-            settings.rebalance_slack,
-            settings.shed_batch,
-            self._view.deficit,
-        )
-        chosen = choose_to_shed(
-            [(h.stream_id, h.acquired_mono) for h in active],
-            count,
-            time.monotonic(),
-            settings.min_tenure_seconds,
-            self._rng,
-        )
+        now = time.monotonic()
+        unpaced = cap = placement.round_cap(self._holdings.capacity, settings.shed_batch)
+        shards = expiry_shards(settings.liveness)
+        meter = self._holdings.load
+        my_load = meter.total()
+        if view.load is not None and my_load is not None:
+            mine, surplus = my_load - view.load.mean, view.load.surplus
+            cap = placement.paced_cap(cap, mine, surplus, settings.rebalance_seconds, shards)
+            loads = meter.loads()
+            ids = past_tenure(
+                [(h.stream_id, h.acquired_mono) for h in active], now, settings.min_tenure_seconds
+            )
+            chosen = placement.choose_by_load(
+                [(i, loads.get(i, 0.0)) for i in ids], my_load, view.load, cap
+            )
+        else:
+            mine, surplus = len(active) - view.share, view.surplus
+            cap = placement.paced_cap(cap, mine, surplus, settings.rebalance_seconds, shards)
+            count = placement.count_to_shed(
+                len(active), view.share, settings.rebalance_slack, view.deficit, view.surplus, cap
+            )
+            chosen = choose_to_shed(
+                [(h.stream_id, h.acquired_mono) for h in active],
+                count,
+                now,
+                settings.min_tenure_seconds,
+                self._rng,
+            )
         by_id = {h.stream_id: h for h in active}
-        for stream_id in chosen:
+        spacing = placement.shed_spacing_seconds(
+            len(chosen), settings.rebalance_seconds, paced=cap < unpaced
+        )
+        for n, stream_id in enumerate(chosen):
+            if n and spacing:
+                await asyncio.sleep(spacing)
+            holder = by_id[stream_id]
+            if ctx.shutdown_requested.is_set() or not holder.is_active:
+                continue
             self._holdings.note_given_away(stream_id)
-            by_id[stream_id].request_end(EndReason.SHED)
+            holder.request_end(EndReason.SHED)
         if chosen:
             logger.info(
                 "shedding streams",
                 count=len(chosen),
                 held=len(active),
-                share=self._view.share,
-                live_workers=self._view.live_workers,
+                share=view.share,
+                live_workers=view.live_workers,
+                load=None if my_load is None else round(my_load, 2),
+                mean_load=None if view.load is None else round(view.load.mean, 2),
             )
         return chosen

@@ -48,7 +48,7 @@ from streamlease.schema import Liveness, expiry_shards
 from worker.context import WorkerContext
 from worker.logs import describe, logger
 from worker.ownership.acquisition import Acquirer, Outcome
-from worker.ownership.fleet_view import FleetView
+from worker.ownership.fleet_view import FleetView, wants_handoffs
 from worker.ownership.holdings import Holdings
 from worker.ownership.rebalancer import jittered
 
@@ -154,11 +154,13 @@ class Reconciler:
             self._view.live_workers,
         )
         wanted = self._candidates(orphans)
-        if settings.handoff_on_release and holdings.count >= self._view.share:
-            # Not below its share: a stream released since the last round has its handoff on the
-            # way to a worker below the share (a rebalance, a drain); taking it here would be a
-            # wasted move. Left for a round; one still unowned then is taken (the share may be
-            # stale, and a handoff may have been lost).
+        if settings.handoff_on_release and not wants_handoffs(
+            self._view, holdings.count, holdings.load.total()
+        ):
+            # Not below its share (or the mean load): a stream released since the last round
+            # has its handoff on the way to a worker below it (a rebalance, a drain); taking it
+            # here would be a wasted move. Left for a round; one still unowned then is taken
+            # (the share may be stale, and a handoff may have been lost).
             wanted = [s for s in wanted if s not in released or s in seen]
         random.shuffle(wanted)
         taking = wanted[:room]

@@ -158,6 +158,8 @@ class Delivery:
         if not taken:
             return
         self._metrics.incr(WorkerMetric.MESSAGES_RECEIVED, taken)
+        size = sum([len(r.payload) for r in records])
+        self.progress.received_bytes += size
         if self._in_flight is None and not self._waiting and self._fenced_since is None:
             if self._sink_deadline.remaining_seconds() > 0:
                 self._submit(records)
@@ -166,7 +168,7 @@ class Delivery:
             if self._stopped:
                 return
         self._waiting += records
-        self._waiting_bytes += sum([len(r.payload) for r in records])
+        self._waiting_bytes += size
         if not self._backpressure and (
             len(self._waiting) >= MAX_WAITING_RECORDS or self._waiting_bytes >= MAX_WAITING_BYTES
         ):

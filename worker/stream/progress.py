@@ -76,6 +76,7 @@ class ProgressWatch:
         "idle_seconds",
         "last_message_at_ms",
         "received",
+        "received_bytes",
         "sequencer",
         "sink_error",
         "sink_failures",
@@ -87,6 +88,8 @@ class ProgressWatch:
         self.idle_seconds = idle_seconds
         self.received = 0
         """Frames received (whole messages, deliverable or not)."""
+        self.received_bytes = 0
+        """Payload bytes of the messages taken for delivery (what the load meter reads)."""
         self.delivered = 0
         """Messages the sink acknowledged."""
         self.acked_seq: int | None = None
