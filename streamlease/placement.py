@@ -218,9 +218,12 @@ def choose_by_load(
     streams that fit in what is left of the gap go first, so it closes in few moves. A stream
     may overshoot what is left by up to the slack, as a receiver takes it up to the mean + slack
     (:func:`takes_by_load`): a heavy stream that barely misses the gap on figures a few seconds
-    old still moves, instead of light ones going first and leaving it stranded. A stream
-    heavier than that stays (moving it would only move the imbalance, and back). At most
-    ``max_moves``.
+    old still moves, instead of light ones going first and leaving it stranded. Never a stream
+    heavier than what is left of this worker's excess over the mean: a move from a worker above
+    the mean to one below then always lowers the sum of the squared loads, so no sequence of
+    moves can come back to where it started (a stream heavier than the excess, once taken by a
+    worker just below the mean, would put it above mean + slack, and it would hand the stream
+    back). A stream heavier than that stays. At most ``max_moves``.
     """
     excess = my_load - fleet.mean
     if excess <= fleet.slack or max_moves <= 0:
@@ -230,9 +233,10 @@ def choose_by_load(
     for stream_id, load in sorted(streams, key=lambda s: (-s[1], s[0])):
         if len(chosen) >= max_moves or gap <= 0:
             break
-        if 0 < load <= gap + fleet.slack:
+        if 0 < load <= min(gap + fleet.slack, excess):
             chosen.append(stream_id)
             gap -= load
+            excess -= load
     return chosen
 
 

@@ -136,7 +136,9 @@ class FleetWatcher:
         if self._large or was_large:  # a fleet grown small learns it from the digest too
             await self._keep_digest(workers if whole else None)
         session = ctx.session
-        healthy = session is not None and session.healthy(now)
+        # This worker's own health as of now, not as of the read: the peers' loads and the
+        # digest were awaited since, and a session fenced meanwhile must expire nobody.
+        healthy = session is not None and session.healthy(time.monotonic())
         for session_id in self._detector.to_expire(now, observer_healthy=healthy):
             tasks.create_task(self._expire(session_id), name=f"expire session {session_id}")
         self._log_breaker()

@@ -5,8 +5,9 @@ second). Every ``rebalance_seconds`` (jittered) a worker above the fleet's mean 
 hands off the streams that close its gap in the fewest moves; without load figures, a worker
 holding more than share + slack hands off its excess. Only streams held at least
 ``min_tenure_seconds`` move; a worker sheds at most its part of what the receivers lack (a
-stream shed when nobody can take it only moves the imbalance) and at most a quarter of its
-capacity per round, and each handoff is marked for the receivers
+stream shed when nobody can take it only moves the imbalance) and at most
+:data:`~streamlease.placement.MAX_SHED_FRACTION` of its capacity per round (less when the
+fleet-wide pace binds), and each handoff is marked for the receivers
 (:class:`~streamlease.schema.Command` ``rebalance``).
 """
 
