@@ -38,8 +38,9 @@ def test_policy_tracks_a_target_below_per_task_capacity(
     assert 0 < target < config.capacity_per_worker
 
 
-def test_policy_divides_wanted_streams_by_running_tasks(stateless_json: TemplateJson) -> None:
-    """Metric math: the auditor's StartedStreams over Container Insights' RunningTaskCount."""
+def test_policy_divides_wanted_streams_by_live_workers(stateless_json: TemplateJson) -> None:
+    """Metric math: the auditor's StartedStreams over its LiveWorkers (the running tasks that
+    can hold streams; Container Insights is off by default)."""
     queries = _queries(stateless_json)
     assert queries["load"] == {
         "Expression": "wanted / tasks",
@@ -50,10 +51,10 @@ def test_policy_divides_wanted_streams_by_running_tasks(stateless_json: Template
     assert [q["Id"] for q in queries.values() if q["ReturnData"]] == ["load"]
     tasks = queries["tasks"]["MetricStat"]["Metric"]
     assert (tasks["Namespace"], tasks["MetricName"]) == (
-        "ECS/ContainerInsights",
-        "RunningTaskCount",
+        DeploymentConfig().metrics_namespace,
+        AuditorMetric.LIVE_WORKERS,
     )
-    assert {d["Name"] for d in tasks["Dimensions"]} == {"ClusterName", "ServiceName"}
+    assert {d["Name"] for d in tasks["Dimensions"]} == {"service"}
 
 
 def test_wanted_streams_metric_has_the_auditors_namespace_and_service_dimension(

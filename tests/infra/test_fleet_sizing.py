@@ -1,8 +1,8 @@
 """The fleet's size from measurements, its headroom alarm, and the options that change the bill:
 Fargate Spot, private networking through VPC endpoints with one or two NAT gateways, a
-provisioned sink stream and Container Insights off. The defaults are checked on the app as
-``cdk.json`` configures it; the options on one more synth of the whole app with all of them
-on."""
+provisioned sink stream of other shards and Container Insights on. The defaults are checked on
+the app as ``cdk.json`` configures it; the options on one more synth of the whole app with all
+of them on."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def test_headroom_alarm_fires_at_max_tasks_or_under_one_task_of_spare_capacity(
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"streamlease:maxTasks": 10}, "max_tasks must be at least 11"),
-        ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 31"),
+        ({"streamlease:maxTasks": 2}, "max_tasks must be at least 3"),
+        ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 6"),
         ({"streamlease:natGateways": 3}, "nat_gateways must be 1 or 2"),
     ],
 )
@@ -88,7 +88,7 @@ OPTIONS = {
     "streamlease:fargateSpot": True,
     "streamlease:sinkCapacity": "provisioned",
     "streamlease:sinkShards": 3,
-    "streamlease:containerInsights": False,
+    "streamlease:containerInsights": True,
 }
 
 
@@ -151,18 +151,45 @@ def test_provisioned_sink_stream_has_the_shards_asked_for(
     assert stream["ShardCount"] == 3
 
 
-def test_default_sink_stream_is_on_demand(stateful_json: TemplateJson) -> None:
-    stream = properties_of(stateful_json, "AWS::Kinesis::Stream")
+def test_on_demand_sink_stream_has_no_shards(tmp_path_factory: pytest.TempPathFactory) -> None:
+    directory = tmp_path_factory.mktemp("cdk-on-demand.out")
+    app = App(
+        context={**CDK_CONTEXT, "streamlease:sinkCapacity": "on-demand"}, outdir=str(directory)
+    )
+    deployment = build(app)
+    app.synth()
+    stateful = json.loads((directory / deployment.stateful.template_file).read_text())
+    stream = properties_of(stateful, "AWS::Kinesis::Stream")
     assert stream["StreamModeDetails"] == {"StreamMode": "ON_DEMAND"}
+    assert "ShardCount" not in stream
+
+
+def test_with_container_insights_scaling_and_headroom_count_running_tasks(
+    with_options: tuple[TemplateJson, TemplateJson],
+) -> None:
+    """On, Container Insights publishes RunningTaskCount: scaling and the Headroom alarm
+    divide by it."""
+    _, stateless = with_options
+    cluster = properties_of(stateless, "AWS::ECS::Cluster")
+    assert {"Name": "containerInsights", "Value": "enabled"} in cluster["ClusterSettings"]
+    policy = properties_of(stateless, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    spec = policy["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]
+    tasks = {q["Id"]: q for q in spec["Metrics"]}["tasks"]["MetricStat"]["Metric"]
+    assert (tasks["Namespace"], tasks["MetricName"]) == (
+        "ECS/ContainerInsights",
+        "RunningTaskCount",
+    )
+    assert {d["Name"] for d in tasks["Dimensions"]} == {"ClusterName", "ServiceName"}
 
 
 def test_without_container_insights_scaling_and_headroom_count_live_workers(
-    with_options: tuple[TemplateJson, TemplateJson],
+    stateless_json: TemplateJson,
 ) -> None:
-    """Off, the cluster publishes no ``ECS/ContainerInsights`` metric, so nothing may watch one:
-    the scaling policy and the Headroom alarm divide by the auditor's LiveWorkers, and the
-    dashboard still draws the live workers and the service's CPU and memory."""
-    _, stateless = with_options
+    """Off (the default), the cluster publishes no ``ECS/ContainerInsights`` metric, so nothing
+    may watch one: the scaling policy and the Headroom alarm divide by the auditor's
+    LiveWorkers, and the dashboard still draws the live workers and the service's CPU and
+    memory."""
+    stateless = stateless_json
     cluster = properties_of(stateless, "AWS::ECS::Cluster")
     assert {"Name": "containerInsights", "Value": "disabled"} in cluster["ClusterSettings"]
     assert "ContainerInsights" not in flat(
