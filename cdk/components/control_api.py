@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Fn, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -81,6 +81,18 @@ class ControlApi(Construct):
                 tracing_enabled=True,
             ),
         )
+        # API Gateway writes its execution logs (ERROR level) to a group it names and creates
+        # itself, without retention and outliving a destroy; created here first, it has both.
+        execution_logs = logs.LogGroup(
+            self,
+            "ExecutionLogs",
+            log_group_name=Fn.join(
+                "", ["API-Gateway-Execution-Logs_", self.api.rest_api_id, "/", STAGE_NAME]
+            ),
+            retention=log_retention,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.api.deployment_stage.node.add_dependency(execution_logs)
         validator = self.api.add_request_validator(
             "Validator", validate_request_body=True, validate_request_parameters=True
         )
