@@ -92,7 +92,7 @@ fmt: $(STAMP) ## apply ruff's formatting and fixes
 # the option's default of 0.1. QUICK=1 keeps 0.1.
 BENCH_SCALE ?= 0.5
 
-bench: $(STAMP) ## benchmarks (timers x BENCH_SCALE, 0.5); QUICK=1 for a short smoke run at x 0.1
+bench: $(STAMP) $(LAMBDA_ZIP) ## benchmarks (timers x BENCH_SCALE, 0.5); QUICK=1 for a short smoke run at x 0.1
 	$(PY) -m bench $(if $(QUICK),--quick,--scale $(BENCH_SCALE))
 
 synth: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## synthesize the CloudFormation templates (no AWS account or Docker needed)
