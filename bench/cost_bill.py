@@ -89,10 +89,12 @@ def price(deployed: Deployed, measured: Measured, dynamo: DynamoCost, streams: i
 
 
 def spot_saving(deployed: Deployed, streams: int) -> tuple[int, float]:
-    """(tasks on Spot, $ a month saved) with ``streamlease:fargateSpot=true``: the tasks above
-    ``min_tasks`` run on Fargate Spot (Spot runs arm64 on platform 1.4.0 and later)."""
+    """(tasks on Spot, $ a month saved) with ``streamlease:fargateSpot=true``: ``min_tasks`` run
+    on Fargate, the rest half on Fargate Spot (weights 1:1; the fewer half counted), so that a
+    reclaim of every Spot task at once leaves most of the fleet (Spot runs arm64 on platform
+    1.4.0 and later)."""
     fleet = fleet_of(deployed)
-    spot_tasks = max(0, fleet.tasks(streams) - fleet.min_tasks)
+    spot_tasks = max(0, fleet.tasks(streams) - fleet.min_tasks) // 2
     if fleet.arm64:
         on_demand = fleet.vcpu * p.FARGATE_ARM_VCPU_HOUR + fleet.memory_gb * p.FARGATE_ARM_GB_HOUR
         spot = (
@@ -165,7 +167,8 @@ def bill_table(
     for preset, d in deployed.items():
         spot_tasks, saved = spot_saving(d, streams)
         table.notes.append(
-            f"Fargate Spot (`-c streamlease:fargateSpot=true`, the tasks above min_tasks on Spot),"
+            f"Fargate Spot (`-c streamlease:fargateSpot=true`: min_tasks on Fargate, the rest half"
+            " on Spot),"
             f" {preset}: {spot_tasks} of {fleet_of(d).tasks(streams)} tasks on Spot,"
             f" −${saved:,.2f} a month at Spot's current arm64 rate."
         )

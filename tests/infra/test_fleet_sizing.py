@@ -13,6 +13,7 @@ import pytest
 from aws_cdk import App
 from template_support import (
     TemplateJson,
+    container_of,
     environment_of,
     flat,
     properties_of,
@@ -140,6 +141,21 @@ def test_spot_runs_the_tasks_beyond_the_minimum_half_on_fargate_spot(
     assert "LaunchType" not in service
     cluster = properties_of(stateless, "AWS::ECS::ClusterCapacityProviderAssociations")
     assert set(cluster["CapacityProviders"]) == {"FARGATE", "FARGATE_SPOT"}
+
+
+SPOT_NOTICE_SECONDS = 120
+"""Fargate Spot's warning before it stops a task (the SIGTERM comes with it)."""
+
+
+def test_a_spot_task_drains_within_spots_two_minute_notice(
+    with_options: tuple[TemplateJson, TemplateJson],
+) -> None:
+    """With Spot on, ECS's stop timeout fits in Spot's notice and the worker's shutdown budget
+    fits in the stop timeout, so an interrupted task drains before it is killed."""
+    _, stateless = with_options
+    container = container_of(stateless)
+    budget = float(environment_of(stateless)[env_name("shutdown_budget_seconds")])
+    assert budget < container["StopTimeout"] <= SPOT_NOTICE_SECONDS
 
 
 def test_provisioned_sink_stream_has_the_shards_asked_for(
