@@ -287,7 +287,7 @@ def run(ctx: BenchContext, size: Size | None = None) -> list[Table]:
     measured = {key: r.measured for key, r in runs.items()}
     priced = {rate: runs[(rate, cost_bill.PRICED_PAYLOAD)] for rate in RATES}
     bill = cost_bill.bill_table(deployed, measured, dynamo, size.streams, RATES)
-    bill.notes += private_notes(deployed[DEFAULT_PRESET], priced, size.streams)
+    bill.notes += private_notes(deployed[DEFAULT_PRESET], priced, cost_model.STREAMS)
     bill.notes += [
         "DynamoDB, the seed design (per-stream leases, 3 write units a renewal):"
         f" ${seed_dollars:,.2f} a month per 1,000 streams; sessions' units from {dynamo_source}:"
@@ -305,7 +305,7 @@ def run(ctx: BenchContext, size: Size | None = None) -> list[Table]:
     )
     tables = [
         bill,
-        cost_bill.payload_table(deployed, measured, dynamo, size.streams),
+        cost_bill.payload_table(deployed, measured, dynamo, cost_model.STREAMS),
         sink_table(runs, size.streams),
         consumer,
     ]

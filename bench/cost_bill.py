@@ -112,10 +112,12 @@ def bill_table(
     deployed: Mapping[Preset, Deployed],
     measured: Mapping[tuple[float, int], Measured],
     dynamo: DynamoCost,
-    streams: int,
+    measured_streams: int,
     rates: tuple[float, ...],
+    streams: int = cost_model.STREAMS,
 ) -> Table:
-    """Every line of each preset (the deployed default first) at each rate, 200 B payloads."""
+    """Every line of each preset (the deployed default first) at each rate, 200 B payloads, for
+    ``streams`` streams (``measured_streams``: how many the measurement held)."""
     columns = [(preset, rate) for preset in deployed for rate in rates]
 
     def name(preset: Preset) -> str:
@@ -123,8 +125,8 @@ def bill_table(
 
     table = Table(
         f"Bill: $ a month per 1,000 held streams, {PRICED_PAYLOAD} B payloads, public networking"
-        f" ({p.REGION} list prices of {p.CHECKED}; measured with {streams:,} streams on one"
-        " worker)",
+        f" ({p.REGION} list prices of {p.CHECKED}; measured with {measured_streams:,} streams on"
+        " one worker)",
         ["line", *(f"{name(s)} @ {r:g} msg/s" for s, r in columns), f"how ({columns[0][0]} @ 1)"],
     )
     priced = {
