@@ -8,6 +8,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from cdk.components.log_retention import retain_service_log_group
+
 STAGE_NAME = "v1"
 
 # (method, path) of every route; each one is proxied to the API function, which does the real
@@ -82,15 +84,14 @@ class ControlApi(Construct):
             ),
         )
         # API Gateway writes its execution logs (ERROR level) to a group it names and creates
-        # itself, without retention and outliving a destroy; created here first, it has both.
-        execution_logs = logs.LogGroup(
+        # itself, without retention and outliving a destroy.
+        execution_logs = retain_service_log_group(
             self,
             "ExecutionLogs",
             log_group_name=Fn.join(
                 "", ["API-Gateway-Execution-Logs_", self.api.rest_api_id, "/", STAGE_NAME]
             ),
             retention=log_retention,
-            removal_policy=RemovalPolicy.DESTROY,
         )
         self.api.deployment_stage.node.add_dependency(execution_logs)
         validator = self.api.add_request_validator(

@@ -9,6 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from cdk.components.log_retention import retain_service_log_group
 from cdk.config import NetworkingMode
 
 _MAX_AZS = 2
@@ -98,19 +99,17 @@ class Network(Construct):
 
     def _retain_default_sg_handler_logs(self, log_retention: logs.RetentionDays) -> None:
         """The VPC's custom resource that empties the default security group runs a Lambda
-        function of the CDK's whose log group Lambda would create on first run, without
-        retention and outliving a destroy; created here, named after the function, it has
-        both."""
+        function of the CDK's whose log group Lambda creates on first run, without retention
+        and outliving a destroy."""
         provider = Stack.of(self).node.try_find_child(DEFAULT_SG_PROVIDER_ID)
         handler = provider.node.try_find_child("Handler") if provider is not None else None
         if not isinstance(handler, CfnResource):
             return
-        group = logs.LogGroup(
+        group = retain_service_log_group(
             self,
             "DefaultSecurityGroupHandlerLogs",
             log_group_name=Fn.join("", ["/aws/lambda/", handler.ref]),
             retention=log_retention,
-            removal_policy=RemovalPolicy.DESTROY,
         )
         for resource in self.vpc.node.find_all():
             if isinstance(resource, CfnResource) and resource.cfn_resource_type.startswith(

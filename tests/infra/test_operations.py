@@ -395,24 +395,3 @@ def test_outputs_api_and_dashboard_urls(stateless_json: TemplateJson) -> None:
     assert "console.aws.amazon.com/cloudwatch" in url
     assert f'{{"Ref":"{dashboard_id}"}}' in url
 
-
-def test_every_log_group_the_app_causes_has_retention_and_goes_with_the_stack(
-    stateless_json: TemplateJson, config: DeploymentConfig
-) -> None:
-    """Including the two that AWS would otherwise create on first use, without retention and
-    outliving a destroy: API Gateway's execution logs and the log group of the CDK's function
-    that empties the VPC's default security group (each created before its writer)."""
-    groups = resources_of(stateless_json, "AWS::Logs::LogGroup")
-    assert {g["Properties"].get("RetentionInDays") for g in groups.values()} == {
-        config.log_retention_days
-    }
-    assert {g["DeletionPolicy"] for g in groups.values()} == {"Delete"}
-    names = [flat(g["Properties"].get("LogGroupName", "")) for g in groups.values()]
-    assert any("API-Gateway-Execution-Logs_" in name for name in names)
-    assert any("/aws/lambda/" in name and "CustomVpcRestrictDefaultSG" in name for name in names)
-    functions = resources_of(stateless_json, "AWS::Lambda::Function")
-    named = {n for n in names if "/aws/lambda/" in n}
-    # every function without a log group of its own configured gets one by name
-    for logical_id, function in functions.items():
-        configured = "LoggingConfig" in function["Properties"]
-        assert configured or any(logical_id in n for n in named), logical_id
