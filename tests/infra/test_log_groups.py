@@ -28,9 +28,7 @@ def _service_created_names(template: TemplateJson) -> list[str]:
         for group in resources_of(template, "AWS::Logs::LogGroup").values()
     ]
     return [
-        name
-        for name in names
-        if any(f'"{prefix}' in name for prefix in SERVICE_CREATED_PREFIXES)
+        name for name in names if any(f'"{prefix}' in name for prefix in SERVICE_CREATED_PREFIXES)
     ]
 
 

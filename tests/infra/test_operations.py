@@ -394,4 +394,3 @@ def test_outputs_api_and_dashboard_urls(stateless_json: TemplateJson) -> None:
     url = flat(outputs["DashboardUrl"]["Value"])
     assert "console.aws.amazon.com/cloudwatch" in url
     assert f'{{"Ref":"{dashboard_id}"}}' in url
-
