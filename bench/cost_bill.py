@@ -66,6 +66,17 @@ class Priced:
     """The streams' measured CPU at the configured capacity, as a share of the task's vCPU
     (the sizing rule allows ``cost_model.CPU_BUDGET``)."""
     shards_needed: int
+    """Shards the measured bytes need by the sizing rule (``cost_model.shards_for``)."""
+    deployed_shards: int | None
+    """Shards the configuration deploys; ``None`` for an on-demand sink, which scales itself."""
+
+    @property
+    def cpu_fits(self) -> bool:
+        return self.cpu_share_at_capacity <= cost_model.CPU_BUDGET
+
+    @property
+    def shards_fit(self) -> bool:
+        return self.deployed_shards is None or self.shards_needed <= self.deployed_shards
 
     @property
     def total(self) -> float:
@@ -85,7 +96,26 @@ def price(deployed: Deployed, measured: Measured, dynamo: DynamoCost, streams: i
     shards = fleet.sink_shards or cost_model.shards_for(measured, streams)
     lines += deployed_lines(deployed, measured, tasks, shards, streams)
     cpu = measured.cpu_per_worker + measured.cpu_per_stream * fleet.capacity
-    return Priced(lines, tasks, cpu / fleet.vcpu, cost_model.shards_for(measured, streams))
+    needed = cost_model.shards_for(measured, streams)
+    return Priced(lines, tasks, cpu / fleet.vcpu, needed, fleet.sink_shards)
+
+
+def goal_verdict(result: Priced, total: float, goal: float) -> str:
+    """ "met" only if ``total`` ($ a month) is within ``goal`` and the configuration carries the
+    measured load (CPU at capacity within the sizing rule's budget, shards enough for the
+    bytes); else "not met" with each reason: a price of a fleet that cannot carry the load
+    meets nothing."""
+    reasons = []
+    if total > goal:
+        reasons.append(f"${total - goal:,.2f} over")
+    if not result.cpu_fits:
+        reasons.append(
+            f"CPU at capacity {result.cpu_share_at_capacity:.0%} of the task's vCPU, over the"
+            f" {cost_model.CPU_BUDGET:.0%} budget"
+        )
+    if not result.shards_fit:
+        reasons.append(f"{result.shards_needed} shards needed, {result.deployed_shards} deployed")
+    return "met" if not reasons else "not met: " + "; ".join(reasons)
 
 
 def spot_saving(deployed: Deployed, streams: int) -> tuple[int, float]:
@@ -146,14 +176,14 @@ def bill_table(
     for key in columns:
         result = priced[key]
         budget = cost_model.CPU_BUDGET
-        verdict = "within" if result.cpu_share_at_capacity <= budget else "OVER"
-        shards = deployed[key[0]].config.sink_shards
+        verdict = "within" if result.cpu_fits else "OVER"
+        shards = "on demand" if result.deployed_shards is None else result.deployed_shards
         table.notes.append(
             f"{key[0]} @ {key[1]:g} msg/s: {result.tasks} tasks; at capacity the streams'"
             f" measured CPU is {result.cpu_share_at_capacity:.0%} of the task's vCPU ({verdict}"
             f" the {budget:.0%} budget); the measured bytes need {result.shards_needed}"
             f" shard(s), {shards} deployed"
-            + ("" if result.shards_needed <= shards else " (OVER: the stream would throttle)")
+            + ("" if result.shards_fit else " (OVER: the stream would throttle)")
             + "."
         )
     for rate, (goal, with_transfer) in GOALS.items():
@@ -164,7 +194,7 @@ def bill_table(
         what = "every line" if with_transfer else "every line but data transfer out"
         table.notes.append(
             f"Goal, deployed default @ {rate:g} msg/s, {what}: ≤ ${goal:g}: ${total:,.2f}"
-            f" ({'met' if total <= goal else 'not met'})."
+            f" ({goal_verdict(result, total, goal)})."
         )
     for preset, d in deployed.items():
         spot_tasks, saved = spot_saving(d, streams)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from bench import cost_lines, cost_model
+from bench import cost_bill, cost_lines, cost_model
 from bench import prices as p
-from bench.cost_model import Measured
+from bench.cost_model import DynamoCost, Measured
 from bench.cost_sockets import parse_ss
 from bench.cost_template import count
 from cdk.config import DeploymentConfig
@@ -109,3 +109,54 @@ def test_data_transfer_out_is_the_acknowledgements_bytes_per_message() -> None:
     assert lines["SQS"].dollars == pytest.approx(
         2 * cost_model.SECONDS_PER_MONTH / 20 * p.SQS_REQUESTS_MILLION / 1e6
     )
+
+
+def _measured_at_ten(cpu_share_at_capacity: float, bytes_per_message: float) -> Measured:
+    """A measurement at 10 msg/s whose CPU at the default configuration's capacity is
+    ``cpu_share_at_capacity`` of its vCPU."""
+    config = DeploymentConfig()
+    cpu_per_worker = 0.004
+    vcpu = config.worker_cpu / 1024
+    return Measured(
+        rate=10.0,
+        cpu_per_stream=(cpu_share_at_capacity * vcpu - cpu_per_worker) / config.capacity_per_worker,
+        cpu_per_worker=cpu_per_worker,
+        memory_per_stream=30_000,
+        records_per_message=0.01,
+        bytes_per_message=bytes_per_message,
+        json_bytes_per_message=bytes_per_message + 160,
+        payload_bytes=200,
+        log_bytes_per_worker_second=100,
+    )
+
+
+def _priced(measured: Measured) -> cost_bill.Priced:
+    deployed = count(DeploymentConfig(), [TEMPLATE])
+    return cost_bill.price(deployed, measured, DynamoCost(0, 0, 0, 0), cost_model.STREAMS)
+
+
+def test_a_cost_goal_is_not_met_by_a_configuration_that_cannot_carry_the_load() -> None:
+    """The deployed default at 10 msg/s needing 172 % of its vCPU and 4 shards where it deploys
+    1: however cheap, the goal is not met, and the verdict says both reasons."""
+    result = _priced(_measured_at_ten(1.72, bytes_per_message=250))
+    assert (result.shards_needed, result.deployed_shards) == (4, 1)
+    assert result.cpu_share_at_capacity == pytest.approx(1.72)
+    verdict = cost_bill.goal_verdict(result, result.total, goal=result.total + 1_000)
+    assert verdict.startswith("not met")
+    assert "172% of the task's vCPU" in verdict
+    assert "4 shards needed, 1 deployed" in verdict
+
+
+def test_a_cost_goal_is_met_by_a_configuration_that_fits_within_the_goal() -> None:
+    """Within the CPU budget and the deployed shard: met at or under the goal, not over it."""
+    result = _priced(_measured_at_ten(cost_model.CPU_BUDGET * 0.9, bytes_per_message=30))
+    assert (result.cpu_fits, result.shards_fit) == (True, True)
+    assert cost_bill.goal_verdict(result, result.total, goal=result.total) == "met"
+    over = cost_bill.goal_verdict(result, result.total, goal=result.total - 10)
+    assert over == "not met: $10.00 over"
+
+
+def test_an_on_demand_sink_has_the_shards_it_needs() -> None:
+    """An on-demand stream scales itself: only the CPU budget decides whether it fits."""
+    fits = cost_bill.Priced([], 2, cost_model.CPU_BUDGET, 40, deployed_shards=None)
+    assert cost_bill.goal_verdict(fits, 50.0, 60.0) == "met"
