@@ -92,14 +92,19 @@ fmt: $(STAMP) ## apply ruff's formatting and fixes
 # the option's default of 0.1. QUICK=1 keeps 0.1.
 BENCH_SCALE ?= 0.5
 
-bench: $(STAMP) ## benchmarks (timers x BENCH_SCALE, 0.5); QUICK=1 for a short smoke run at x 0.1
+bench: $(STAMP) $(LAMBDA_ZIP) ## benchmarks (timers x BENCH_SCALE, 0.5); QUICK=1 for a short smoke run at x 0.1
 	$(PY) -m bench $(if $(QUICK),--quick,--scale $(BENCH_SCALE))
 
-synth: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## synthesize the CloudFormation templates (no AWS account or Docker needed)
-	$(CDK) synth --quiet
+# The fleet's size: cdk.json's preset (light, feeds of up to 1 msg/s) unless PRESET names
+# another of cdk/presets.py (busy: up to 10 msg/s): `make deploy PRESET=busy`.
+PRESET ?=
+PRESET_CONTEXT := $(if $(PRESET),-c streamlease:preset=$(PRESET))
 
-deploy: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## deploy both stacks to the AWS account in your credentials
-	$(CDK) deploy --all
+synth: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## synthesize the CloudFormation templates (no AWS account or Docker needed)
+	$(CDK) synth --quiet $(PRESET_CONTEXT)
+
+deploy: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## deploy both stacks (PRESET=busy for 10 msg/s feeds) to the AWS account in your credentials
+	$(CDK) deploy --all $(PRESET_CONTEXT)
 
 destroy: $(STAMP) $(NODE_STAMP) ## delete both stacks (the table, queues and sink stream are retained)
 	$(CDK) destroy --all

@@ -1,60 +1,78 @@
 """Cost: what 1,000 held streams cost a month, every line, from what this run measures.
 
-Measured here, at 1 and at 10 messages/s per stream: one ``python -m worker`` (sessions, our
-timers) holds N streams (1,000; ``--quick``: 100) of the upstream simulator and writes to the
-``kinesis`` sink, aggregation on, on the local moto server, into a stream of four shards (an
-on-demand stream's first size). Over a steady window: the worker's CPU (``/proc``), its memory
-growth per held stream, the bytes it writes to stdout and stderr (its JSON logs and EMF metrics:
-what CloudWatch Logs ingests, priced at production's flush interval); then every Kinesis record
-of the window is read back and deaggregated: records and bytes per message, and each message's
-time from the worker receiving it to Kinesis storing it (the sink's added latency). The JSON
-record each message would be with aggregation off is encoded from the same messages. DynamoDB
-request units per worker-hour come from the write-cost section (this run's, or measured here at
-two sizes) as a line ``fixed + per stream × streams``. A third table prices the consumer's
-watermarks (:mod:`bench.consumer_cost`) on the shards sized from those runs.
+Measured here, at 1 and at 10 messages/s per stream and at each payload size: one ``python -m
+worker`` (sessions, our timers) holds N streams (1,000; ``--quick``: 100) of the upstream
+simulator and writes to the ``kinesis`` sink, aggregation on, on the local moto server, into a
+stream of four shards (an on-demand stream's first size). Over a steady window: the worker's CPU
+(``/proc``), its memory growth per held stream, the bytes it writes to stdout and stderr (its
+JSON logs and EMF metrics: what CloudWatch Logs ingests, priced at production's flush interval);
+then every Kinesis record of the window is read back and deaggregated: records and bytes per
+message, and each message's time from the worker receiving it to Kinesis storing it (the sink's
+added latency). The JSON record each message would be with aggregation off is encoded from the
+same messages. DynamoDB request units per worker-hour come from the write-cost section (this
+run's, or measured here at two sizes) as a line ``fixed + per stream × streams``. A third table
+prices the consumer's watermarks (:mod:`bench.consumer_cost`) on the shards sized from those
+runs.
 
-:mod:`bench.cost_model` turns that into the bill of today's defaults (x86 0.5 vCPU / 1 GB tasks
-of 100 streams, one Kinesis record of JSON per message, on demand) and of the recommended
-configuration (arm64 0.25 vCPU / 0.5 GB tasks sized from the measured CPU and memory, aggregated
-records into a provisioned stream sized from the measured bytes, Container Insights off), with
-:mod:`bench.prices`.
+Each run is at one payload size (:data:`PAYLOADS`, the simulator's ``pad``) and also reads the
+kernel's counters of the worker's upstream sockets (:mod:`bench.cost_sockets`): segments and
+bytes sent and received per message, the data transfer out and the NAT gateway's bytes.
+
+:mod:`bench.cost_bill` turns that into the bill of each preset (:mod:`cdk.presets`, the deployed
+default first), each counted from its synthesized templates (:mod:`bench.cost_template`), with
+:mod:`bench.prices`; the tables go to ``bench/results/cost.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import statistics
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bench import consumer_cost, cost_model, upstream_throughput, worker_scale, write_cost
+from bench import (
+    consumer_cost,
+    cost_bill,
+    cost_model,
+    cost_sockets,
+    cost_template,
+    upstream_throughput,
+    worker_scale,
+    write_cost,
+)
 from bench import prices as p
-from bench.common import Table
+from bench.common import RESULTS_DIR, Table, machine_description, write_results
 from bench.context import PER_STREAM, SESSIONS, BenchContext
 from bench.cost_logs import largest_flush_emf_bytes, production_log_rate
-from bench.cost_model import DynamoCost, Fleet, Measured
+from bench.cost_model import DynamoCost, Measured
+from bench.cost_template import Deployed
 from bench.throughput import _rss_kib, _wait_started
+from cdk.presets import DEFAULT_PRESET, Preset
+from local.upstream_sim import text_message
 from local.worker_process import PRODUCTION_LEASE_SECONDS, WorkerProcess, scaled_settings
 from streamlease import aws
 from streamlease.kinesis_records import StreamMessage, read_record
 from streamlease.settings import Settings
-from streamlease.telemetry import AuditorMetric, WorkerMetric
 from worker.metrics import MAX_EMF_VALUES
 from worker.os_limits import raise_open_file_limit
 from worker.sinks import BatchHeader, SinkRecord, encode_record
 from worker.sinks.kinesis import partition_key
 
 RATES: Final = (1.0, 10.0)
+PAYLOADS: Final = (200, 60, 1024)
+"""Message sizes (bytes) measured at each rate; the bill is priced at the first."""
 SHARDS: Final = 4
-GOALS: Final = {1.0: 60.0, 10.0: 150.0}
-"""Recommended configuration, public networking: $ a month per 1,000 streams at each rate."""
+RAMP_BASE_SECONDS: Final = 60.0
+RAMP_SECONDS_PER_STREAM: Final = 0.4
+"""How long a run waits for the worker to hold its streams: a loaded machine's bound (1,000
+streams at 10 msg/s took longer than 160 s beside other work on two cores)."""
 RECORDS_PER_MESSAGE_GOAL: Final = 0.05
 OVERHEAD_GOAL_BYTES: Final = 40
-ALARMS: Final = 12
 INTERFACE_ENDPOINTS: Final = 6
-TODAY: Final = Fleet("today's defaults", 0.5, 1.0, arm64=False, capacity=100, aggregation=False)
 
 
 @dataclass(frozen=True)
@@ -71,10 +89,22 @@ class Size:
     timer_scale: float | None = None
     """None: the sink runs at production's timers (what the figures are for) and the DynamoDB
     line at the write-cost section's scale; a number: both at that scale (a smoke run)."""
+    payloads: tuple[int, ...] = PAYLOADS
+    """Message sizes measured (bytes), the priced one first."""
 
 
-FULL: Final = Size(1000, 30.0)
+FULL: Final = Size(1000, 30.0, payloads=(PAYLOADS[0],))
+"""1,000 streams at 200 B: two-core machines shared with other work could not hold 1,000 streams
+at 10 msg/s of other sizes beside moto (the ramp or a moto call timed out); ``--quick`` measures
+every size at 100 streams."""
 QUICK: Final = Size(100, 10.0)
+
+
+def pad_for(payload: int, stream_id: str) -> int:
+    """The simulator's ``pad`` that makes ``stream_id``'s messages ``payload`` bytes long (the
+    bare message is ~60 B; smaller sizes get no pad)."""
+    bare = len(text_message(stream_id, 100_000, int(time.time() * 1000)))
+    return max(0, payload - bare)
 
 
 @dataclass
@@ -129,11 +159,12 @@ def sink_run(
     seconds: float,
     flush_seconds: float = worker_scale.FLUSH_SECONDS,
     timer_scale: float | None = None,
+    payload: int = PAYLOADS[0],
 ) -> SinkRun:
-    """One worker holding ``streams`` at ``rate`` msg/s into an aggregating Kinesis sink,
-    flushing its metrics every ``flush_seconds`` (the windows end on flushes), at production's
-    timers or at ``timer_scale`` of them."""
-    name = f"cost{rate:g}"
+    """One worker holding ``streams`` at ``rate`` msg/s of ``payload``-byte messages into an
+    aggregating Kinesis sink, flushing its metrics every ``flush_seconds`` (the windows end on
+    flushes), at production's timers or at ``timer_scale`` of them."""
+    name = f"cost{rate:g}-{payload}"
     settings = ctx.resources(name)
     if timer_scale is not None:
         settings = scaled_settings(settings, PRODUCTION_LEASE_SECONDS * timer_scale)
@@ -160,17 +191,23 @@ def sink_run(
         rss_empty = _rss_kib(worker.pid)
         empty = worker_scale.measure(worker, 0, min(seconds, 10.0))
         ids = [f"c{rate:g}-{i:05d}" for i in range(streams)]
-        worker_scale.seed(settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={rate:g}")
-        ctx.progress.update(f"{streams} streams at {rate:g} msg/s, kinesis sink", force=True)
+        pad = pad_for(payload, ids[0])
+        worker_scale.seed(
+            settings, ids, lambda s: f"ws://127.0.0.1:{port}/{s}?rate={rate:g}&pad={pad}"
+        )
+        ctx.progress.update(
+            f"{streams} streams at {rate:g} msg/s of {payload} B, kinesis sink", force=True
+        )
         window = worker_scale.measure(
             worker,
             streams,
             seconds,
             settle_seconds=flush_seconds,
-            ramp_timeout_seconds=60 + streams * 0.1,
+            ramp_timeout_seconds=RAMP_BASE_SECONDS + streams * RAMP_SECONDS_PER_STREAM,
         )
         end_ms = int(time.time() * 1000)
         rss_full = _rss_kib(worker.pid)
+        wire = cost_sockets.measure_wire(worker, port)
     finally:
         worker.stop(settings.shutdown_budget_seconds + 10)
     start_ms = end_ms - int(window.seconds * 1000)
@@ -199,6 +236,9 @@ def sink_run(
         json_bytes_per_message=statistics.fmean(json_sizes),
         payload_bytes=statistics.fmean(len(m.payload) for m in messages),
         log_bytes_per_worker_second=production_log_rate(log, window.log_span, window.seconds),
+        segments_out_per_message=wire.segments_out,
+        wire_out_bytes_per_message=wire.bytes_out,
+        wire_in_bytes_per_message=wire.bytes_in,
     )
     return SinkRun(measured, latency, len(messages), records)
 
@@ -230,143 +270,112 @@ def dynamo_cost(ctx: BenchContext, size: Size = FULL) -> tuple[DynamoCost, float
     return DynamoCost(write_fixed, write_per, read_fixed, read_per), seed, source
 
 
-def recommended(measured: Measured) -> Fleet:
-    """The recommended configuration at ``measured``'s rate."""
-    capacity = cost_model.capacity_for(measured, 0.25, 0.5)
-    return Fleet(
-        "recommended",
-        0.25,
-        0.5,
-        arm64=True,
-        capacity=capacity,
-        provisioned_sink=True,
-        container_insights=False,
-    )
-
-
 def run(ctx: BenchContext, size: Size | None = None) -> list[Table]:
-    """The cost section: measure at 1 and 10 msg/s, then price both configurations.
-    ``size``: :data:`QUICK` with ``--quick``, else :data:`FULL`."""
+    """The cost section: measure at each rate and payload size, count what each preset
+    deploys, price every line, and write ``bench/results/cost.md`` (``--quick``:
+    ``cost-quick.md``). ``size``: :data:`QUICK` with ``--quick``, else :data:`FULL`."""
     size = size or (QUICK if ctx.quick else FULL)
     raise_open_file_limit()
-    runs: dict[float, SinkRun] = {}
+    runs: dict[tuple[float, int], SinkRun] = {}
+    failed: list[str] = []
     with upstream_throughput.simulator_process() as (port, _):
-        for rate in RATES:
-            runs[rate] = sink_run(
-                ctx,
-                port,
-                size.streams,
-                rate,
-                size.seconds,
-                size.flush_seconds,
-                size.timer_scale,
-            )
+        for payload in size.payloads:
+            for rate in RATES:
+                try:
+                    runs[(rate, payload)] = sink_run(
+                        ctx,
+                        port,
+                        size.streams,
+                        rate,
+                        size.seconds,
+                        size.flush_seconds,
+                        size.timer_scale,
+                        payload,
+                    )
+                except Exception as exc:  # an extra size must not sink the bill
+                    if payload == cost_bill.PRICED_PAYLOAD:
+                        raise  # the bill's own figures: the section fails
+                    failed.append(f"{rate:g} msg/s of {payload} B: {str(exc).splitlines()[0]}")
     dynamo, seed_dollars, dynamo_source = dynamo_cost(ctx, size)
-    published = sum(_names(kind) for kind in (WorkerMetric, AuditorMetric))
-    cloudwatch = (published, ALARMS, 1)
-    consumer = consumer_cost.table(
-        ctx,
-        {rate: cost_model.shards_for(run.measured) for rate, run in runs.items()},
-        {rate: run.measured.bytes_per_message for rate, run in runs.items()},
-    )
-    return [
-        bill_table(runs, dynamo, seed_dollars, dynamo_source, cloudwatch, size.streams),
-        sink_table(runs, size.streams),
-        consumer,
-    ]
-
-
-def _names(kind: type) -> int:
-    """How many metric names a telemetry class defines (one metric each: no per-task
-    dimension)."""
-    return sum(1 for k, v in vars(kind).items() if not k.startswith("_") and isinstance(v, str))
-
-
-def bill_table(
-    runs: dict[float, SinkRun],
-    dynamo: DynamoCost,
-    seed_dollars: float,
-    dynamo_source: str,
-    cloudwatch: tuple[int, int, int],
-    streams: int,
-) -> Table:
-    """Every line, today's defaults and the recommended configuration, at each rate."""
-    columns = [(fleet, rate) for fleet in ("today", "recommended") for rate in RATES]
-    table = Table(
-        f"Cost: $ a month per 1,000 held streams ({p.REGION} list prices of {p.CHECKED};"
-        f" measured with {streams:,} streams on one worker)",
-        ["line", *(f"{f} @ {r:g} msg/s" for f, r in columns), "how (recommended @ 10 msg/s)"],
-    )
-    bills: dict[tuple[str, float], list[cost_model.Line]] = {}
-    fleets: dict[tuple[str, float], Fleet] = {}
-    for name, rate in columns:
-        measured = runs[rate].measured
-        fleet = TODAY if name == "today" else recommended(measured)
-        fleets[(name, rate)] = fleet
-        bills[(name, rate)] = cost_model.bill(fleet, measured, dynamo, cloudwatch)
-    items = list(dict.fromkeys(line.item for b in bills.values() for line in b))
-    for item in items:
-        cells = []
-        for key in columns:
-            found = [line.dollars for line in bills[key] if line.item == item]
-            cells.append(f"${found[0]:,.2f}" if found else None)
-        how = next((line.source for line in bills[("recommended", 10.0)] if line.item == item), "")
-        if not how:
-            how = next(line.source for b in bills.values() for line in b if line.item == item)
-        table.add(item, *cells, how)
-    totals = {key: sum(line.dollars for line in b) for key, b in bills.items()}
-    table.add("**total**", *(f"**${totals[key]:,.2f}**" for key in columns), "public networking")
-    for rate in RATES:
-        fleet, measured = fleets[("recommended", rate)], runs[rate].measured
-        extra = cost_model.private_lines(fleet, measured, 2, INTERFACE_ENDPOINTS)
-        single = cost_model.private_lines(fleet, measured, 1, INTERFACE_ENDPOINTS)
-        table.notes.append(
-            f"Private networking, recommended @ {rate:g} msg/s: "
-            + "; ".join(f"{line.item} ${line.dollars:,.2f} ({line.source})" for line in extra)
-            + f": +${sum(line.dollars for line in extra):,.2f} with two NAT gateways,"
-            f" +${sum(line.dollars for line in single):,.2f} with one."
-        )
-    for rate, goal in GOALS.items():
-        total = totals[("recommended", rate)]
-        verdict = "met" if total <= goal else "not met"
-        table.notes.append(
-            f"Goal, recommended @ {rate:g} msg/s, public: ≤ ${goal:g}: ${total:,.2f} ({verdict})."
-        )
-    table.notes += [
+    ctx.progress.update("synthesizing each preset", force=True)
+    deployed = {preset: cost_template.deployed(preset) for preset in Preset}
+    measured = {key: r.measured for key, r in runs.items()}
+    priced = {rate: runs[(rate, cost_bill.PRICED_PAYLOAD)] for rate in RATES}
+    bill = cost_bill.bill_table(deployed, measured, dynamo, size.streams, RATES)
+    bill.notes += private_notes(deployed[DEFAULT_PRESET], priced, cost_model.STREAMS)
+    bill.notes += [
         "DynamoDB, the seed design (per-stream leases, 3 write units a renewal):"
         f" ${seed_dollars:,.2f} a month per 1,000 streams; sessions' units from {dynamo_source}:"
         f" {dynamo.write_fixed:,.0f} + {dynamo.write_per_stream:,.1f} × streams write units and"
         f" {dynamo.read_fixed:,.0f} + {dynamo.read_per_stream:,.1f} × streams read units per"
         " worker-hour.",
-        "Recommended: arm64 tasks of 0.25 vCPU / 0.5 GB, capacity by the sizing rule of"
-        f" bench/cost_model.py (≤ {cost_model.CPU_BUDGET:.0%} of the vCPU and"
-        f" ≤ {cost_model.MEMORY_BUDGET:.0%} of the memory at capacity, from the measured"
-        " worker CPU and memory per stream), scaling target 70 %, at least 2 tasks; aggregated"
-        f" records into a provisioned stream of shards at ≤ {cost_model.SHARD_BUDGET:.0%} of"
-        " 1 MB/s; Container Insights off (streamlease:containerInsights=false: scaling and the"
-        " Headroom alarm count the auditor's live workers). Today's defaults: x86 0.5 vCPU /"
-        " 1 GB, 100 streams a task (70 at target), a JSON record per message into an on-demand"
-        " stream, Container Insights on.",
-        "Fargate, today: the worker CPU figures do not change the task count (the capacity"
-        f" setting does). CloudWatch: the worker's and the auditor's metrics ({cloudwatch[0]}),"
-        " plus Container Insights'"
-        f" ({cost_model.CONTAINER_INSIGHTS_METRICS}) where it is on, {cloudwatch[1]} alarms,"
-        " one dashboard;"
-        " logs measured per worker (JSON logs + EMF), ingested and stored a month.",
         f"Prices: bench/prices.py ({p.REGION}, {p.CHECKED}); not confirmed to the cent: "
         + "; ".join(p.UNCONFIRMED)
         + ".",
     ]
-    return table
+    consumer = consumer_cost.table(
+        ctx,
+        {rate: cost_model.shards_for(r.measured) for rate, r in priced.items()},
+        {rate: r.measured.bytes_per_message for rate, r in priced.items()},
+    )
+    by_payload = cost_bill.payload_table(deployed, measured, dynamo, cost_model.STREAMS)
+    by_payload.notes += [f"Not measured in this run: {failure}." for failure in failed]
+    tables = [
+        bill,
+        by_payload,
+        sink_table(runs, size.streams),
+        consumer,
+    ]
+    out = RESULTS_DIR / ("cost-quick.md" if ctx.quick else "cost.md")
+    write_results(out, results_header(size), tables)
+    return tables
 
 
-def sink_table(runs: dict[float, SinkRun], streams: int) -> Table:
-    """Aggregation: records and bytes per message, latency, and what feeds the sizing."""
+def results_header(size: Size) -> list[str]:
+    """What ``cost.md`` opens with: the command, revision, date, machine and inputs."""
+    revision = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return [
+        "# What streamlease costs",
+        "",
+        f"`python -m bench --only cost{' --quick' if size is QUICK else ''}` (part of"
+        f" `make bench`) at revision {revision or 'unknown'},"
+        f" {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
+        "",
+        *[f"- {line}" for line in machine_description()],
+        f"- Inputs: {size.streams:,} streams on one worker at {', '.join(f'{r:g}' for r in RATES)}"
+        f" msg/s a stream, payloads of {', '.join(f'{b} B' for b in size.payloads)}; windows of"
+        f" {size.seconds:g} s; the upstream simulator and moto on this machine; every"
+        " configuration counted from its synthesized templates.",
+    ]
+
+
+def private_notes(deployed: Deployed, runs: dict[float, SinkRun], streams: int) -> list[str]:
+    """What private networking adds to the deployed default at each rate."""
+    fleet = cost_bill.fleet_of(deployed)
+    notes = []
+    for rate, r in runs.items():
+        extra = cost_model.private_lines(fleet, r.measured, 2, INTERFACE_ENDPOINTS, streams)
+        single = cost_model.private_lines(fleet, r.measured, 1, INTERFACE_ENDPOINTS, streams)
+        notes.append(
+            f"Private networking, deployed default @ {rate:g} msg/s: "
+            + "; ".join(f"{line.item} ${line.dollars:,.2f} ({line.source})" for line in extra)
+            + f": +${sum(line.dollars for line in extra):,.2f} with two NAT gateways,"
+            f" +${sum(line.dollars for line in single):,.2f} with one (and no data transfer"
+            " out line: the NAT gateway's bytes replace it)."
+        )
+    return notes
+
+
+def sink_table(runs: dict[tuple[float, int], SinkRun], streams: int) -> Table:
+    """Aggregation: records and bytes per message, latency, the wire, and what feeds the
+    sizing."""
     table = Table(
         f"Cost inputs: one worker, {streams:,} streams, kinesis sink aggregated into"
         f" {SHARDS} shards (local moto)",
         [
-            "rate",
+            "rate, payload",
             "messages",
             "Kinesis records / message",
             "bytes / message (payload)",
@@ -375,14 +384,15 @@ def sink_table(runs: dict[float, SinkRun], streams: int) -> Table:
             "worker CPU: µs per stream-second, % of a core with none",
             "memory per stream",
             "log bytes / worker-second",
-            "recommended capacity (0.25 vCPU / 0.5 GB)",
+            "upstream sockets per message: segments / bytes out, bytes in",
+            "capacity by the rule (0.25 vCPU / 0.5 GB)",
         ],
     )
-    for rate, run in runs.items():
+    for (rate, payload), run in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         m = run.measured
         lat = sorted(run.latency_ms)
         table.add(
-            f"{rate:g} msg/s",
+            f"{rate:g} msg/s, {payload} B",
             run.messages,
             m.records_per_message,
             f"{m.bytes_per_message:,.0f} ({m.payload_bytes:,.0f})",
@@ -391,9 +401,11 @@ def sink_table(runs: dict[float, SinkRun], streams: int) -> Table:
             f"{m.cpu_per_stream * 1e6:,.1f}, {100 * m.cpu_per_worker:.1f} %",
             f"{m.memory_per_stream / 1024:,.0f} KiB",
             m.log_bytes_per_worker_second,
+            f"{m.segments_out_per_message:.3f} / {m.wire_out_bytes_per_message:,.0f} B,"
+            f" {m.wire_in_bytes_per_message:,.0f} B",
             cost_model.capacity_for(m, 0.25, 0.5),
         )
-    ten = runs.get(10.0)
+    ten = runs.get((10.0, PAYLOADS[0]))
     if ten is not None:
         m = ten.measured
         overhead = m.bytes_per_message - m.payload_bytes
@@ -407,6 +419,12 @@ def sink_table(runs: dict[float, SinkRun], streams: int) -> Table:
             f" Aggregation off: 1 record and payload + {json_overhead:,.0f} bytes per message."
         )
     table.notes += [
+        "Upstream sockets: the kernel's counters (`ss -ti`: segs_out, bytes_sent, segs_in,"
+        " bytes_received) of the worker's connections to the upstream over three metrics"
+        f" flushes, each segment with {cost_sockets.HEADER_BYTES} B of IP and TCP headers:"
+        " what leaves is nearly all acknowledgements (data transfer out); what comes in is the"
+        " WebSocket frames (without the TLS of wss://). Loopback, so the kernel's delayed"
+        " acknowledgements behave as on a short path.",
         "Receive → stored: Kinesis's arrival time of the record minus the worker's receive time"
         " of each message in it: the holder's batch, the sink's 20 ms linger, a PutRecords call"
         " in flight ahead of it, and the call itself against the local moto server.",

@@ -27,6 +27,9 @@ SHARD_BUDGET: Final = 0.7
 """Share of a shard's 1 MB/s a provisioned stream plans to use: hashing spreads streams over
 shards unevenly, and a shard refuses what is above its limit."""
 SECONDS_PER_MONTH: Final = p.HOURS_PER_MONTH * 3600
+TLS_RECORD_BYTES: Final = 22
+"""What ``wss://`` adds to a received frame (TLS 1.3 record header, content type and AES-GCM
+tag, a record a frame): the bench's upstreams are ``ws://``, production's ``wss://``."""
 CONTAINER_INSIGHTS_METRICS: Final = 30
 """Custom metrics Container Insights (standard) bills for one cluster with one service."""
 
@@ -53,6 +56,14 @@ class Measured:
     """Upstream payload bytes per message (what crosses a NAT gateway, roughly)."""
     log_bytes_per_worker_second: float
     """Worker stdout + stderr (JSON logs and EMF metrics): CloudWatch Logs ingestion."""
+    segments_out_per_message: float = 0.0
+    """TCP segments the worker's upstream sockets send per received message (acknowledgements
+    mostly), from the kernel's counters."""
+    wire_out_bytes_per_message: float = 0.0
+    """Bytes those segments put on the wire (payload + IP and TCP headers): data transfer out."""
+    wire_in_bytes_per_message: float = 0.0
+    """Bytes the worker's upstream sockets receive per message (WebSocket frame + IP and TCP
+    headers; no TLS: the bench's upstreams are ``ws://``)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,8 @@ class Fleet:
     provisioned_sink: bool = False
     container_insights: bool = True
     """Container Insights on the cluster (``streamlease:containerInsights``)."""
+    sink_shards: int | None = None
+    """Shards of the provisioned sink as deployed; None: sized from the measured bytes."""
 
     @property
     def streams_per_task(self) -> float:
@@ -129,8 +142,9 @@ def bill(
     streams: int = STREAMS,
 ) -> list[Line]:
     """Every line of ``fleet``'s bill for ``streams`` streams (public networking).
-    ``fixed_cloudwatch``: (custom metrics streamlease publishes, alarms, dashboards) of the
-    deployment; Container Insights' metrics come on top when ``fleet`` has it on."""
+    ``fixed_cloudwatch``: (custom metrics streamlease publishes, metrics its alarms evaluate,
+    dashboards) of the deployment; Container Insights' metrics come on top when ``fleet`` has
+    it on."""
     tasks = fleet.tasks(streams)
     vcpu_price = p.FARGATE_ARM_VCPU_HOUR if fleet.arm64 else p.FARGATE_X86_VCPU_HOUR
     gb_price = p.FARGATE_ARM_GB_HOUR if fleet.arm64 else p.FARGATE_X86_GB_HOUR
@@ -163,7 +177,7 @@ def bill(
             + alarms * p.ALARM_MONTH
             + dashboards * p.DASHBOARD_MONTH
             + log_gb * (p.LOGS_INGEST_GB + p.LOGS_STORAGE_GB_MONTH),
-            f"{metrics} metrics ({insights} Container Insights'), {alarms} alarms,"
+            f"{metrics} metrics ({insights} Container Insights'), alarms on {alarms} metrics,"
             f" {dashboards} dashboard;"
             f" logs {log_gb:.2f} GB (measured {measured.log_bytes_per_worker_second:,.0f}"
             " B/s per worker)",
@@ -186,6 +200,7 @@ def _kinesis(fleet: Fleet, measured: Measured, messages: float, streams: int) ->
         shape = f"1 record/msg of {record_bytes:,.0f} B"
     if fleet.provisioned_sink:
         shards = shards_for(measured, streams) if fleet.aggregation else _json_shards(messages)
+        shards = fleet.sink_shards or shards
         units = records * math.ceil(record_bytes / p.KINESIS_PUT_UNIT_BYTES)
         return [
             Line(
@@ -222,13 +237,16 @@ def private_lines(
     AWS (two AZs), instead of public IPv4 addresses."""
     hours = p.HOURS_PER_MONTH
     messages = streams * measured.rate * SECONDS_PER_MONTH
-    upstream_gb = messages * measured.payload_bytes / p.GIB
+    in_bytes = measured.wire_in_bytes_per_message + TLS_RECORD_BYTES
+    upstream_gb = messages * (in_bytes + measured.wire_out_bytes_per_message) / p.GIB
     aws_gb = messages * measured.bytes_per_message / p.GIB
     return [
         Line(
             "NAT gateways",
             nat_gateways * p.NAT_GATEWAY_HOUR * hours + upstream_gb * p.NAT_GATEWAY_GB,
-            f"{nat_gateways} × hours + {upstream_gb:,.0f} GB of upstream frames",
+            f"{nat_gateways} × hours + {upstream_gb:,.0f} GB both ways: {in_bytes:,.0f} B in"
+            f" (frame, TCP/IP and TLS) and {measured.wire_out_bytes_per_message:,.0f} B out"
+            " a message",
         ),
         Line(
             "interface endpoints",

@@ -3,7 +3,9 @@
 This is the only module that reads CDK context. Every choice is a context key
 ``streamlease:<fieldInCamelCase>`` of :class:`cdk.config.DeploymentConfig`, set in ``cdk.json`` or
 on the command line (``cdk deploy -c streamlease:maxTasks=20``). Unknown ``streamlease:`` keys are
-refused, so a misspelt choice cannot be silently ignored.
+refused, so a misspelt choice cannot be silently ignored. ``streamlease:preset`` names a fleet
+size of :mod:`cdk.presets` (``cdk.json`` names the deployed default); a key of its own overrides
+what the preset says.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from aws_cdk import aws_logs as logs
 from cdk_nag import AwsSolutionsChecks
 
 from cdk.config import CapacityRange, DeploymentConfig
+from cdk.presets import DEFAULT_PRESET, PRESETS, Preset
 from cdk.stacks.stateful import StatefulStack
 from cdk.stacks.stateless import StatelessStack
 from streamlease.settings import parse_value
@@ -29,6 +32,7 @@ LAMBDA_ASSET: Final = REPO_ROOT / "build" / "lambda.zip"
 WORKER_DOCKERFILE: Final = "worker/Dockerfile"
 """Relative to the image build context, the repository root (filtered by ``.dockerignore``)."""
 CONTEXT_PREFIX: Final = "streamlease:"
+PRESET_KEY: Final = CONTEXT_PREFIX + "preset"
 
 _RETENTION_DAYS: Final = {
     1: logs.RetentionDays.ONE_DAY,
@@ -66,22 +70,34 @@ def context_key(field_name: str) -> str:
 def config_from_context(context: Mapping[str, Any]) -> DeploymentConfig:
     """Build the deployment configuration from CDK context values.
 
-    Values may be JSON-typed (from ``cdk.json``) or strings (from ``-c key=value``). Raises
-    ``ValueError`` naming the key for an unknown key or a value that does not parse or breaks a
-    rule of :class:`DeploymentConfig`.
+    Values may be JSON-typed (from ``cdk.json``) or strings (from ``-c key=value``). The preset
+    (``streamlease:preset``, else :data:`~cdk.presets.DEFAULT_PRESET`) gives the fields it sets;
+    keys of their own override them. Raises ``ValueError`` naming the key for an unknown key or
+    preset, or a value that does not parse or breaks a rule of :class:`DeploymentConfig`.
     """
     hints = get_type_hints(DeploymentConfig)
     fields = {context_key(f.name): f.name for f in dataclasses.fields(DeploymentConfig)}
-    unknown = sorted(k for k in context if k.startswith(CONTEXT_PREFIX) and k not in fields)
+    unknown = sorted(
+        k for k in context if k.startswith(CONTEXT_PREFIX) and k not in fields and k != PRESET_KEY
+    )
     if unknown:
         raise ValueError(f"unknown context keys: {', '.join(unknown)}; known: {', '.join(fields)}")
+    raw_preset = context.get(PRESET_KEY, DEFAULT_PRESET)
+    try:
+        preset = Preset(raw_preset)
+    except ValueError:
+        raise ValueError(
+            f"context {PRESET_KEY}={raw_preset!r}: not a preset; known: {', '.join(Preset)}"
+        ) from None
+    raw = {context_key(name): value for name, value in PRESETS[preset].items()}
+    raw |= {key: value for key, value in context.items() if key in fields}
     values: dict[str, Any] = {}
     for key, name in fields.items():
-        if key in context:
+        if key in raw:
             try:
-                values[name] = _parse(context[key], hints[name])
+                values[name] = _parse(raw[key], hints[name])
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"context {key}={context[key]!r}: {exc}") from None
+                raise ValueError(f"context {key}={raw[key]!r}: {exc}") from None
     return DeploymentConfig(**values)
 
 

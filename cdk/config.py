@@ -89,6 +89,21 @@ def min_max_tasks(expected_streams: int, capacity_per_worker: int) -> int:
     return math.ceil(HEADROOM_FACTOR * expected_streams / capacity_per_worker) + 1
 
 
+def settled_tasks(
+    expected_streams: int, capacity_per_worker: int, target_load_fraction: float, min_tasks: int
+) -> int:
+    """Tasks the fleet settles at for ``expected_streams`` wanted streams: target tracking's
+    ``⌈streams / (capacity × target)⌉``, at least ``min_tasks``."""
+    per_task = capacity_per_worker * target_load_fraction
+    return max(min_tasks, math.ceil(expected_streams / per_task))
+
+
+def spare_at_rest_tasks(expected_streams: int, capacity_per_worker: int) -> int:
+    """The fewest tasks that hold ``expected_streams`` with one task's capacity spare: the
+    ``Headroom`` alarm's condition for quiet, ``tasks × capacity − streams ≥ capacity``."""
+    return math.ceil(expected_streams / capacity_per_worker) + 1
+
+
 @dataclass(frozen=True)
 class CapacityRange:
     """Autoscaling bounds of provisioned DynamoDB capacity, in capacity units per second."""
@@ -112,14 +127,13 @@ class DeploymentConfig:
     liveness: Liveness = Liveness.SESSION
     """``session`` (one renewal per worker) or ``stream`` (one per held stream). Changing it on a
     running fleet needs a stop of the old fleet first: workers refuse to mix modes."""
-    capacity_per_worker: int = 150
-    """Streams one task holds at most. The default is sized by ``make bench``'s cost section for a
-    0.25 vCPU arm64 task at 10 messages/s per stream: the worker measured ~0.6 ms of CPU per
-    stream-second there (~60 µs a message with the Kinesis sink), and the rule keeps the streams
-    at half the task's vCPU at capacity (a Graviton vCPU is slower than the bench's core;
-    reconnect storms and takeovers come on top); memory ~40 KiB a stream with the Kinesis sink
-    (the throughput section: ~14 KiB of it the connection and holding, the rest the sink's
-    buffers). Scale it by the rate: ~600 at 1 message/s (the checkpoint vector's limit is 8,000)."""
+    capacity_per_worker: int = 1000
+    """Streams one task holds at most. The default is the ``light`` preset's (``cdk.presets``):
+    sized by ``make bench``'s cost section (``bench/results/cost.md``) for a 0.25 vCPU arm64 task
+    at 1 message/s per stream, the streams' measured CPU kept within half the task's vCPU at
+    capacity (a Graviton vCPU is slower than the bench's core; reconnect storms and takeovers
+    come on top) and their memory within half its memory. Busier feeds need fewer a task: the
+    ``busy`` preset (10 messages/s) holds 250 (the checkpoint vector's limit is 8,000)."""
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0
@@ -135,7 +149,7 @@ class DeploymentConfig:
     """Streams the deployment is sized for: ``max_tasks`` must hold 1.5 × this with one task
     lost (:func:`min_max_tasks`)."""
     min_tasks: int = 2
-    max_tasks: int = 11
+    max_tasks: int = 3
     target_load_fraction: float = 0.7
     """Scaling keeps each task's CPU utilization at this fraction, and wanted streams per task
     at no more than this fraction of ``capacity_per_worker``."""
@@ -147,7 +161,7 @@ class DeploymentConfig:
     """Run the tasks beyond ``min_tasks`` on Fargate Spot (x86_64, or arm64 on platform 1.4.0
     and later, which the service pins as LATEST; a Spot task gets a 2-minute notice, the 120 s
     stop timeout drains it within that)."""
-    container_insights: bool = True
+    container_insights: bool = False
     """Container Insights (standard) on the cluster: per-task CPU, memory, network and storage
     metrics, task counts (``RunningTaskCount``) and their performance log events, billed as
     ~30 custom metrics (~$9 a month) plus the events' log ingestion. Off: the dashboard keeps
@@ -158,7 +172,7 @@ class DeploymentConfig:
     nat_gateways: int = 2
     """Private networking: NAT gateways for upstream traffic, one per AZ (2), or 1 outside
     production (cheaper; an AZ outage then cuts every upstream)."""
-    sink_capacity: SinkCapacity = SinkCapacity.ON_DEMAND
+    sink_capacity: SinkCapacity = SinkCapacity.PROVISIONED
     sink_shards: int = 1
     """Shards of a provisioned sink stream: 1 MB/s and 1,000 records/s of writes each."""
 
@@ -213,6 +227,24 @@ class DeploymentConfig:
                 f" lost the fleet must hold {HEADROOM_FACTOR:g} × expected_streams"
                 f" ({self.expected_streams}) at {self.capacity_per_worker} streams per task"
             )
+        else:
+            settled = self.settled_tasks
+            if (
+                settled * self.capacity_per_worker - self.expected_streams
+                < self.capacity_per_worker
+            ):
+                problems.append(
+                    f"min_tasks must be at least"
+                    f" {spare_at_rest_tasks(self.expected_streams, self.capacity_per_worker)}:"
+                    f" the fleet settles at {settled} tasks for {self.expected_streams} streams,"
+                    f" under one task ({self.capacity_per_worker}) of spare capacity, and the"
+                    " Headroom alarm would never clear"
+                )
+            elif settled >= self.max_tasks:
+                problems.append(
+                    f"max_tasks must be more than {settled}, the tasks the fleet settles at for"
+                    f" {self.expected_streams} streams (at max_tasks the Headroom alarm fires)"
+                )
         if self.nat_gateways not in (1, 2):
             problems.append("nat_gateways must be 1 or 2")
         if self.sink_shards < 1:
@@ -250,6 +282,16 @@ class DeploymentConfig:
     def target_cpu_percent(self) -> float:
         """The scaling target on load: the tasks' average CPU utilization, in percent."""
         return round(100 * self.target_load_fraction, 1)
+
+    @property
+    def settled_tasks(self) -> int:
+        """Tasks the fleet settles at for ``expected_streams`` (:func:`settled_tasks`)."""
+        return settled_tasks(
+            self.expected_streams,
+            self.capacity_per_worker,
+            self.target_load_fraction,
+            self.min_tasks,
+        )
 
     @property
     def target_streams_per_task(self) -> float:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Fn, RemovalPolicy, Validations
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
+
+from cdk.components.log_retention import retain_service_log_group
 
 STAGE_NAME = "v1"
 
@@ -81,6 +83,17 @@ class ControlApi(Construct):
                 tracing_enabled=True,
             ),
         )
+        # API Gateway writes its execution logs (ERROR level) to a group it names and creates
+        # itself, without retention and outliving a destroy.
+        execution_logs = retain_service_log_group(
+            self,
+            "ExecutionLogs",
+            log_group_name=Fn.join(
+                "", ["API-Gateway-Execution-Logs_", self.api.rest_api_id, "/", STAGE_NAME]
+            ),
+            retention=log_retention,
+        )
+        self.api.deployment_stage.node.add_dependency(execution_logs)
         validator = self.api.add_request_validator(
             "Validator", validate_request_body=True, validate_request_parameters=True
         )

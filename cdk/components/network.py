@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Final
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import CfnResource, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from cdk.components.log_retention import retain_service_log_group
 from cdk.config import NetworkingMode
 
 _MAX_AZS = 2
+DEFAULT_SG_PROVIDER_ID: Final = "Custom::VpcRestrictDefaultSGCustomResourceProvider"
+"""Construct id (in the stack) of the CDK's provider behind ``restrictDefaultSecurityGroup``."""
 INTERFACE_ENDPOINTS: Final = {
     "Kinesis": ec2.InterfaceVpcEndpointAwsService.KINESIS_STREAMS,
     "Sqs": ec2.InterfaceVpcEndpointAwsService.SQS,
@@ -76,6 +79,7 @@ class Network(Construct):
                 )
                 for name, service in INTERFACE_ENDPOINTS.items()
             ]
+        self._retain_default_sg_handler_logs(log_retention)
         flow_logs = logs.LogGroup(
             self, "FlowLogs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY
         )
@@ -92,6 +96,26 @@ class Network(Construct):
             )
         )
         self.assign_public_ip = mode is NetworkingMode.PUBLIC
+
+    def _retain_default_sg_handler_logs(self, log_retention: logs.RetentionDays) -> None:
+        """The VPC's custom resource that empties the default security group runs a Lambda
+        function of the CDK's whose log group Lambda creates on first run, without retention
+        and outliving a destroy."""
+        provider = Stack.of(self).node.try_find_child(DEFAULT_SG_PROVIDER_ID)
+        handler = provider.node.try_find_child("Handler") if provider is not None else None
+        if not isinstance(handler, CfnResource):
+            return
+        group = retain_service_log_group(
+            self,
+            "DefaultSecurityGroupHandlerLogs",
+            log_group_name=Fn.join("", ["/aws/lambda/", handler.ref]),
+            retention=log_retention,
+        )
+        for resource in self.vpc.node.find_all():
+            if isinstance(resource, CfnResource) and resource.cfn_resource_type.startswith(
+                "Custom::VpcRestrictDefaultSG"
+            ):
+                resource.node.add_dependency(group)
 
     def allow_clients(self, clients: ec2.IConnectable) -> None:
         """Let ``clients`` (the workers' security group) reach the interface endpoints."""

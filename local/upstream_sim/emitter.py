@@ -22,6 +22,7 @@ from websockets.protocol import State
 from local.upstream_sim.knobs import Knobs, StreamStats, end_plan
 from local.upstream_sim.payloads import (
     GARBAGE_FRAMES,
+    PAD_CHARACTER,
     SEQ_FIELD,
     binary_frame,
     binary_payload_for,
@@ -62,6 +63,7 @@ class Emitter:
         self._stream_hash = zlib.crc32(stream_id.encode())
         # The default layout is formatted inline: it is what benchmarks push by the million.
         self._default_layout = not (knobs.binary or knobs.noseq or knobs.seq_field != SEQ_FIELD)
+        self._filler = PAD_CHARACTER * knobs.pad
 
     @property
     def open(self) -> bool:
@@ -103,16 +105,17 @@ class Emitter:
         gap_every, garbage_every = knobs.gap_every or 0, knobs.garbage_every or 0
         ts = time.time_ns() // 1_000_000
         seq, sent, prefix, stream_hash = self.seq, self.sent, self._data_prefix, self._stream_hash
-        default_layout = self._default_layout
+        default_layout, filler = self._default_layout, self._filler
         frames = []
         for _ in range(count):
             if default_layout:
-                body = b'{"seq":%d,"ts":%d,"data":%s%d:%08x"}' % (
+                body = b'{"seq":%d,"ts":%d,"data":%s%d:%08x%s"}' % (
                     seq,
                     ts,
                     prefix,
                     seq,
                     mix(stream_hash, seq),
+                    filler,
                 )
                 frames.append(text_frame(body))
             else:

@@ -13,6 +13,8 @@ from urllib.parse import parse_qsl
 from local.upstream_sim.payloads import SEQ_FIELD, check_seq_field
 
 DEFAULT_RATE: Final = 10.0
+MAX_PAD: Final = 60_000
+"""Most filler ``pad`` adds: a frame stays under the simulator's 64 KiB message size."""
 ALL_STREAMS: Final = "*"
 """Stream id for :meth:`UpstreamSimulator.set_fault` that applies to every stream."""
 
@@ -57,6 +59,9 @@ class Knobs:
     """The SHA-256 (hex) of a key the client must send as ``{"action":"auth","params":KEY}``
     before anything is streamed; answered ``auth_success``, or ``auth_failed`` and close 1008.
     A digest, so that the URL that carries the knob never carries the key itself."""
+    pad: int = 0
+    """Filler characters appended to ``data`` of the default layout (a larger payload: feeds
+    carry 200 B to a few KB where the bare message is ~60 B); 0 in every other mode."""
     ping_within: float | None = None
     """Close (4000) a connection that sent no message of its own for this many seconds
     (WebSocket pings do not count); ``{"op":"ping"}`` is answered ``{"op":"pong"}``."""
@@ -88,6 +93,10 @@ class Knobs:
         """Raises ``ValueError`` when a knob is out of range or modes do not combine."""
         if not math.isfinite(self.rate) or self.rate < 0:
             raise ValueError("rate must be a finite number of messages/s, at least 0")
+        if not isinstance(self.pad, int) or not 0 <= self.pad <= MAX_PAD:
+            raise ValueError(f"pad must be from 0 to {MAX_PAD} characters")
+        if self.pad and (self.binary or self.noseq or self.seq_field != SEQ_FIELD):
+            raise ValueError("pad lengthens the default layout's data only")
         if min(self.first_seq, self.from_seq, self.replay_back) < 0:
             raise ValueError("first_seq, from_seq or replay_back out of range")
         for every in (self.garbage_every, self.gap_every):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,32 @@ def container_of(template: TemplateJson, name: str = "worker") -> dict[str, Any]
 def environment_of(template: TemplateJson, name: str = "worker") -> dict[str, Any]:
     """The environment variables of the container named ``name``."""
     return {e["Name"]: e["Value"] for e in container_of(template, name)["Environment"]}
+
+
+_METRIC_MATH_IF = re.compile(r"^IF\((?P<condition>.+), (?P<then>[^,]+), (?P<otherwise>[^,]+)\)$")
+
+
+def evaluate_alarm_expression(expression: str, values: dict[str, float]) -> float:
+    """The value of a CloudWatch metric-math ``IF(condition, a, b)`` of comparisons joined by
+    ``OR``/``AND`` and arithmetic, with each metric id replaced by ``values[id]``. Raises
+    ``ValueError`` for an expression of another shape."""
+    match = _METRIC_MATH_IF.match(expression.strip())
+    if match is None:
+        raise ValueError(f"not an IF(condition, a, b) expression: {expression!r}")
+    condition = match["condition"].replace(" OR ", " or ").replace(" AND ", " and ")
+    names = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", condition)) - {"or", "and"}
+    if names - values.keys():
+        raise ValueError(f"no value for {sorted(names - values.keys())} in {expression!r}")
+    holds = eval(condition, {"__builtins__": {}}, dict(values))
+    return float(match["then"] if holds else match["otherwise"])
+
+
+def scaling_policies(template: TemplateJson) -> dict[str, dict[str, Any]]:
+    """The worker service's target-tracking policies' properties, by what they track:
+    ``cpu`` (the tasks' average CPU) and ``streams`` (wanted streams per running task)."""
+    by_kind: dict[str, dict[str, Any]] = {}
+    for body in resources_of(template, "AWS::ApplicationAutoScaling::ScalingPolicy").values():
+        config = body["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+        kind = "cpu" if "PredefinedMetricSpecification" in config else "streams"
+        by_kind[kind] = body["Properties"]
+    return by_kind

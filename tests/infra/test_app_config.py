@@ -9,8 +9,16 @@ from typing import Any
 import pytest
 from template_support import TemplateJson
 
-from cdk.app import CONTEXT_PREFIX, REPO_ROOT, config_from_context, context_key, retention
+from cdk.app import (
+    CONTEXT_PREFIX,
+    PRESET_KEY,
+    REPO_ROOT,
+    config_from_context,
+    context_key,
+    retention,
+)
 from cdk.config import BillingMode, CapacityRange, DeploymentConfig, NetworkingMode
+from cdk.presets import PRESET_FIELDS
 
 # Properties that would give a resource a fixed physical name (two deployments would collide).
 PHYSICAL_NAME_PROPERTIES = {
@@ -33,10 +41,12 @@ NAME_ALLOWED = {
 
 
 def test_cdk_json_names_every_setting(config: DeploymentConfig) -> None:
-    """cdk.json lists each configurable field, so an operator sees every choice in one place."""
+    """cdk.json lists each configurable field but those its preset sets, and the preset, so an
+    operator sees every choice in one place."""
     context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     keys = {k for k in context if k.startswith(CONTEXT_PREFIX)}
-    assert keys == {context_key(f.name) for f in dataclasses.fields(DeploymentConfig)}
+    fields = {f.name for f in dataclasses.fields(DeploymentConfig)} - set(PRESET_FIELDS)
+    assert keys == {context_key(name) for name in fields} | {PRESET_KEY}
 
 
 def test_context_keys_are_camel_case_field_names() -> None:

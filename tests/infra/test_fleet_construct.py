@@ -102,11 +102,12 @@ def test_worker_security_group_opens_no_inbound_port(stateless_json: TemplateJso
     assert resources_of(stateless_json, "AWS::EC2::SecurityGroupIngress") == {}
 
 
-def test_cluster_has_container_insights(stateless_json: TemplateJson) -> None:
-    """On by default: Container Insights publishes RunningTaskCount, which scaling, the Headroom
-    alarm and the dashboard use (``streamlease:containerInsights=false`` turns it off)."""
+def test_cluster_has_container_insights_off_by_default(stateless_json: TemplateJson) -> None:
+    """Off in every preset (its ~30 custom metrics are not in the bill): scaling, the Headroom
+    alarm and the dashboard count the auditor's LiveWorkers (``streamlease:containerInsights=true``
+    turns it on, and they count its RunningTaskCount)."""
     cluster = properties_of(stateless_json, "AWS::ECS::Cluster")
-    assert {"Name": "containerInsights", "Value": "enabled"} in cluster["ClusterSettings"]
+    assert {"Name": "containerInsights", "Value": "disabled"} in cluster["ClusterSettings"]
 
 
 def test_vpc_has_a_dynamodb_gateway_endpoint_and_a_flow_log(stateless_json: TemplateJson) -> None:

@@ -4,26 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from template_support import TemplateJson, only_resource, properties_of, resources_of
+from template_support import (
+    TemplateJson,
+    only_resource,
+    properties_of,
+    scaling_policies,
+)
 
 from cdk.config import DeploymentConfig
 from streamlease import telemetry
 from streamlease.telemetry import AuditorMetric
 
 
-def _policies(template: TemplateJson) -> dict[str, dict[str, Any]]:
-    """The scaling policies' properties, by the kind of metric they track."""
-    policies = resources_of(template, "AWS::ApplicationAutoScaling::ScalingPolicy").values()
-    by_kind: dict[str, dict[str, Any]] = {}
-    for body in policies:
-        config = body["Properties"]["TargetTrackingScalingPolicyConfiguration"]
-        kind = "cpu" if "PredefinedMetricSpecification" in config else "streams"
-        by_kind[kind] = body["Properties"]
-    return by_kind
-
-
 def _queries(template: TemplateJson) -> dict[str, dict[str, Any]]:
-    policy = _policies(template)["streams"]
+    policy = scaling_policies(template)["streams"]
     spec = policy["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]
     return {query["Id"]: query for query in spec["Metrics"]}
 
@@ -42,15 +36,16 @@ def test_policy_tracks_a_target_below_per_task_capacity(
     stateless_json: TemplateJson, config: DeploymentConfig
 ) -> None:
     """Target tracking aims at a fraction of a task's capacity, so tasks keep headroom."""
-    policy = _policies(stateless_json)["streams"]
+    policy = scaling_policies(stateless_json)["streams"]
     assert policy["PolicyType"] == "TargetTrackingScaling"
     target = policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]
     assert target == config.target_streams_per_task
     assert 0 < target < config.capacity_per_worker
 
 
-def test_policy_divides_wanted_streams_by_running_tasks(stateless_json: TemplateJson) -> None:
-    """Metric math: the auditor's StartedStreams over Container Insights' RunningTaskCount."""
+def test_policy_divides_wanted_streams_by_live_workers(stateless_json: TemplateJson) -> None:
+    """Metric math: the auditor's StartedStreams over its LiveWorkers (the running tasks that
+    can hold streams; Container Insights is off by default)."""
     queries = _queries(stateless_json)
     assert queries["load"] == {
         "Expression": "wanted / tasks",
@@ -61,10 +56,10 @@ def test_policy_divides_wanted_streams_by_running_tasks(stateless_json: Template
     assert [q["Id"] for q in queries.values() if q["ReturnData"]] == ["load"]
     tasks = queries["tasks"]["MetricStat"]["Metric"]
     assert (tasks["Namespace"], tasks["MetricName"]) == (
-        "ECS/ContainerInsights",
-        "RunningTaskCount",
+        DeploymentConfig().metrics_namespace,
+        AuditorMetric.LIVE_WORKERS,
     )
-    assert {d["Name"] for d in tasks["Dimensions"]} == {"ClusterName", "ServiceName"}
+    assert {d["Name"] for d in tasks["Dimensions"]} == {"service"}
 
 
 def test_wanted_streams_metric_has_the_auditors_namespace_and_service_dimension(
@@ -86,7 +81,7 @@ def test_load_per_task_scales_the_service_beside_the_stream_count(
     target load fraction (heavy streams add tasks though they are few) and streams per task
     (light streams add tasks though the CPU idles); scale-in needs both to allow it. Both
     scale out within a minute and in over five."""
-    policies = _policies(stateless_json)
+    policies = scaling_policies(stateless_json)
     assert set(policies) == {"cpu", "streams"}
     target_id, _ = only_resource(stateless_json, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert {p["ScalingTargetId"]["Ref"] for p in policies.values()} == {target_id}

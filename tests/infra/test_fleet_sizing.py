@@ -1,8 +1,8 @@
 """The fleet's size from measurements, its headroom alarm, and the options that change the bill:
 Fargate Spot, private networking through VPC endpoints with one or two NAT gateways, a
-provisioned sink stream and Container Insights off. The defaults are checked on the app as
-``cdk.json`` configures it; the options on one more synth of the whole app with all of them
-on."""
+provisioned sink stream of other shards and Container Insights on. The defaults are checked on
+the app as ``cdk.json`` configures it; the options on one more synth of the whole app with all
+of them on."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ import pytest
 from aws_cdk import App
 from template_support import (
     TemplateJson,
+    container_of,
     environment_of,
     flat,
     properties_of,
     resources_of,
+    scaling_policies,
 )
 
 from cdk.app import REPO_ROOT, build, config_from_context
@@ -64,8 +66,8 @@ def test_headroom_alarm_fires_at_max_tasks_or_under_one_task_of_spare_capacity(
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"streamlease:maxTasks": 10}, "max_tasks must be at least 11"),
-        ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 31"),
+        ({"streamlease:maxTasks": 2}, "max_tasks must be at least 3"),
+        ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 6"),
         ({"streamlease:natGateways": 3}, "nat_gateways must be 1 or 2"),
     ],
 )
@@ -88,7 +90,7 @@ OPTIONS = {
     "streamlease:fargateSpot": True,
     "streamlease:sinkCapacity": "provisioned",
     "streamlease:sinkShards": 3,
-    "streamlease:containerInsights": False,
+    "streamlease:containerInsights": True,
 }
 
 
@@ -142,6 +144,21 @@ def test_spot_runs_the_tasks_beyond_the_minimum_half_on_fargate_spot(
     assert set(cluster["CapacityProviders"]) == {"FARGATE", "FARGATE_SPOT"}
 
 
+SPOT_NOTICE_SECONDS = 120
+"""Fargate Spot's warning before it stops a task (the SIGTERM comes with it)."""
+
+
+def test_a_spot_task_drains_within_spots_two_minute_notice(
+    with_options: tuple[TemplateJson, TemplateJson],
+) -> None:
+    """With Spot on, ECS's stop timeout fits in Spot's notice and the worker's shutdown budget
+    fits in the stop timeout, so an interrupted task drains before it is killed."""
+    _, stateless = with_options
+    container = container_of(stateless)
+    budget = float(environment_of(stateless)[env_name("shutdown_budget_seconds")])
+    assert budget < container["StopTimeout"] <= SPOT_NOTICE_SECONDS
+
+
 def test_provisioned_sink_stream_has_the_shards_asked_for(
     with_options: tuple[TemplateJson, TemplateJson],
 ) -> None:
@@ -151,18 +168,45 @@ def test_provisioned_sink_stream_has_the_shards_asked_for(
     assert stream["ShardCount"] == 3
 
 
-def test_default_sink_stream_is_on_demand(stateful_json: TemplateJson) -> None:
-    stream = properties_of(stateful_json, "AWS::Kinesis::Stream")
+def test_on_demand_sink_stream_has_no_shards(tmp_path_factory: pytest.TempPathFactory) -> None:
+    directory = tmp_path_factory.mktemp("cdk-on-demand.out")
+    app = App(
+        context={**CDK_CONTEXT, "streamlease:sinkCapacity": "on-demand"}, outdir=str(directory)
+    )
+    deployment = build(app)
+    app.synth()
+    stateful = json.loads((directory / deployment.stateful.template_file).read_text())
+    stream = properties_of(stateful, "AWS::Kinesis::Stream")
     assert stream["StreamModeDetails"] == {"StreamMode": "ON_DEMAND"}
+    assert "ShardCount" not in stream
+
+
+def test_with_container_insights_scaling_and_headroom_count_running_tasks(
+    with_options: tuple[TemplateJson, TemplateJson],
+) -> None:
+    """On, Container Insights publishes RunningTaskCount: scaling and the Headroom alarm
+    divide by it."""
+    _, stateless = with_options
+    cluster = properties_of(stateless, "AWS::ECS::Cluster")
+    assert {"Name": "containerInsights", "Value": "enabled"} in cluster["ClusterSettings"]
+    policy = scaling_policies(stateless)["streams"]
+    spec = policy["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]
+    tasks = {q["Id"]: q for q in spec["Metrics"]}["tasks"]["MetricStat"]["Metric"]
+    assert (tasks["Namespace"], tasks["MetricName"]) == (
+        "ECS/ContainerInsights",
+        "RunningTaskCount",
+    )
+    assert {d["Name"] for d in tasks["Dimensions"]} == {"ClusterName", "ServiceName"}
 
 
 def test_without_container_insights_scaling_and_headroom_count_live_workers(
-    with_options: tuple[TemplateJson, TemplateJson],
+    stateless_json: TemplateJson,
 ) -> None:
-    """Off, the cluster publishes no ``ECS/ContainerInsights`` metric, so nothing may watch one:
-    the scaling policy and the Headroom alarm divide by the auditor's LiveWorkers, and the
-    dashboard still draws the live workers and the service's CPU and memory."""
-    _, stateless = with_options
+    """Off (the default), the cluster publishes no ``ECS/ContainerInsights`` metric, so nothing
+    may watch one: the scaling policy and the Headroom alarm divide by the auditor's
+    LiveWorkers, and the dashboard still draws the live workers and the service's CPU and
+    memory."""
+    stateless = stateless_json
     cluster = properties_of(stateless, "AWS::ECS::Cluster")
     assert {"Name": "containerInsights", "Value": "disabled"} in cluster["ClusterSettings"]
     assert "ContainerInsights" not in flat(
@@ -177,7 +221,7 @@ def test_without_container_insights_scaling_and_headroom_count_live_workers(
         "MetricName": AuditorMetric.LIVE_WORKERS,
         "Dimensions": [{"Name": "service", "Value": AUDITOR_SERVICE}],
     }
-    policy = properties_of(stateless, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    policy = scaling_policies(stateless)["streams"]
     spec = policy["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"]
     queries = {q["Id"]: q for q in spec["Metrics"]}
     assert queries["tasks"]["MetricStat"]["Metric"] == live_workers

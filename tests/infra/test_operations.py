@@ -348,7 +348,7 @@ def _dashboard_body(template: TemplateJson) -> str:
         "ApproximateNumberOfMessagesVisible",
         "ThrottledRequests",
         "ConditionalCheckFailedRequests",
-        "RunningTaskCount",
+        "LiveWorkers",
     ],
 )
 def test_dashboard_shows(stateless_json: TemplateJson, metric_name: str) -> None:

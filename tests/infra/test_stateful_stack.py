@@ -8,7 +8,7 @@ from aws_cdk.assertions import Match, Template
 from template_support import TemplateJson, properties_of, resources_of
 
 from cdk.components.lease_table import LeaseTable
-from cdk.config import BillingMode, CapacityRange, TableIndexes
+from cdk.config import BillingMode, CapacityRange, DeploymentConfig, TableIndexes
 from streamlease.schema import (
     BY_OWNER,
     BY_SHARD_EXPIRY,
@@ -184,10 +184,12 @@ def test_queues_are_encrypted_and_refuse_plain_http(stateful_json: TemplateJson)
     assert denied == {"CommandQueue", "CommandDeadLetterQueue"}
 
 
-def test_sink_stream_is_on_demand_and_encrypted(stateful_json: TemplateJson) -> None:
-    """The Kinesis stream needs no shard management and is encrypted with the AWS key."""
+def test_sink_stream_is_provisioned_and_encrypted(stateful_json: TemplateJson) -> None:
+    """The Kinesis stream has the default preset's shards (steady traffic: far cheaper than on
+    demand) and is encrypted with the AWS key."""
     stream = properties_of(stateful_json, "AWS::Kinesis::Stream")
-    assert stream["StreamModeDetails"] == {"StreamMode": "ON_DEMAND"}
+    assert stream["StreamModeDetails"] == {"StreamMode": "PROVISIONED"}
+    assert stream["ShardCount"] == DeploymentConfig().sink_shards
     assert stream["StreamEncryption"] == {"EncryptionType": "KMS", "KeyId": "alias/aws/kinesis"}
     assert "Name" not in stream
 

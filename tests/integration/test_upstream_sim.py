@@ -73,6 +73,20 @@ async def test_default_frames_are_byte_for_byte_the_default_text_message(
         assert frame == text_message("ä/b", seq, json.loads(frame)["ts"]).decode()
 
 
+async def test_pad_lengthens_data_by_that_many_filler_characters(sim: UpstreamSimulator) -> None:
+    """pad=N: data is payload_for(stream id, seq) followed by N filler characters, so a
+    benchmark can send feeds of a chosen size; seq and ts are unchanged."""
+    async with connect(sim.url_for("p", rate=0, until_seq=2, pad=140)) as ws:
+        frames = [await ws.recv() for _ in range(2)]
+    bodies = [json.loads(frame) for frame in frames]
+    assert [b["seq"] for b in bodies] == [1, 2]
+    assert [b["data"] for b in bodies] == [payload_for("p", n) + "." * 140 for n in (1, 2)]
+    assert all(
+        len(frame) == len(text_message("p", n, b["ts"])) + 140
+        for n, frame, b in zip((1, 2), frames, bodies, strict=True)
+    )
+
+
 async def test_until_seq_stops_sending_but_keeps_the_connection_open(
     sim: UpstreamSimulator,
 ) -> None:
@@ -386,6 +400,8 @@ async def test_modes_can_be_set_as_a_fault(sim: UpstreamSimulator) -> None:
         {"noseq": 1, "seq_field": "u"},
         {"bearer": ""},
         {"subprotocol": "a b"},
+        {"pad": 1, "binary": 1},
+        {"pad": -1},
     ],
     ids=lambda query: "&".join(f"{k}={v}" for k, v in query.items()),
 )

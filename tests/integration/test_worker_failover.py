@@ -146,6 +146,33 @@ def test_sigterm_hands_every_stream_off_with_no_repeat(
     assert report.duplicates == 0
 
 
+SPOT_BUDGET_SECONDS = 10.0
+"""A shrunk shutdown budget: ECS gives a Fargate Spot task two minutes between its SIGTERM and
+its end, the worker drains in 100 s of them (``shutdown_budget_seconds``)."""
+
+
+def test_a_spot_interruption_hands_every_stream_off_within_the_shutdown_budget(
+    fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
+) -> None:
+    """Fargate Spot's interruption is a SIGTERM two minutes ahead: the worker drains under its
+    budget (exit 0; past the budget it would cancel what is left and exit 1), and every stream
+    it held is released with a handoff and streams again on the other worker."""
+    leaving, staying = two_workers_sharing(
+        fleet, streams, upstream, shutdown_budget_seconds=SPOT_BUDGET_SECONDS
+    )
+    held = fleet.held_by(leaving)
+    assert held
+    assert leaving.terminate(SPOT_BUDGET_SECONDS + TAKEOVER_CAP_SECONDS) == 0
+    fleet.wait(lambda: held <= set(fleet.held_by(staying)), TAKEOVER_CAP_SECONDS, "handed off")
+    for stream_id in held:
+        assert fleet.events("released", stream_id), f"{stream_id} was not released"
+        assert fleet.events("handoff", stream_id), f"{stream_id} was released without a handoff"
+        fleet.wait_seq(stream_id, max(fleet.seqs(stream_id)) + 5)
+    report = fleet.report()
+    assert report.ok, format_report(report)
+    assert report.duplicates == 0
+
+
 def test_sigterm_handoffs_are_taken_at_once_not_left_to_reconciliation(
     fleet: Fleet, streams: Streams, upstream: UpstreamSimulator
 ) -> None:

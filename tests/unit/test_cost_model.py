@@ -7,7 +7,6 @@ import pytest
 from bench import cost_model
 from bench import prices as p
 from bench.cost_model import DynamoCost, Fleet, Measured
-from cdk.config import DeploymentConfig
 
 TEN = Measured(
     rate=10.0,
@@ -19,17 +18,11 @@ TEN = Measured(
     json_bytes_per_message=370.0,
     payload_bytes=198.0,
     log_bytes_per_worker_second=50.0,
+    segments_out_per_message=1.015,
+    wire_out_bytes_per_message=52.8,
+    wire_in_bytes_per_message=260.0,
 )
 NO_DYNAMO = DynamoCost(0, 0, 0, 0)
-
-
-def test_the_default_capacity_is_the_sizing_rule_at_ten_messages_a_second() -> None:
-    """0.25 vCPU at 606 µs per stream-second (the cost section's run at 10 msg/s), half the
-    vCPU less what the worker spends holding nothing: 199, rounded down to 150."""
-    config = DeploymentConfig()
-    assert cost_model.capacity_for(
-        TEN, config.worker_cpu / 1024, config.worker_memory_mib / 1024
-    ) == (config.capacity_per_worker)
 
 
 def test_memory_bounds_capacity_when_it_is_the_scarcer() -> None:
@@ -87,3 +80,20 @@ def test_the_consumers_state_is_billed_per_shard_write_and_read_per_window() -> 
     expected = rounds * (8 * p.DYNAMODB_WRITE_MILLION + 4 * p.DYNAMODB_READ_MILLION) / 1e6
     assert state.dollars == pytest.approx(expected)
     assert state.dollars == pytest.approx(2.89, abs=0.01)
+
+
+def test_a_deployed_shard_count_overrides_the_measured_sizing() -> None:
+    fleet = Fleet("r", 0.25, 0.5, arm64=True, capacity=250, provisioned_sink=True, sink_shards=6)
+    (kinesis,) = [
+        x for x in cost_model.bill(fleet, TEN, NO_DYNAMO, (0, 0, 0)) if "Kinesis" in x.item
+    ]
+    assert kinesis.source.startswith("6 shards")
+
+
+def test_nat_gateways_carry_both_directions_with_framing_and_tls() -> None:
+    """In: the frame with its TCP/IP headers and TLS's 22 B; out: the acknowledgements."""
+    fleet = Fleet("r", 0.25, 0.5, arm64=True, capacity=250)
+    (nat, *_) = cost_model.private_lines(fleet, TEN, 1, 6)
+    messages = 1000 * 10 * cost_model.SECONDS_PER_MONTH
+    gb = messages * (260.0 + cost_model.TLS_RECORD_BYTES + 52.8) / p.GIB
+    assert nat.dollars == pytest.approx(p.NAT_GATEWAY_HOUR * 730 + gb * p.NAT_GATEWAY_GB)
