@@ -1,11 +1,12 @@
 """Who could deliver when: a holder's delivery segments, from its lease events.
 
 A segment opens at ``acquired`` (or at a ``renewed`` after the holder had lapsed) and ends at the
-first of: a terminal event (:data:`streamlease.lease_events.TERMINAL_KINDS`) or the latest known
-``deadline_mono`` (a holder never delivers after its deadline). A ``session_renewed`` event
-renews every stream its session holds at that moment. :func:`current_owners` answers "who holds
-what at this moment" for the test bed; :func:`local.invariants.checker.check` builds on the same
-segments.
+first of: a terminal event (:data:`streamlease.lease_events.TERMINAL_KINDS`), the
+``deadline_mono`` that event carries (when the holder had stopped delivering) or the latest
+known ``deadline_mono`` of its renewals (a holder never delivers after its deadline). A
+``session_renewed`` event renews every stream its session holds at that moment.
+:func:`current_owners` answers "who holds what at this moment" for the test bed;
+:func:`local.invariants.checker.check` builds on the same segments.
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ def segments_of(events: Sequence[LeaseEvent]) -> list[Segment]:
             else:
                 deadline = max(deadline, ev_deadline)
         elif ev.event in TERMINAL_KINDS and start is not None:
-            out.append(_segment(first, start, min(ev.mono, deadline), ev.event, acquisition))
+            # A terminal event may say when the holder had stopped delivering (a release sent
+            # after its last delivery, its answer lost): a session renewed meanwhile renews
+            # every holding on paper, not one that is only waiting to let go.
+            end = min(ev.mono, deadline, math.inf if ev.deadline_mono is None else ev.deadline_mono)
+            out.append(_segment(first, start, end, ev.event, acquisition))
             start = None
     if start is not None:
         out.append(_segment(first, start, deadline, EXPIRED, acquisition))

@@ -94,6 +94,19 @@ def test_fenced_event_ends_the_segment_at_the_earlier_of_it_and_the_deadline() -
     assert (late.end, late.end_reason) == (1.5, "fenced")
 
 
+def test_a_lost_event_that_says_when_delivery_stopped_ends_the_segment_there() -> None:
+    """A shed holder's release landed but its answer was lost; its session renewed meanwhile
+    (which renews its holdings on paper) and the retry found w2's epoch. The holding ended when
+    the release was sent (the event's deadline), so w2's acquisition after it is no overlap."""
+    events = hold("s", 1, "w1", 0.0, 2)  # deadline 2.5
+    events.append(LeaseEvent("renewed", "s", 1, "w1", 1.8, 0, 3.3))  # the session's renewal
+    events.append(LeaseEvent("lost", "s", 1, "w1", 2.4, 0, 1.2))  # released at 1.2
+    report = check(events + hold("s", 2, "w2", 1.4), [])
+    assert report.ok, report.violations()
+    (segment, *_) = segments_of(events)
+    assert (segment.end, segment.end_reason) == (1.2, "lost")
+
+
 def test_a_renewal_after_the_holder_lapsed_opens_a_new_segment() -> None:
     """A holder that missed its deadline and then renewed could not deliver in between."""
     events = hold("s", 1, "w1", 0.0)

@@ -16,7 +16,7 @@ import pytest
 
 from local.jsonl_tail import read_jsonl
 from local.upstream_sim import UpstreamSimulator
-from streamlease.errors import SinkError
+from streamlease.errors import LeaseLost, SinkError, StoreError
 from streamlease.lease_events import LeaseEvent
 from streamlease.model import Lease, Stream, StreamProgress
 from streamlease.schema import DesiredState
@@ -546,3 +546,47 @@ async def test_a_shed_stream_is_handed_off_for_a_worker_below_its_share(
         await asyncio.wait_for(task, 10)
     handoffs = cast(RecordingHandoffs, rig.ctx.handoffs)
     assert handoffs.rebalance == [True, False]
+
+
+class AnswerLostStore(RecordingStore):
+    """A release whose answer is lost (it landed: another worker acquires at once), then the
+    retry finds the lease gone."""
+
+    def __init__(self, journal: Journal) -> None:
+        super().__init__(journal)
+        self.release_calls: list[float] = []
+
+    def release(self, stream_id: str, owner: str, epoch: int, **kwargs: Any) -> Stream:
+        self.release_calls.append(time.monotonic())
+        if len(self.release_calls) == 1:
+            raise StoreError("DynamoDB update_item failed: ReadTimeoutError")
+        raise LeaseLost(stream_id, epoch, "another worker holds it")
+
+
+async def test_a_release_that_finds_the_lease_gone_ends_the_holding_when_it_was_sent(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """A shed holder stops delivering, then releases; the release lands but its answer is
+    lost, and the retry finds another worker's epoch. The lost event says the holding
+    delivered nothing after the first release was sent (its last write came before), not
+    until the moment the retry learned it: that is what another worker's acquisition must
+    follow, however late this one found out."""
+    journal = Journal()
+    rig = make_rig(sim, tmp_path, RecordingSink(journal))
+    store = AnswerLostStore(journal)
+    rig.ctx.store = cast(Any, store)
+    holder = rig.holder("s1")
+    task = asyncio.create_task(holder.run())
+    await until(lambda: holder.acked_seq >= 5)
+    holder.request_end(EndReason.SHED)
+    await asyncio.wait_for(task, 10)
+
+    rig.ctx.events.close()
+    events, _ = read_jsonl([rig.events_path], LeaseEvent.from_dict)
+    lost = events[-1]
+    assert lost.event == "lost"
+    first_release, retry = store.release_calls
+    assert lost.deadline_mono is not None
+    assert lost.deadline_mono <= first_release < retry <= lost.mono
+    last_write = max(e[3] for e in journal.entries if e[0] == "write")
+    assert last_write <= lost.deadline_mono

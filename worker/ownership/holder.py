@@ -429,15 +429,21 @@ class StreamHolder:
             return
         self.request_end(EndReason.FENCED)
 
-    def _record_abrupt_end(self) -> None:
-        """The holder delivers nothing more: count it, log it, and write the lease event."""
+    def _record_abrupt_end(self, delivered_until_mono: float | None = None) -> None:
+        """The holder delivers nothing more: count it, log it, and write the lease event.
+        ``delivered_until_mono``: when it had already stopped delivering (a release found the
+        lease gone: it was sent after the last delivery, and may have landed long before its
+        answer was lost), so the event does not stretch the holding to the moment it learned."""
         self.fence.stop_renewing()
         self._ctx.metrics.incr(WorkerMetric.LEASES_LOST)
         if self.end_reason is EndReason.FENCED:
-            self._record(LeaseEventKind.FENCED, deadline_mono=self.deadline_mono)
+            deadline = self.deadline_mono
+            if delivered_until_mono is not None:
+                deadline = min(deadline, delivered_until_mono)
+            self._record(LeaseEventKind.FENCED, deadline_mono=deadline)
             logger.warning("lease fenced", stream_id=self.stream_id, epoch=self.epoch)
         else:
-            self._record(LeaseEventKind.LOST)
+            self._record(LeaseEventKind.LOST, deadline_mono=delivered_until_mono)
             logger.warning("lease lost", stream_id=self.stream_id, epoch=self.epoch)
 
     def _record(self, kind: LeaseEventKind, *, deadline_mono: float | None = None) -> None:
@@ -495,6 +501,7 @@ class StreamHolder:
         lease retries until its deadline; a session's stream while the session lives.
         """
         store = self._ctx.store
+        delivered_until = time.monotonic()  # the holding delivers nothing from here on
         while True:
             try:
                 stream = await asyncio.to_thread(
@@ -509,7 +516,7 @@ class StreamHolder:
                 )
             except LeaseLost:
                 self.end_reason = EndReason.LOST
-                self._record_abrupt_end()
+                self._record_abrupt_end(delivered_until)
                 return None
             except StoreError as exc:
                 fence = self.fence
@@ -518,13 +525,13 @@ class StreamHolder:
                     and time.monotonic() + RELEASE_RETRY_SECONDS >= self.deadline_mono
                 ):
                     self.end_reason = EndReason.LOST if fence.gone else EndReason.FENCED
-                    self._record_abrupt_end()
+                    self._record_abrupt_end(delivered_until)
                     return None
                 logger.info("release unanswered", stream_id=self.stream_id, error=describe(exc))
                 await asyncio.sleep(RELEASE_RETRY_SECONDS)
                 continue
             if stream is None:
-                self._record(LeaseEventKind.LOST)
+                self._record(LeaseEventKind.LOST, deadline_mono=delivered_until)
             return stream
 
     async def _release_lapsed(self) -> None:
