@@ -16,11 +16,6 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
-from aws_lambda_powertools.event_handler.openapi.models import (
-    Operation,
-    Parameter,
-    ParameterInType,
-)
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -42,6 +37,12 @@ http_errors.register(app)
 def query_parameters() -> dict[tuple[str, str], frozenset[str]]:
     """(method, route in OpenAPI form) → the query parameters the route declares, read from
     the OpenAPI document the routes generate (so a new parameter needs no second list)."""
+    from aws_lambda_powertools.event_handler.openapi.models import (
+        Operation,
+        Parameter,
+        ParameterInType,
+    )
+
     known: dict[tuple[str, str], frozenset[str]] = {}
     for path, item in (app.get_openapi_schema().paths or {}).items():
         for method in ("get", "put", "post", "delete", "patch"):
@@ -86,6 +87,8 @@ def refuse_unknown_query_parameters(
 def routes_without_body() -> frozenset[tuple[str, str]]:
     """(method, route in OpenAPI form) of the routes that declare no request body, read from
     the OpenAPI document the routes generate."""
+    from aws_lambda_powertools.event_handler.openapi.models import Operation
+
     bare: set[tuple[str, str]] = set()
     for path, item in (app.get_openapi_schema().paths or {}).items():
         for method in ("get", "put", "post", "delete", "patch"):

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
-from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease.schema import Command, CommandType
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE, ApiMetric
@@ -36,6 +35,8 @@ def send_command(
     Never raises for a send that fails: logs ``command send failed`` (no message body, no URL)
     and calls ``on_failure(metric_name)`` if given.
     """
+    from botocore.exceptions import BotoCoreError, ClientError  # loaded with the client
+
     request: SendMessageRequestTypeDef = {"QueueUrl": queue_url, "MessageBody": command.to_json()}
     if trace_header:
         request["MessageSystemAttributes"] = {

@@ -1,7 +1,8 @@
 """Process-wide state shared by the Lambda handlers: settings, clients and stores.
 
-Settings are read once, when this module is first imported. boto3 clients are made on first use,
-so importing a handler module never needs AWS credentials or a reachable endpoint. Tests and the
+Settings are read once, when this module is first imported. boto3 clients are made on first use
+(and boto3 imported then, and botocore patched for X-Ray), so importing a handler module never
+needs AWS credentials or a reachable endpoint, and costs a cold start no SDK import. Tests and the
 local stack may call :func:`configure` to swap in other settings; it drops every cached client.
 """
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from lambdas.stream_listing import StreamListing
 from lambdas.stream_repo import StreamRepo
+from lambdas.tracing import patch_clients
 from streamlease import aws
 from streamlease.lease_store import LeaseStore
 from streamlease.session_store import SessionStore
@@ -34,17 +36,20 @@ class Runtime:
     @cached_property
     def dynamodb(self) -> DynamoDBClient:
         """The process's DynamoDB client (thread-safe, shared)."""
+        patch_clients()
         return aws.client("dynamodb", self.settings)
 
     @cached_property
     def sqs(self) -> SQSClient:
         """The process's SQS client."""
+        patch_clients()
         return aws.client("sqs", self.settings)
 
     @cached_property
     def secretsmanager(self) -> SecretsManagerClient:
         """The client that checks the secrets a profile refers to exist (one attempt: a
         warning is not worth a retry)."""
+        patch_clients()
         return aws.client("secretsmanager", self.settings, max_attempts=1)
 
     @cached_property

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from aws_lambda_powertools import Logger
-from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease.telemetry import API_SERVICE
 from streamlease.templates import SecretRef
@@ -33,6 +32,8 @@ def missing_secret_warnings(client: SecretsManagerClient, refs: Iterable[SecretR
     """One warning per referred secret that does not exist or is scheduled for deletion, in
     reference order; empty when every one exists or none could be checked. One
     ``DescribeSecret`` per distinct secret (its value is never read)."""
+    from botocore.exceptions import BotoCoreError, ClientError  # loaded with the client
+
     names = list(dict.fromkeys(ref.name for ref in refs))[:MAX_CHECKED]
     warnings = []
     for name in names:

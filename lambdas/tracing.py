@@ -2,8 +2,9 @@
 
 One :data:`tracer` for the three handlers; the service is the function's
 ``POWERTOOLS_SERVICE_NAME``. It is active only inside Lambda (elsewhere Powertools disables it and
-nothing X-Ray is imported) and patches botocore alone: every DynamoDB and SQS call is a
-subsegment, and nothing else is imported to be patched at a cold start.
+nothing X-Ray is imported) and patches botocore alone, when the first client is made
+(:func:`patch_clients`): every DynamoDB and SQS call is a subsegment, nothing else is imported
+to be patched, and importing a handler does not import botocore.
 
 A command sent to the workers carries the trace header of the call that sent it
 (:func:`command_trace_header`), so the worker's acquire joins this trace.
@@ -11,13 +12,28 @@ A command sent to the workers carries the trace header of the call that sent it
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 
 from aws_lambda_powertools import Tracer
 
 from streamlease.telemetry import TRACE_HTTP_HEADER
 
-tracer = Tracer(patch_modules=("botocore",))
+tracer = Tracer(auto_patch=False)
+
+_patch_lock = threading.Lock()
+_patched = False
+
+
+def patch_clients() -> None:
+    """Patch botocore for X-Ray (once; nothing when tracing is disabled). Called before the
+    first client is made: patching imports botocore, which costs a cold start that answers
+    without a client nothing."""
+    global _patched
+    with _patch_lock:
+        if not _patched:
+            tracer.patch(modules=("botocore",))
+            _patched = True
 
 
 def command_trace_header(request_headers: Mapping[str, str] | None = None) -> str | None:

@@ -6,22 +6,23 @@ was (the callers ask for ``ReturnValuesOnConditionCheckFailure=ALL_OLD``) so eac
 
 Every helper takes the client *method* to call (``client.update_item``, ``client.query``), not
 an operation name, so mypy checks each request against DynamoDB's API (the client types come
-from the dev extras' stubs and are imported for type checking only).
+from the dev extras' stubs and are imported for type checking only). boto3 and botocore are
+imported on first use, as a client is: a Lambda handler importing this module at a cold start
+does not pay for the SDK before it makes a client.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import BotoCoreError, ClientError
-
 from streamlease.errors import StoreError
 
 if TYPE_CHECKING:
+    from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_dynamodb.literals import ReturnValueType
     from types_boto3_dynamodb.type_defs import (
@@ -38,8 +39,6 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 _CONDITION_FAILED: Final = "ConditionalCheckFailedException"
-_SER: Final = TypeSerializer()
-_DE: Final = TypeDeserializer()
 BATCH_GET_MAX: Final = 100
 """Most keys one BatchGetItem may ask for."""
 _BATCH_GET_ROUNDS: Final = 5
@@ -56,14 +55,23 @@ def placeholders(names: Mapping[str, str], *expressions: str) -> dict[str, str]:
     return {token: names[token] for token in sorted(used)}
 
 
+@functools.cache
+def _converters() -> tuple[TypeSerializer, TypeDeserializer]:
+    from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+    return TypeSerializer(), TypeDeserializer()
+
+
 def serialize(values: Mapping[str, Any]) -> dict[str, Any]:
     """Plain Python values as DynamoDB attribute values."""
-    return {k: _SER.serialize(v) for k, v in values.items()}
+    serializer = _converters()[0]
+    return {k: serializer.serialize(v) for k, v in values.items()}
 
 
 def plain(item: Mapping[str, Any]) -> dict[str, Any]:
     """A DynamoDB item as plain Python values (numbers are ``Decimal``)."""
-    return {k: _DE.deserialize(v) for k, v in item.items()}
+    deserializer = _converters()[1]
+    return {k: deserializer.deserialize(v) for k, v in item.items()}
 
 
 class ConditionFailed(Exception):
@@ -80,6 +88,8 @@ def call(operation: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) ->
     arguments. Raises :class:`ConditionFailed` when a condition did not hold and
     :class:`StoreError` for anything else DynamoDB or the network did (``ClientError``,
     ``BotoCoreError``)."""
+    from botocore.exceptions import BotoCoreError, ClientError  # loaded with the client
+
     name = getattr(operation, "__name__", "call")
     try:
         return operation(*args, **kwargs)
