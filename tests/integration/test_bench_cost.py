@@ -16,9 +16,10 @@ import re
 
 import pytest
 
-from bench import consumer_cost, cost
+from bench import consumer_cost, cost, cost_bill
 from bench.common import Progress, Table
 from bench.context import DEFAULT_SCALE, BenchContext
+from cdk.presets import DEFAULT_PRESET, Preset
 from local.moto_process import MotoProcess
 
 pytestmark = pytest.mark.slow
@@ -30,19 +31,29 @@ SMOKE = cost.Size(
     dynamo_sizes=(2, 4),
     dynamo_heartbeats=2,
     timer_scale=DEFAULT_SCALE,
+    payloads=(cost_bill.PRICED_PAYLOAD, 60),
 )
 """The smallest run, at the tests' timers (lease 2 s): the Kinesis read-back leaves out a
 window's last 2 s (records still in flight), so a window is well longer than that — about 24
-messages read back at 1 msg/s (a 2.5 s window of 3 streams left ~1.5, sometimes none)."""
+messages read back at 1 msg/s (a 2.5 s window of 3 streams left ~1.5, sometimes none). Two
+payload sizes: the priced one and one more, so the by-size table has a row of each."""
 LINES = (
     "Fargate",
     "public IPv4",
     "DynamoDB (sessions)",
-    "Kinesis (on-demand)",
-    "Kinesis reads (on-demand, one consumer)",
-    "CloudWatch",
     "Kinesis (provisioned)",
+    "CloudWatch",
+    cost_bill.DTO_LINE,
+    "Lambda (scheduled auditor)",
+    "X-Ray",
+    "SQS",
+    "VPC flow logs",
+    "KMS (sink encryption)",
+    "API method metrics",
 )
+"""Every line of the bill, as deployed by each preset (the default's sink is provisioned)."""
+TOTAL = "**total**"
+TOTAL_BUT_TRANSFER = "**total but data transfer out**"
 
 
 def dollars(cell: object) -> float | None:
@@ -67,31 +78,55 @@ def tables(moto_server: MotoProcess, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def test_the_bill_has_every_line_and_a_total_that_is_their_sum(tables: list[Table]) -> None:
+    """A column per preset and rate; every line a finite figure (an unused API costs $0), the
+    total their sum, and the total but data transfer out that sum less its line."""
     bill = tables[0]
     rows = {str(row[0]): row[1:] for row in bill.rows}
-    assert set(LINES) | {"**total**"} == set(rows)
-    columns = len(cost.RATES) * 2  # today and recommended, at each rate
+    assert set(LINES) | {TOTAL, TOTAL_BUT_TRANSFER} == set(rows)
+    columns = len(Preset) * len(cost.RATES)
+    assert bill.headers[1].startswith(f"{DEFAULT_PRESET} (deployed default) @ 1 msg/s")
     for column in range(columns):
-        figures = [dollars(rows[line][column]) for line in LINES]
-        present = [f for f in figures if f is not None]
-        assert all(math.isfinite(f) and f > 0 for f in present), (column, figures)
-        total = dollars(rows["**total**"][column])
+        figures = {line: dollars(rows[line][column]) for line in LINES}
+        assert all(f is not None and math.isfinite(f) and f >= 0 for f in figures.values())
+        assert all(figures[line] for line in ("Fargate", "CloudWatch", cost_bill.DTO_LINE))
+        total, but_transfer = (
+            dollars(rows[TOTAL][column]),
+            dollars(rows[TOTAL_BUT_TRANSFER][column]),
+        )
+        present = [f for f in figures.values() if f is not None]
         assert total == pytest.approx(sum(present), abs=0.01 * len(present))
-    # Today's defaults pay Container Insights' metrics, the recommended configuration not.
-    cloudwatch = str(rows["CloudWatch"][-1])
-    assert "(0 Container Insights')" in cloudwatch, cloudwatch
+        assert but_transfer == pytest.approx(
+            sum(present) - (figures[cost_bill.DTO_LINE] or 0.0), abs=0.01 * len(present)
+        )
 
 
 def test_the_notes_price_private_networking_and_judge_both_goals(tables: list[Table]) -> None:
     notes = "\n".join(tables[0].notes)
-    for rate, goal in cost.GOALS.items():
-        assert f"Goal, recommended @ {rate:g} msg/s, public: ≤ ${goal:g}:" in notes
-        assert f"Private networking, recommended @ {rate:g} msg/s:" in notes
+    for rate, (goal, _) in cost_bill.GOALS.items():
+        assert f"Goal, deployed default @ {rate:g} msg/s, " in notes
+        assert f": ≤ ${goal:g}: $" in notes
+        assert f"Private networking, deployed default @ {rate:g} msg/s:" in notes
+    assert "Counted from the synthesized templates" in notes
 
 
-def test_the_inputs_have_a_row_per_rate_with_messages_and_log_bytes(tables: list[Table]) -> None:
-    inputs = tables[1]
-    assert [row[0] for row in inputs.rows] == [f"{rate:g} msg/s" for rate in cost.RATES]
+def test_the_bill_by_payload_has_a_row_per_preset_rate_and_size(tables: list[Table]) -> None:
+    by_payload = tables[1]
+    rows = {(str(row[0]), str(row[1]), str(row[2]).split(" ")[0]) for row in by_payload.rows}
+    assert rows == {
+        (str(preset), f"{rate:g} msg/s", f"{size}")
+        for preset in Preset
+        for rate in cost.RATES
+        for size in SMOKE.payloads
+    }
+
+
+def test_the_inputs_have_a_row_per_rate_and_size_with_messages_and_log_bytes(
+    tables: list[Table],
+) -> None:
+    inputs = tables[2]
+    assert sorted(str(row[0]) for row in inputs.rows) == sorted(
+        f"{rate:g} msg/s, {size} B" for rate in cost.RATES for size in SMOKE.payloads
+    )
     for row in inputs.rows:
         messages, log_bytes_per_second = row[1], row[8]
         assert isinstance(messages, int) and messages > 0, row
@@ -101,7 +136,7 @@ def test_the_inputs_have_a_row_per_rate_with_messages_and_log_bytes(tables: list
 def test_the_consumer_state_has_a_row_per_rate_and_id_shape_and_judges_its_goal(
     tables: list[Table],
 ) -> None:
-    state = tables[2]
+    state = tables[3]
     expected = [
         (f"{rate:g} msg/s", shape) for rate in cost.RATES for shape in consumer_cost.ID_SHAPES
     ]

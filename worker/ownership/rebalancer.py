@@ -84,6 +84,12 @@ class Rebalancer:
         ctx = self._ctx
         if ctx.shutdown_requested.is_set():
             return []
+        session = ctx.session
+        if session is not None and not session.healthy():
+            # A handoff's release needs DynamoDB: while the session's renewals lag, a release
+            # is likely to go unanswered (the stream then waits to be found, not handed over),
+            # and the loads it would judge by are those of a fleet that paused delivering.
+            return []
         settings = ctx.settings
         view = self._view
         active: list[StreamHolder] = [h for h in self._holdings if h.is_active]
