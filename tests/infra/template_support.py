@@ -118,3 +118,22 @@ def scaling_policies(template: TemplateJson) -> dict[str, dict[str, Any]]:
         kind = "cpu" if "PredefinedMetricSpecification" in config else "streams"
         by_kind[kind] = body["Properties"]
     return by_kind
+
+
+def lease_table_properties(stack: Any, indexes: Any) -> dict[str, Any]:
+    """The table's ``Properties`` once an on-demand lease table with ``indexes`` (a
+    :class:`~cdk.config.TableIndexes` layout) is added to ``stack``."""
+    from aws_cdk.assertions import Template
+
+    from cdk.components.lease_table import LeaseTable
+    from cdk.config import BillingMode, CapacityRange
+
+    LeaseTable(
+        stack,
+        "Leases",
+        billing=BillingMode.ON_DEMAND,
+        provisioned_read=CapacityRange(1, 1),
+        provisioned_write=CapacityRange(1, 1),
+        indexes=indexes,
+    )
+    return properties_of(Template.from_stack(stack).to_json(), "AWS::DynamoDB::GlobalTable")

@@ -14,10 +14,9 @@ from typing import Any, Final
 
 import pytest
 from aws_cdk import Stack
-from aws_cdk.assertions import Template
+from template_support import lease_table_properties
 
-from cdk.components.lease_table import LeaseTable
-from cdk.config import BillingMode, CapacityRange, TableIndexes
+from cdk.config import TableIndexes
 
 
 def _include(*attributes: str) -> dict[str, Any]:
@@ -82,18 +81,7 @@ def test_no_layout_changes_a_deployed_index_s_keys_or_projection(
     """Every layout ``streamlease:tableIndexes`` can deploy, the current one included, keeps
     each index a table already has exactly as it was deployed (projected attributes in any
     order)."""
-    LeaseTable(
-        small_stack,
-        "Leases",
-        billing=BillingMode.ON_DEMAND,
-        provisioned_read=CapacityRange(1, 1),
-        provisioned_write=CapacityRange(1, 1),
-        indexes=layout,
-    )
-    resources = Template.from_stack(small_stack).to_json()["Resources"]
-    (table,) = [
-        r["Properties"] for r in resources.values() if r["Type"] == "AWS::DynamoDB::GlobalTable"
-    ]
+    table = lease_table_properties(small_stack, layout)
     for gsi in table["GlobalSecondaryIndexes"]:
         deployed = DEPLOYED.get(gsi["IndexName"])
         if deployed is None:

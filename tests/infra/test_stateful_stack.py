@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Match, Template
-from template_support import TemplateJson, properties_of, resources_of
+from template_support import TemplateJson, lease_table_properties, properties_of, resources_of
 
 from cdk.components.lease_table import LeaseTable
 from cdk.config import BillingMode, CapacityRange, DeploymentConfig, TableIndexes
@@ -208,18 +208,7 @@ def test_outputs_name_what_a_worker_outside_the_fleet_needs(stateful_json: Templ
 def test_each_migration_stage_deploys_its_indexes(small_stack: Stack, stage: TableIndexes) -> None:
     """streamlease:tableIndexes names a stage of a deployed table's move: the table has
     exactly that stage's indexes (one index more or less than the stage before)."""
-    LeaseTable(
-        small_stack,
-        "Leases",
-        billing=BillingMode.ON_DEMAND,
-        provisioned_read=CapacityRange(1, 1),
-        provisioned_write=CapacityRange(1, 1),
-        indexes=stage,
-    )
-    resources = Template.from_stack(small_stack).to_json()["Resources"]
-    (props,) = [
-        r["Properties"] for r in resources.values() if r["Type"] == "AWS::DynamoDB::GlobalTable"
-    ]
+    props = lease_table_properties(small_stack, stage)
     names = {gsi["IndexName"] for gsi in props["GlobalSecondaryIndexes"]}
     assert stage.stage is not None
     assert names == {index.name for index in MIGRATION_STAGES[stage.stage]}
