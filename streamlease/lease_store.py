@@ -56,6 +56,7 @@ _NAMES: Final = {
     "#exp": _A.LEASE_EXPIRES_AT_MS,
     "#epoch": _A.LEASE_EPOCH,
     "#slot": _A.LEASE_SLOT,
+    "#rel": _A.LEASE_RELEASED_EPOCH,
     "#seq": _A.LAST_SEQ,
     "#acq": _A.LEASE_ACQUIRED_AT_MS,
     "#uat": _A.UPDATED_AT,
@@ -343,12 +344,13 @@ class LeaseStore:
         ``stop``: also set the stream STOPPED (generation + 1), for a stream its upstream ended.
         Returns the stream as it is after the release — its ``desired_state`` tells the caller
         whether a handoff is wanted — or None when the stream is gone. A retried release whose
-        first attempt landed (the stream is free at ``epoch``) returns the stream too, so the
-        handoff is not lost with the answer. Raises :class:`LeaseLost` when another holder has
-        taken the stream since (the final checkpoint was *not* written).
+        first attempt landed returns the stream as it is now too (``lease_released_epoch`` names
+        this epoch, whether the stream is still free or another worker has acquired it since),
+        so the caller knows it handed the stream over. Raises :class:`LeaseLost` when the lease
+        was taken from this holding (the final checkpoint was *not* written).
         """
         now = self._clock_ms() if now_ms is None else now_ms
-        sets = ["#exp = :zero", "#uat = :iso", "#uby = :me"]
+        sets = ["#exp = :zero", "#uat = :iso", "#uby = :me", "#rel = :epoch"]
         removes = ["#owner", "#slot"]
         values: dict[str, Any] = {":zero": 0, ":iso": iso_ms(now), ":me": owner, ":epoch": epoch}
         if not stop:  # free and (most likely) STARTED: an orphan-index entry, aligned below
@@ -387,7 +389,7 @@ class LeaseStore:
             old = failed.old
             if old is None or is_tombstone(old):
                 return None
-            if old.get(_A.LEASE_OWNER) is None and int(old.get(_A.LEASE_EPOCH, 0)) == epoch:
+            if int(old.get(_A.LEASE_RELEASED_EPOCH, -1)) == epoch:  # our first attempt landed
                 return Stream.from_item(old)
             raise LeaseLost(stream_id, epoch, _loss_reason(old, owner, epoch)) from None
         self._align(item)

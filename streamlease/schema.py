@@ -208,6 +208,10 @@ class StreamAttr:
     LAST_ERROR_AT: Final = "last_error_at"
     TAKEOVERS: Final = "takeovers"
     LEASE_ACQUIRED_AT_MS: Final = "lease_acquired_at_ms"
+    LEASE_RELEASED_EPOCH: Final = "lease_released_epoch"
+    """The epoch whose holder last released the stream itself (absent: never). Only that
+    holding's own release writes it, so a retried release whose answer was lost can tell that
+    its first attempt landed even after another worker has acquired the stream since."""
     LEASE_SLOT: Final = "lease_slot"
     """Sessions: the holder's checkpoint-vector slot of this stream (absent when free)."""
     PROFILE: Final = "profile"

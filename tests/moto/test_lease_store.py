@@ -332,6 +332,32 @@ def test_release_after_a_takeover_is_lost_and_writes_no_checkpoint(store, seed):
     assert (stored.owner, stored.last_seq) == ("w2", 30)
 
 
+def test_a_retried_release_that_landed_before_another_worker_acquired_is_released(store, seed):
+    """The first release landed but its answer was lost; another worker acquired the free
+    stream before the retry. The retry is not a loss: the stream was handed over, and the
+    caller learns it (owned by the new holder, so no handoff is needed)."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 1)  # the answer is lost
+    store.acquire("s1", "w2", LEASE_MS, now_ms=NOW + 2)
+
+    again = store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 3)
+    assert again is not None
+    assert (again.owner, again.epoch, again.last_seq) == ("w2", lease.epoch + 1, 12)
+    assert store.read("s1").owner == "w2"
+
+
+def test_a_release_after_the_holder_was_freed_by_a_peer_is_lost(store, seed):
+    """A peer freed the holding as dead (``release_for``): the stream is free at the holder's
+    epoch, but the holder did not hand it over; its release is a loss, not a handoff."""
+    seed("s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)
+    assert store.release_for("s1", "w1", lease.epoch, None, now_ms=NOW + 1) is not None
+
+    with pytest.raises(LeaseLost):
+        store.release("s1", "w1", lease.epoch, last_seq=12, now_ms=NOW + 2)
+
+
 def test_release_of_a_deleted_stream_reports_nothing_released(store, seed, dynamodb, table):
     """Releasing a stream that was deleted meanwhile is not an error."""
     seed("s1")

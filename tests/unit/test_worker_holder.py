@@ -549,17 +549,21 @@ async def test_a_shed_stream_is_handed_off_for_a_worker_below_its_share(
 
 
 class AnswerLostStore(RecordingStore):
-    """A release whose answer is lost (it landed: another worker acquires at once), then the
-    retry finds the lease gone."""
+    """A release whose answer is lost, then the retry finds another worker's epoch:
+    ``landed`` False, the lease was taken (LeaseLost); True, the first attempt had landed
+    and the stream was acquired since (the store answers the stream as it is now)."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, *, landed: bool = False) -> None:
         super().__init__(journal)
         self.release_calls: list[float] = []
+        self.landed = landed
 
     def release(self, stream_id: str, owner: str, epoch: int, **kwargs: Any) -> Stream:
         self.release_calls.append(time.monotonic())
         if len(self.release_calls) == 1:
             raise StoreError("DynamoDB update_item failed: ReadTimeoutError")
+        if self.landed:
+            return Stream(stream_id, DesiredState.STARTED, "", "w2", 0, 5, epoch + 1, 2)
         raise LeaseLost(stream_id, epoch, "another worker holds it")
 
 
@@ -590,3 +594,29 @@ async def test_a_release_that_finds_the_lease_gone_ends_the_holding_when_it_was_
     assert lost.deadline_mono <= first_release < retry <= lost.mono
     last_write = max(e[3] for e in journal.entries if e[0] == "write")
     assert last_write <= lost.deadline_mono
+
+
+async def test_a_retried_release_that_had_landed_is_a_handover_not_a_loss(
+    sim: UpstreamSimulator, tmp_path: Path
+) -> None:
+    """The first release landed (its answer lost) and another worker acquired the stream
+    before the retry, which learns so from the store: the holding ends released, as of the
+    first attempt, and sends no handoff for a stream someone already holds."""
+    journal = Journal()
+    rig = make_rig(sim, tmp_path, RecordingSink(journal))
+    store = AnswerLostStore(journal, landed=True)
+    rig.ctx.store = cast(Any, store)
+    holder = rig.holder("s1")
+    task = asyncio.create_task(holder.run())
+    await until(lambda: holder.acked_seq >= 5)
+    holder.request_end(EndReason.SHED)
+    await asyncio.wait_for(task, 10)
+
+    rig.ctx.events.close()
+    events, _ = read_jsonl([rig.events_path], LeaseEvent.from_dict)
+    assert [e.event for e in events][-1] == "released"
+    released = events[-1]
+    first_release, retry = store.release_calls
+    assert released.deadline_mono is not None
+    assert released.deadline_mono <= first_release < retry <= released.mono
+    assert not [e for e in journal.entries if e[0] == "handoff"]

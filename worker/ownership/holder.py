@@ -470,10 +470,13 @@ class StreamHolder:
         self.fence.stop_renewing()
         if reason is EndReason.STOPPED:
             self._record(LeaseEventKind.STOPPED)
-        stream = await self._release()
+        delivered_until = time.monotonic()  # the holding delivers nothing from here on
+        stream = await self._release(delivered_until)
         if stream is None:
             return
-        self._record(LeaseEventKind.RELEASED)
+        # Ended when the release was sent: a retried one may learn it landed only after another
+        # worker has acquired the stream.
+        self._record(LeaseEventKind.RELEASED, deadline_mono=delivered_until)
         if reason is EndReason.ENDED:
             ctx.metrics.incr(WorkerMetric.STREAMS_ENDED)
         logger.info(
@@ -485,23 +488,26 @@ class StreamHolder:
         )
         # Still wanted (shed, drained, failed — or stopped and started again while this holder
         # was finishing): tell a worker now instead of leaving it to reconciliation.
-        if not (self._settings.handoff_on_release and stream.desired_state is DesiredState.STARTED):
+        if not (
+            self._settings.handoff_on_release
+            and stream.desired_state is DesiredState.STARTED
+            and stream.owner is None  # not acquired since (a retried release that had landed)
+        ):
             return
         rebalance = reason is EndReason.SHED
         if await ctx.handoffs.send_handoff(self.stream_id, stream.generation, rebalance=rebalance):
             ctx.metrics.incr(WorkerMetric.HANDOFFS)
             self._record(LeaseEventKind.HANDOFF)
 
-    async def _release(self) -> Stream | None:
+    async def _release(self, delivered_until: float) -> Stream | None:
         """Release with the final checkpoint and progress, retrying unanswered calls while it
-        can matter.
+        can matter. ``delivered_until``: when the holding stopped delivering (monotonic).
 
         Returns the stream as it is after the release, or None when the lease was lost, the
         stream is gone, or the attempts ran out (the event is recorded here). A per-stream
         lease retries until its deadline; a session's stream while the session lives.
         """
         store = self._ctx.store
-        delivered_until = time.monotonic()  # the holding delivers nothing from here on
         while True:
             try:
                 stream = await asyncio.to_thread(
