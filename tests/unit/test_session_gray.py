@@ -123,9 +123,10 @@ async def run_until_over(session: Session) -> None:
 
 
 def test_renewals_unanswered_while_the_store_answers_a_read_revoke_the_session() -> None:
-    """Past the deadline the thread reads the session; the store answers, so the renewals are
-    what fails: the session is lost (REVOKED) and its tombstone written with no hb condition,
-    by the worker itself; no renewal is sent after that (the thread ends)."""
+    """Past the deadline the thread reads the session; the store answers, and a renewal sent
+    after that read fails too, so the renewals are what fails: the session is lost (REVOKED)
+    and its tombstone written with no hb condition, by the worker itself; no renewal is sent
+    after that (the thread ends)."""
     store = ScriptedStore(renewals=False, read=True, read_state=WorkerState.RUNNING)
     lost: list[SessionState] = []
     session = make_session(store, lost, probation=False)
@@ -133,8 +134,44 @@ def test_renewals_unanswered_while_the_store_answers_a_read_revoke_the_session()
     assert lost == [SessionState.REVOKED]
     assert session.state is SessionState.REVOKED
     assert store.calls.count(f"expire by {ME} seen None") == 1
-    after = store.calls[store.calls.index("read") :]
-    assert "renew" not in after, "a renewal was sent after the decision to revoke"
+    after = store.calls[store.calls.index("read") + 1 :]
+    assert after == ["renew", f"expire by {ME} seen None"], "a renewal after the revoke"
+
+
+class RecoveringStore(ScriptedStore):
+    """A brownout that ends just as the thread reads its session: renewals answer from the
+    read on."""
+
+    def read(self, worker_id: str, *, consistent: bool = True) -> WorkerInfo | None:
+        self.renewals_answer = True
+        return super().read(worker_id, consistent=consistent)
+
+
+def test_a_renewal_answered_after_the_read_goes_on_renewing() -> None:
+    """The renewal that failed was sent while the store was slow for everyone; the read is
+    answered because the slowness has just ended. The renewal the thread sends after the
+    read is answered too: nothing is revoked, the session is healthy again."""
+    store = RecoveringStore(renewals=False, read=True, read_state=WorkerState.RUNNING)
+    lost: list[SessionState] = []
+    session = make_session(store, lost, probation=False)
+
+    async def scenario() -> None:
+        await session.open()
+        session.start()
+        try:
+            await until(lambda: "read" in store.calls, "a read of the session")
+            await until(session.healthy, "the session healthy again")
+            await until(
+                lambda: store.calls[store.calls.index("read") :].count("renew") >= 3,
+                "renewals going on after the read",
+            )
+        finally:
+            session.stop()
+
+    asyncio.run(scenario())
+    assert lost == []
+    assert session.live
+    assert not any(c.startswith("expire") for c in store.calls)
 
 
 def test_renewals_and_reads_unanswered_go_on_renewing() -> None:

@@ -19,7 +19,9 @@ by the answers it receives. When renewals land but their answers do not come bac
 session looks alive to everyone but its own worker, whose streams stay paused. So when a renewal
 goes unanswered past the deadline (about a lease after the last success; a worker that was
 merely frozen tries a renewal first), the thread reads the session item. If the store answers
-that read, the renewals are what fails: the thread stops renewing and *revokes* the session
+that read and a renewal sent after it still goes unanswered, the renewals are what fails (a
+renewal answered then means the store was slow for everyone, a brownout just ended: renewing
+goes on): the thread stops renewing and *revokes* the session
 (``state = EXPIRED`` on condition it is live; a renewal still on its way lands on a tombstone
 and changes nothing, since EXPIRED never renews), retrying the revoke until it is answered, and
 the worker hands the streams over (:mod:`worker.liveness.session_keeper`). Neither happens inside
@@ -316,22 +318,8 @@ class Session:
         while not self._stop.wait(max(0.0, next_send - time.monotonic())):
             sent = time.monotonic()
             lag_ms = max(0.0, sent - next_send) * 1000.0
-            now = wall_ms()
-            expires = rules.next_session_expiry_ms(
-                now, settings.lease_ms, self._last_sent_expiry_ms
-            )
-            self._last_sent_expiry_ms = expires
             try:
-                self._renewal_store.renew(
-                    self.worker_id,
-                    expires_at_ms=expires,
-                    now_ms=now,
-                    active_streams=self._active_copy,
-                    capacity=self._capacity_copy,
-                    checkpoints=self.slots.vector() if self.carries_checkpoints else None,
-                    load_milli=self._load_copy[0],
-                    cpu_permille=self._load_copy[1],
-                )
+                self._send_renewal()
             except SessionExpired:
                 self._to_loop(self._lost, SessionState.EXPIRED)
                 return
@@ -344,8 +332,14 @@ class Session:
                 )
                 if now_mono >= next_check and not rules.is_safe_to_deliver(now_mono, deadline):
                     next_check = now_mono + interval  # one read per heartbeat while out of reach
-                    if self._revoked_unanswered(deadline + settings.fence_margin_seconds):
-                        return
+                    confirmed = self._judge_unanswered(deadline + settings.fence_margin_seconds)
+                    if confirmed is None:
+                        return  # the session is over
+                    if confirmed:
+                        last_success = confirmed
+                        self._to_loop(self._renewed_at, confirmed)
+                        next_send = confirmed + interval
+                        continue
                 next_send = time.monotonic() + rules.retry_delay_seconds(interval, random.random())
                 continue
             last_success = sent
@@ -353,25 +347,59 @@ class Session:
             self._to_loop(self._renewed_at, sent)
             next_send = sent + interval
 
-    def _revoked_unanswered(self, revoke_from_mono: float) -> bool:
+    def _send_renewal(self) -> None:
+        """One renewal of the session, with what the loop last copied for it. Raises
+        :class:`SessionExpired`, or :class:`StoreError` when unanswered."""
+        now = wall_ms()
+        expires = rules.next_session_expiry_ms(
+            now, self.settings.lease_ms, self._last_sent_expiry_ms
+        )
+        self._last_sent_expiry_ms = expires
+        self._renewal_store.renew(
+            self.worker_id,
+            expires_at_ms=expires,
+            now_ms=now,
+            active_streams=self._active_copy,
+            capacity=self._capacity_copy,
+            checkpoints=self.slots.vector() if self.carries_checkpoints else None,
+            load_milli=self._load_copy[0],
+            cpu_permille=self._load_copy[1],
+        )
+
+    def _judge_unanswered(self, revoke_from_mono: float) -> float | None:
         """Past the deadline with no renewal answered: find out why (see the module docstring).
-        True when the session is over (revoked here, or expired by a peer); False to go on
-        renewing. The tombstone, which lets peers take the streams at once, is not written
-        before ``revoke_from_mono`` (the deadline + the fence margin: a sink call begun before
-        the deadline has ended by then)."""
+
+        Returns None when the session is over (revoked here, or expired by a peer); 0.0 to go on
+        renewing (the store answers nothing: out of reach); or when a renewal sent after the
+        store answered the read succeeded, the monotonic time it was sent — the renewal that
+        failed was sent while the store was slow for everyone, a brownout that has just ended.
+        Only a renewal that fails after the store answered a read revokes the session. The
+        tombstone, which lets peers take the streams at once, is not written before
+        ``revoke_from_mono`` (the deadline + the fence margin: a sink call begun before the
+        deadline has ended by then)."""
         try:
             stored = self._renewal_store.read(self.worker_id)
         except Exception as exc:  # the store does not answer this worker at all
             logger.debug("session read unanswered", error=describe(exc))
-            return False
+            return 0.0
         if stored is None or not stored.is_live:
             self._to_loop(self._lost, SessionState.EXPIRED)
-            return True
+            return None
+        confirm = time.monotonic()
+        try:
+            self._send_renewal()
+        except SessionExpired:
+            self._to_loop(self._lost, SessionState.EXPIRED)
+            return None
+        except Exception as exc:
+            logger.debug("session renewal unanswered after a read", error=describe(exc))
+        else:
+            return confirm
         # The store answers, the renewals do not get through: give the session up. Renewals
         # stop first; one still on its way lands on the tombstone and changes nothing.
         self._to_loop(self._lost, SessionState.REVOKED)
         if self._stop.wait(max(0.0, revoke_from_mono - time.monotonic())):
-            return True  # the worker is leaving: its exit writes the tombstone, sink closed
+            return None  # the worker is leaving: its exit writes the tombstone, sink closed
         interval = self.settings.heartbeat_seconds
         give_up_at = time.monotonic() + self.settings.lease_seconds
         while True:
@@ -381,16 +409,16 @@ class Session:
                 if time.monotonic() >= give_up_at:
                     # Its hb no longer moves: peers judge it dead within a lease anyway.
                     logger.warning("session not revoked", error=describe(exc))
-                    return True
+                    return None
                 if self._stop.wait(rules.retry_delay_seconds(interval, random.random())):
-                    return True
+                    return None
                 continue
             logger.warning(
                 "session revoked: renewals unanswered",
                 stored_hb=stored.hb,
                 revoked=expiry.won,
             )
-            return True
+            return None
 
     def _to_loop(self, callback: Callable[..., Any], *args: Any) -> None:
         loop = self._loop
