@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-from bench.fleet_model.events import Answer, Batcher, Request
+from bench.fleet_model.batcher import Batcher
+from bench.fleet_model.events import Answer, Request
+from bench.fleet_model.sessions import Session
+from bench.fleet_model.store import Touch
 from bench.fleet_model.units import read_units
 from bench.fleet_model.world import World
 from streamlease import placement, rules
@@ -27,12 +30,6 @@ from worker.ownership.commands import MAX_MESSAGES_PER_RECEIVE, PASS_ON_PAUSE_SE
 from worker.ownership.fleet_view import FleetView, wants_handoffs
 from worker.ownership.rebalancer import jittered
 from worker.ownership.reconciler import MAX_PARALLEL_ACQUIRES
-
-if TYPE_CHECKING:
-    from bench.fleet_model.sessions import Session
-    from bench.fleet_model.store import Touch
-    from bench.fleet_model.takeover import Takeover
-    from bench.fleet_model.watch import Watch
 
 IDLE_CHECK_SECONDS: Final = 0.25
 """How often a worker that may not take more looks again (the worker: 0.1 s, in memory)."""
@@ -44,10 +41,43 @@ worker's one connection-state writer gathers changes into one round of writes.""
 REOPEN_SECONDS: Final = 0.5
 
 
-class Agent:
-    """One worker process."""
+class Watching(Protocol):
+    """The agent's fleet watcher and orphan finder (:class:`bench.fleet_model.watch.Watch`)."""
 
-    def __init__(self, world: World, idx: int, capacity: int, *, observer: bool) -> None:
+    def round(self) -> None:
+        """One fleet round."""
+        ...
+
+    def refresh_share(self, then: Callable[[], None]) -> None:
+        """Re-read the fair share now, then ``then()``."""
+        ...
+
+    def find_orphans(self, then: Callable[[list[int]], None]) -> None:
+        """One reconcile read of the orphan index; ``then(found)`` with the free streams."""
+        ...
+
+
+class TakingOver(Protocol):
+    """The agent's tombstones and sweeps (:class:`bench.fleet_model.takeover.Takeover`)."""
+
+    def busy_with(self, no: int) -> bool:
+        """A sweep of session ``no`` runs here."""
+        ...
+
+    def expire(self, target: Session, seen_hb: int, weight: float) -> None:
+        """Tombstone ``target`` if its ``hb`` is still ``seen_hb``; the winner sweeps it."""
+        ...
+
+    def sweep_leftover(self, target: Session, weight: float) -> None:
+        """Read the tombstone, then sweep it."""
+        ...
+
+
+class Agent:
+    """One worker process. Its watch and takeover are fitted on by whoever builds the fleet
+    (:func:`bench.fleet_model.scenarios.build`): they act on the agent, and it calls them."""
+
+    def __init__(self, world: World[Agent], idx: int, capacity: int, *, observer: bool) -> None:
         """``observer``: runs its own dead-session detector (else it only loads the store)."""
         self.world = world
         self.idx = idx
@@ -66,8 +96,8 @@ class Agent:
         self._connected: list[int] = []
         self._free_seen: set[int] = set()
         """Free streams the last reconcile round found."""
-        self.watch: Watch
-        self.takeover: Takeover
+        self.watch: Watching
+        self.takeover: TakingOver
 
     # --- state ----------------------------------------------------------------------------
 
