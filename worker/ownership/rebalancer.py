@@ -22,8 +22,9 @@ from streamlease import placement, rules
 from streamlease.schema import expiry_shards
 from worker.context import WorkerContext
 from worker.logs import describe, logger
+from worker.ownership.end_reason import EndReason
 from worker.ownership.fleet_view import FleetView
-from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.holder import StreamHolder
 from worker.ownership.holdings import Holdings
 
 
