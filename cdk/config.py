@@ -12,8 +12,9 @@ from enum import StrEnum
 from typing import Final
 
 from streamlease import telemetry
+from streamlease.commands import COMMAND_MAX_RECEIVES
 from streamlease.errors import ConfigError
-from streamlease.schema import COMMAND_MAX_RECEIVES, Liveness
+from streamlease.schema import Liveness
 from streamlease.settings import Settings
 
 

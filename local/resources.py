@@ -17,7 +17,8 @@ from botocore.exceptions import ClientError
 
 from local.polling import wait_until
 from streamlease import aws
-from streamlease.schema import COMMAND_MAX_RECEIVES, create_table_kwargs
+from streamlease.commands import COMMAND_MAX_RECEIVES
+from streamlease.schema import create_table_kwargs
 from streamlease.settings import Settings
 
 if TYPE_CHECKING:

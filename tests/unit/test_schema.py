@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamlease.commands import Command, CommandType
 from streamlease.schema import (
     BY_OWNER,
     BY_SHARD_EXPIRY,
@@ -22,8 +23,6 @@ from streamlease.schema import (
     MIGRATION_STAGES,
     PK,
     TOMBSTONE_KEEPS,
-    Command,
-    CommandType,
     Liveness,
     StreamAttr,
     WorkerAttr,

@@ -8,7 +8,7 @@ holding more than share + slack hands off its excess. Only streams held at least
 stream shed when nobody can take it only moves the imbalance) and at most
 :data:`~streamlease.placement.MAX_SHED_FRACTION` of its capacity per round (less when the
 fleet-wide pace binds), and each handoff is marked for the receivers
-(:class:`~streamlease.schema.Command` ``rebalance``).
+(:class:`~streamlease.commands.Command` ``rebalance``).
 """
 
 from __future__ import annotations
