@@ -2,8 +2,9 @@
 
 ``lambdas → streamlease``, ``worker → streamlease``, ``cdk → streamlease`` (schema, commands,
 settings, telemetry and errors only), ``local`` and ``bench → everything``; ``streamlease``
-imports none of the others. Inside the worker its folders import one way (liveness → ownership → stream → sinks →
-fencing, with the process modules around them). No package has an import cycle inside it.
+imports none of the others. Inside the worker its folders import one way (liveness → ownership →
+stream → sinks → fencing, with the process modules around them). No package has an import cycle
+inside it.
 ``make lint`` runs ``lint-imports`` too; this test is what puts the contracts into ``make test``,
 and so into CI.
 """
