@@ -9,6 +9,7 @@ from typing import Any
 
 from streamlease import dynamo, rules
 from streamlease.errors import LeaseConflict, StoreError
+from streamlease.indexes import expiry_shard
 from streamlease.lease_table.layout import (
     _A,
     _EXISTS,
@@ -22,13 +23,7 @@ from streamlease.lease_table.layout import (
 )
 from streamlease.lease_table.table import LeaseTable
 from streamlease.model import Lease, is_tombstone, iso_ms
-from streamlease.schema import (
-    SESSION_HELD_MS,
-    ConnectionState,
-    DesiredState,
-    expiry_shard,
-    stream_key,
-)
+from streamlease.schema import SESSION_HELD_MS, ConnectionState, DesiredState, stream_key
 
 
 class LeaseAcquire(LeaseTable):

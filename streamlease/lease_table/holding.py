@@ -7,6 +7,7 @@ from typing import Any
 
 from streamlease import dynamo, rules
 from streamlease.errors import LeaseLost, StoreError, StreamStopped
+from streamlease.indexes import expiry_shard
 from streamlease.lease_table.layout import (
     _A,
     _EXPIRY_GROWS,
@@ -21,12 +22,7 @@ from streamlease.lease_table.layout import (
 )
 from streamlease.lease_table.table import LeaseTable
 from streamlease.model import Stream, StreamProgress, is_tombstone, iso_ms
-from streamlease.schema import (
-    ConnectionState,
-    DesiredState,
-    expiry_shard,
-    stream_key,
-)
+from streamlease.schema import ConnectionState, DesiredState, stream_key
 
 
 class LeaseHolding(LeaseTable):

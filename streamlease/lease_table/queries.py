@@ -7,18 +7,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamlease import dynamo
+from streamlease.indexes import BY_OWNER, BY_SHARD_EXPIRY, shard_key
 from streamlease.lease_table.layout import (
     _names,
 )
 from streamlease.lease_table.table import LeaseTable
 from streamlease.model import LeaseView, Stream, is_tombstone
-from streamlease.schema import (
-    BY_OWNER,
-    BY_SHARD_EXPIRY,
-    DesiredState,
-    shard_key,
-    stream_key,
-)
+from streamlease.schema import DesiredState, stream_key
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import QueryInputTypeDef, ScanInputTypeDef

@@ -7,6 +7,7 @@ from typing import Any
 
 from streamlease import dynamo
 from streamlease.errors import LeaseConflict
+from streamlease.indexes import expiry_shard
 from streamlease.lease_table.layout import (
     _HELD_BY_OLD,
     _NEW_HOLDING_REMOVES,
@@ -19,13 +20,7 @@ from streamlease.lease_table.layout import (
 )
 from streamlease.lease_table.table import LeaseTable
 from streamlease.model import Lease, Stream, is_tombstone, iso_ms
-from streamlease.schema import (
-    SESSION_HELD_MS,
-    ConnectionState,
-    DesiredState,
-    expiry_shard,
-    stream_key,
-)
+from streamlease.schema import SESSION_HELD_MS, ConnectionState, DesiredState, stream_key
 
 
 class DeadSessionLeases(LeaseTable):

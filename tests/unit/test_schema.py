@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamlease.commands import Command, CommandType
-from streamlease.schema import (
+from streamlease.indexes import (
     BY_OWNER,
     BY_SHARD_EXPIRY,
     BY_STATE,
@@ -21,14 +21,16 @@ from streamlease.schema import (
     KEY_ATTRIBUTE_TYPES,
     LEGACY_BY_OWNER,
     MIGRATION_STAGES,
+    create_table_kwargs,
+    expiry_shard,
+    expiry_shards,
+)
+from streamlease.schema import (
     PK,
     TOMBSTONE_KEEPS,
     Liveness,
     StreamAttr,
     WorkerAttr,
-    create_table_kwargs,
-    expiry_shard,
-    expiry_shards,
     stream_attributes,
     stream_id_of,
     stream_key,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 from streamlease import placement, rules
-from streamlease.schema import expiry_shards
+from streamlease.indexes import expiry_shards
 from worker.context import WorkerContext
 from worker.logs import describe, logger
 from worker.ownership.end_reason import EndReason
