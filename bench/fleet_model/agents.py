@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Final, Protocol
+from typing import Final
 
 from bench.fleet_model.batcher import Batcher
 from bench.fleet_model.events import Answer, Request
+from bench.fleet_model.parts import TakingOver, Watching
 from bench.fleet_model.sessions import Session
 from bench.fleet_model.store import Touch
 from bench.fleet_model.units import read_units
@@ -39,38 +40,6 @@ CONNECT_SECONDS: Final = 0.25
 """From an acquire to the connection-state write (the upstream's handshake), and how long the
 worker's one connection-state writer gathers changes into one round of writes."""
 REOPEN_SECONDS: Final = 0.5
-
-
-class Watching(Protocol):
-    """The agent's fleet watcher and orphan finder (:class:`bench.fleet_model.watch.Watch`)."""
-
-    def round(self) -> None:
-        """One fleet round."""
-        ...
-
-    def refresh_share(self, then: Callable[[], None]) -> None:
-        """Re-read the fair share now, then ``then()``."""
-        ...
-
-    def find_orphans(self, then: Callable[[list[int]], None]) -> None:
-        """One reconcile read of the orphan index; ``then(found)`` with the free streams."""
-        ...
-
-
-class TakingOver(Protocol):
-    """The agent's tombstones and sweeps (:class:`bench.fleet_model.takeover.Takeover`)."""
-
-    def busy_with(self, no: int) -> bool:
-        """A sweep of session ``no`` runs here."""
-        ...
-
-    def expire(self, target: Session, seen_hb: int, weight: float) -> None:
-        """Tombstone ``target`` if its ``hb`` is still ``seen_hb``; the winner sweeps it."""
-        ...
-
-    def sweep_leftover(self, target: Session, weight: float) -> None:
-        """Read the tombstone, then sweep it."""
-        ...
 
 
 class Agent:
