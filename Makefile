@@ -76,11 +76,12 @@ TEST_WORKERS ?=
 test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, API contract (schemathesis), infra (synth + cdk-nag), chaos
 	STREAMLEASE_TEST_WORKERS=$(TEST_WORKERS) $(PY) tests/tiers.py $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff, mypy and the import contracts (lint-imports; make test checks those too)
+lint: $(STAMP) ## ruff, mypy, the import contracts and no import cycle (make test checks those too)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo
+	$(PY) -m pytest -q -n 0 -p no:cacheprovider tests/unit/test_import_cycles.py
 
 fmt: $(STAMP) ## apply ruff's formatting and fixes
 	$(VENV)/bin/ruff format .

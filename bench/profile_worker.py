@@ -48,7 +48,12 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("WebSocket library: frames, handshake, close", ("/websockets/", "/picows/")),
     (
         "transport: the library's glue, batches",
-        ("stream/transport.py", "stream/websocket.py", "stream/picows_client.py"),
+        (
+            "stream/transport.py",
+            "stream/websocket.py",
+            "stream/picows_client.py",
+            "stream/picows_errors.py",
+        ),
     ),
     ("sequencer: orjson, dedupe, gaps", ("stream/sequence.py", "orjson")),
     (

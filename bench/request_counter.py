@@ -30,7 +30,8 @@ from bench.write_units import (
     read_units,
     write_cost,
 )
-from streamlease.schema import INDEXES, PK, STREAM_PREFIX, WORKER_PREFIX, IndexSpec
+from streamlease.indexes import INDEXES, IndexSpec
+from streamlease.schema import PK, STREAM_PREFIX, WORKER_PREFIX
 
 _PARAMS_KEY = "bench_request_params"
 

@@ -41,7 +41,8 @@ from local.resources import create_resources
 from local.upstream_sim import UpstreamSimulator, run_in_thread
 from local.worker_process import WorkerProcess, use_dummy_aws_credentials
 from streamlease import aws
-from streamlease.schema import PK, DesiredState, StreamAttr, expiry_shard, stream_key
+from streamlease.indexes import expiry_shard
+from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
 from streamlease.settings import Settings
 from worker.os_limits import raise_open_file_limit
 

@@ -34,7 +34,8 @@ from bench.write_units import WRITE_OPERATIONS, item_size_bytes
 from local.testbed import Testbed
 from local.worker_process import PRODUCTION_LEASE_SECONDS
 from streamlease import aws
-from streamlease.schema import BY_SHARD_EXPIRY, FLEET, PK, worker_key
+from streamlease.indexes import BY_SHARD_EXPIRY, FLEET
+from streamlease.schema import PK, worker_key
 from streamlease.settings import Settings
 
 WRITE_PRICE_PER_MILLION: Final = 0.625

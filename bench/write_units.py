@@ -24,7 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from streamlease.schema import INDEXES, PK, STREAM_PREFIX, WORKER_PREFIX, IndexSpec, WorkerAttr
+from streamlease.indexes import INDEXES, IndexSpec
+from streamlease.schema import PK, STREAM_PREFIX, WORKER_PREFIX, WorkerAttr
 
 WRITE_OPERATIONS: Final = frozenset({"UpdateItem", "PutItem", "DeleteItem"})
 READ_OPERATIONS: Final = frozenset({"GetItem", "Query", "Scan", "BatchGetItem"})

@@ -12,8 +12,9 @@ from enum import StrEnum
 from typing import Final
 
 from streamlease import telemetry
+from streamlease.commands import COMMAND_MAX_RECEIVES
 from streamlease.errors import ConfigError
-from streamlease.schema import COMMAND_MAX_RECEIVES, Liveness
+from streamlease.schema import Liveness
 from streamlease.settings import Settings
 
 
@@ -48,7 +49,7 @@ class BillingMode(StrEnum):
 class TableIndexes(StrEnum):
     """Which global secondary indexes the lease table has. A deployed table of the previous
     release moves to the current ones through three intermediate stages, one index created or
-    dropped per CloudFormation update (``streamlease.schema.MIGRATION_STAGES``; the README's
+    dropped per CloudFormation update (``streamlease.indexes.MIGRATION_STAGES``; the README's
     migration says when to deploy which)."""
 
     CURRENT = "current"

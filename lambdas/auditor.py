@@ -35,16 +35,9 @@ from lambdas import runtime
 from lambdas.metrics import MetricEmitter
 from lambdas.tracing import tracer
 from streamlease import dynamo
+from streamlease.indexes import BY_OWNER, BY_SHARD_EXPIRY
 from streamlease.lease_store import wall_ms
-from streamlease.schema import (
-    BY_OWNER,
-    BY_SHARD_EXPIRY,
-    PK,
-    TROUBLE_STATES,
-    ConnectionState,
-    DesiredState,
-    StreamAttr,
-)
+from streamlease.schema import PK, TROUBLE_STATES, ConnectionState, DesiredState, StreamAttr
 from streamlease.telemetry import AUDITOR_SERVICE, AuditorMetric
 
 if TYPE_CHECKING:

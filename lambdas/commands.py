@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
-from streamlease.schema import Command, CommandType
+from streamlease.commands import Command, CommandType
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE, ApiMetric
 
 if TYPE_CHECKING:

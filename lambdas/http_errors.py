@@ -23,7 +23,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
-from lambdas.api_models import PATTERN_RULES
+from lambdas.api_requests import PATTERN_RULES
 from lambdas.stream_repo import StreamConflict
 from streamlease.errors import (
     StateConflict,

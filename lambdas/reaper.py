@@ -47,15 +47,9 @@ from lambdas.metrics import MetricEmitter
 from lambdas.tracing import command_trace_header, tracer
 from streamlease import checkpoints, dynamo, rules
 from streamlease.errors import StoreError
+from streamlease.indexes import BY_OWNER
 from streamlease.model import LeaseView
-from streamlease.schema import (
-    BY_OWNER,
-    DesiredState,
-    StopCode,
-    StreamAttr,
-    belongs_to_task,
-    task_id_of,
-)
+from streamlease.schema import DesiredState, StopCode, StreamAttr, belongs_to_task, task_id_of
 from streamlease.telemetry import REAPER_SERVICE, ApiMetric, ReaperMetric
 
 if TYPE_CHECKING:

@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo
+from streamlease.indexes import BY_OWNER, BY_STATE
 from streamlease.model import Stream, is_tombstone
 from streamlease.schema import (
-    BY_OWNER,
-    BY_STATE,
     PK,
     ConnectionState,
     DesiredState,

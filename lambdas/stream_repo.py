@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo, expiry_index, rules
 from streamlease.errors import StateConflict, StreamNotFound
+from streamlease.indexes import expiry_shard
 from streamlease.lease_store import wall_ms
 from streamlease.model import Stream, is_tombstone, iso_ms
 from streamlease.profile import Profile
@@ -30,7 +31,6 @@ from streamlease.schema import (
     DesiredState,
     Liveness,
     StreamAttr,
-    expiry_shard,
     stream_attributes,
     stream_key,
 )

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from cdk.components.dashboard_widgets import EMF_SOURCES, ROWS, Graph, Series, Source
-from local.api_adapter import HttpRequest, HttpResponse, Page, json_response
+from local.gateway_events import HttpRequest, HttpResponse, Page, json_response
 from local.jsonl_tail import JsonlTail
 from local.stack_files import StackPaths
 from local.stream_panel import read_stream_panel

@@ -1,6 +1,6 @@
 """The AWS resources of one streamlease deployment, created on a local endpoint (moto).
 
-The table comes from :func:`streamlease.schema.create_table_kwargs`, the same definitions the CDK
+The table comes from :func:`streamlease.indexes.create_table_kwargs`, the same definitions the CDK
 app builds its table from; the queue pair and the sink stream mirror the CDK constructs' settings.
 """
 
@@ -17,7 +17,8 @@ from botocore.exceptions import ClientError
 
 from local.polling import wait_until
 from streamlease import aws
-from streamlease.schema import COMMAND_MAX_RECEIVES, create_table_kwargs
+from streamlease.commands import COMMAND_MAX_RECEIVES
+from streamlease.indexes import create_table_kwargs
 from streamlease.settings import Settings
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ starting.
 
 from __future__ import annotations
 
-from local.api_adapter import HttpRequest, HttpResponse, Page, json_response
+from local.gateway_events import HttpRequest, HttpResponse, Page, json_response
 from local.stack_files import StackPaths, read_stack_file
 from streamlease.cli.client import LOCAL_STACK_PATH
 from streamlease.settings import Settings

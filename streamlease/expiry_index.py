@@ -16,14 +16,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo
-from streamlease.schema import (
-    PK,
-    DesiredState,
-    Liveness,
-    StreamAttr,
-    expiry_shard,
-    stream_key,
-)
+from streamlease.indexes import expiry_shard
+from streamlease.schema import PK, DesiredState, Liveness, StreamAttr, stream_key
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient

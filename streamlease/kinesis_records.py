@@ -37,7 +37,7 @@ import json
 from typing import Final, NamedTuple
 
 from streamlease.kpl import AggregationError, deaggregate, message_fields, varint
-from streamlease.schema import PayloadEncoding, SinkField
+from streamlease.sink_fields import PayloadEncoding, SinkField
 
 _CODES: Final = {PayloadEncoding.JSON: 0, PayloadEncoding.TEXT: 1, PayloadEncoding.BASE64: 2}
 """``StreamMessage.encoding`` of each payload encoding; ``base64`` (a binary frame) is carried

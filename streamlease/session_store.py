@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo
 from streamlease.errors import SessionExpired, StoreError
+from streamlease.indexes import FLEET
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import FLEET, PK, WORKER_KIND, WorkerAttr, WorkerState, worker_key
+from streamlease.schema import PK, WORKER_KIND, WorkerAttr, WorkerState, worker_key
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient

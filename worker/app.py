@@ -64,8 +64,8 @@ from worker.metrics import EmfPublisher, WorkerMetrics, flush, flush_periodicall
 from worker.os_limits import raise_open_file_limit
 from worker.ownership.acquisition import Acquirer
 from worker.ownership.commands import CommandPoller, CommandQueue, given_away_window_seconds
+from worker.ownership.end_reason import EndReason
 from worker.ownership.fleet_view import FleetView
-from worker.ownership.holder import EndReason
 from worker.ownership.holdings import Holdings
 from worker.ownership.own_leases import OwnLeases
 from worker.ownership.rebalancer import Rebalancer

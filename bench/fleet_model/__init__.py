@@ -26,7 +26,7 @@ from bench.fleet_model.scenarios import run as play
 from bench.fleet_model.skew import SKEW_SIZES, skew_table
 from bench.fleet_model.skew import run as play_skew
 from bench.fleet_model.world import Design
-from streamlease.schema import BY_OWNER, BY_SHARD_EXPIRY, INDEX_SHARDS, LEGACY_BY_OWNER
+from streamlease.indexes import BY_OWNER, BY_SHARD_EXPIRY, INDEX_SHARDS, LEGACY_BY_OWNER
 from streamlease.settings import Settings
 from worker.liveness.fleet import SETTLE_ROUNDS
 

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from bench.fleet_model.events import Answer, Batcher, Request
+from bench.fleet_model.batcher import Batcher
+from bench.fleet_model.events import Answer, Request
+from bench.fleet_model.parts import TakingOver, Watching
+from bench.fleet_model.sessions import Session
+from bench.fleet_model.store import Touch
 from bench.fleet_model.units import read_units
 from bench.fleet_model.world import World
 from streamlease import placement, rules
@@ -27,12 +31,6 @@ from worker.ownership.commands import MAX_MESSAGES_PER_RECEIVE, PASS_ON_PAUSE_SE
 from worker.ownership.fleet_view import FleetView, wants_handoffs
 from worker.ownership.rebalancer import jittered
 from worker.ownership.reconciler import MAX_PARALLEL_ACQUIRES
-
-if TYPE_CHECKING:
-    from bench.fleet_model.sessions import Session
-    from bench.fleet_model.store import Touch
-    from bench.fleet_model.takeover import Takeover
-    from bench.fleet_model.watch import Watch
 
 IDLE_CHECK_SECONDS: Final = 0.25
 """How often a worker that may not take more looks again (the worker: 0.1 s, in memory)."""
@@ -45,9 +43,10 @@ REOPEN_SECONDS: Final = 0.5
 
 
 class Agent:
-    """One worker process."""
+    """One worker process. Its watch and takeover are fitted on by whoever builds the fleet
+    (:func:`bench.fleet_model.scenarios.build`): they act on the agent, and it calls them."""
 
-    def __init__(self, world: World, idx: int, capacity: int, *, observer: bool) -> None:
+    def __init__(self, world: World[Agent], idx: int, capacity: int, *, observer: bool) -> None:
         """``observer``: runs its own dead-session detector (else it only loads the store)."""
         self.world = world
         self.idx = idx
@@ -66,8 +65,8 @@ class Agent:
         self._connected: list[int] = []
         self._free_seen: set[int] = set()
         """Free streams the last reconcile round found."""
-        self.watch: Watch
-        self.takeover: Takeover
+        self.watch: Watching
+        self.takeover: TakingOver
 
     # --- state ----------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ their partitions)."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from bench.fleet_model.events import Answer
 from bench.fleet_model.store import Touch
@@ -20,7 +20,7 @@ PAGE_SECONDS: Final = 0.03
 class Auditor:
     """Reads the table once a minute as the auditor does."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World[Any]) -> None:
         self.world = world
 
     def start(self) -> None:

@@ -19,24 +19,26 @@ from bench.request_counter import RequestCounter, diff
 from bench.write_units import item_size_bytes
 from streamlease import aws, checkpoints, dynamo
 from streamlease.fleet_digest import DigestStore
-from streamlease.lease_store import LeaseStore
-from streamlease.model import WorkerInfo
-from streamlease.schema import (
+from streamlease.indexes import (
     BY_OWNER,
     BY_STATE,
     BY_STATE_EXPIRY,
     FLEET,
-    FLEET_DIGEST_KEY,
     INDEXES,
     LEGACY_BY_OWNER,
+    IndexSpec,
+    expiry_shard,
+)
+from streamlease.lease_store import LeaseStore
+from streamlease.model import WorkerInfo
+from streamlease.schema import (
+    FLEET_DIGEST_KEY,
     PK,
     ConnectionState,
     DesiredState,
-    IndexSpec,
     Liveness,
     StreamAttr,
     WorkerState,
-    expiry_shard,
     stream_key,
     worker_key,
 )

@@ -99,10 +99,10 @@ class Outcome:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def build(design: Design, size: Size, seed: int) -> World:
+def build(design: Design, size: Size, seed: int) -> World[Agent]:
     """A fleet of ``size`` under ``design`` that has run for a while."""
     settings = Settings()
-    world = World(
+    world: World[Agent] = World(
         design,
         settings,
         streams=size.streams,
@@ -138,7 +138,7 @@ def build(design: Design, size: Size, seed: int) -> World:
     return world
 
 
-def _add_agent(world: World, capacity: int, *, observer: bool) -> Agent:
+def _add_agent(world: World[Agent], capacity: int, *, observer: bool) -> Agent:
     agent = Agent(world, len(world.agents), capacity, observer=observer)
     agent.watch = Watch(agent)
     agent.takeover = Takeover(agent)
@@ -146,7 +146,7 @@ def _add_agent(world: World, capacity: int, *, observer: bool) -> Agent:
     return agent
 
 
-def _observes(world: World) -> bool:
+def _observes(world: World[Agent]) -> bool:
     """Whether a new worker runs its own detector (always, but in today's sampled fleets)."""
     if world.design.ring_watch:
         return True
@@ -183,7 +183,9 @@ def run(design: Design, size: Size, scenario: str, *, cap_leases: float, seed: i
     return out
 
 
-def follow(world: World, start: float, cap_leases: float) -> tuple[float | None, float | None]:
+def follow(
+    world: World[Agent], start: float, cap_leases: float
+) -> tuple[float | None, float | None]:
     """Run until every stream is owned again: ``(leases it took, None)``; or, past
     ``cap_leases`` (or once the pace so far projects beyond it, checked every lease from the
     second on), ``(None, leases projected at that pace)``."""
@@ -204,7 +206,7 @@ def follow(world: World, start: float, cap_leases: float) -> tuple[float | None,
     return None, None
 
 
-def _steady(world: World, out: Outcome, start: float, end: float) -> None:
+def _steady(world: World[Agent], out: Outcome, start: float, end: float) -> None:
     hours = (end - start) / 3600 * len(world.owner)
     units = world.store.units(start, end)
     writes = sum(u for (_, write), u in units.items() if write)
@@ -218,7 +220,9 @@ def _steady(world: World, out: Outcome, start: float, end: float) -> None:
         out.extra[f"{component} {'w' if write else 'r'}"] = u / hours
 
 
-def _deploy(world: World, size: Size, cap_leases: float) -> tuple[float | None, float | None]:
+def _deploy(
+    world: World[Agent], size: Size, cap_leases: float
+) -> tuple[float | None, float | None]:
     """Waves of new tasks, then as many old ones drained: the slowest wave, in leases."""
     wave = max(1, round(size.workers * DEPLOY_WAVE_FRACTION))
     capacity = math.ceil(CAPACITY_HEADROOM * size.per_worker)
@@ -238,7 +242,9 @@ def _deploy(world: World, size: Size, cap_leases: float) -> tuple[float | None, 
     return slowest, None
 
 
-def _scale_out(world: World, size: Size, cap_leases: float) -> tuple[float | None, float | None]:
+def _scale_out(
+    world: World[Agent], size: Size, cap_leases: float
+) -> tuple[float | None, float | None]:
     """A quarter more workers: leases until no worker holds more than share + slack; past
     ``cap_leases``, ``(None, leases projected at the pace the excess shrank)``."""
     lease = world.settings.lease_seconds

@@ -2,20 +2,33 @@
 
 A :class:`Session` is one worker item: its state, its ``hb`` and the streams attached to it. The
 :class:`Fleet` keeps every session item that exists (live ones and tombstones not yet deleted)
-in the fleet index's sort order, which the ring watch reads from.
+in the fleet index's sort order, which the ring watch reads from. A session knows its worker as
+a :class:`Holder` (the model's :class:`~bench.fleet_model.agents.Agent` is the one).
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from streamlease.model import WorkerInfo
 from streamlease.schema import LIVE_WORKER_STATES, WorkerState
 
-if TYPE_CHECKING:
-    from bench.fleet_model.agents import Agent
+
+class Holder(Protocol):
+    """A session's worker as the rest of the fleet sees it: the world's registry and handoff
+    queue, the watches that judge its session and the takeovers that sweep it."""
+
+    idx: int
+    capacity: int
+    observer: bool
+    alive: bool
+    session: Session | None
+
+    def receive(self) -> None:
+        """A long poll answered: handle the commands it brought."""
+        ...
 
 
 @dataclass(eq=False)
@@ -24,7 +37,7 @@ class Session:
 
     no: int
     sid: str
-    agent: Agent
+    agent: Holder
     started_at: float
     state: WorkerState = WorkerState.RUNNING
     hb: int = 0
@@ -68,7 +81,7 @@ class Fleet:
         self._starts: list[float] = []
         self._order: list[Session] = []
 
-    def create(self, agent: Agent, now: float) -> Session:
+    def create(self, agent: Holder, now: float) -> Session:
         """A new session item for ``agent``, started at ``now``."""
         no = len(self.by_no)
         session = Session(no, f"w{agent.idx}.{no}", agent, now + no * 1e-9)

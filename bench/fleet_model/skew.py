@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from bench.common import Table
+from bench.fleet_model.agents import Agent
 from bench.fleet_model.scenarios import Size, build
 from bench.fleet_model.world import Design, World
 
@@ -45,7 +46,7 @@ def zipf_rates(streams: int, seed_rank: list[int]) -> list[float]:
     return [max(RATE_MIN, RATE_MAX / (seed_rank[s] + 1) ** exponent) for s in range(streams)]
 
 
-def max_over_mean(world: World) -> float:
+def max_over_mean(world: World[Agent]) -> float:
     """The busiest live worker's load over the mean."""
     loads = [a.load or 0.0 for a in world.live_agents()]
     mean = sum(loads) / len(loads)

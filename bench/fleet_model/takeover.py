@@ -9,9 +9,9 @@ round trip (the worker's semaphore of that width).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from bench.fleet_model.agents import Agent
 from bench.fleet_model.events import Answer, Request
+from bench.fleet_model.sessions import Session
 from bench.fleet_model.units import read_units
 from streamlease import rules
 from streamlease.schema import WorkerState
@@ -22,10 +22,6 @@ from worker.liveness.takeover import (
     PARALLEL_STEPS,
     REREAD_SECONDS,
 )
-
-if TYPE_CHECKING:
-    from bench.fleet_model.agents import Agent
-    from bench.fleet_model.sessions import Session
 
 
 class Takeover:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from bench.fleet_model.agents import Agent
 from bench.fleet_model.events import Answer
+from bench.fleet_model.sessions import Session
 from bench.fleet_model.units import read_units
 from bench.fleet_model.world import World
 from streamlease import rules
@@ -31,15 +33,11 @@ from worker.liveness.fleet import DIGEST_READ_ROUNDS, MAX_WINDOW_PAGES, WINDOW_P
 from worker.ownership.fleet_view import FleetView, update_view
 from worker.ownership.reconciler import query_limit
 
-if TYPE_CHECKING:
-    from bench.fleet_model.agents import Agent
-    from bench.fleet_model.sessions import Session
-
 DIGEST_WRITE_SECONDS: Final = 1.0
 """The writer publishes when the counts changed, at most once a round."""
 
 
-def whole_fleet_view(world: World) -> FleetView:
+def whole_fleet_view(world: World[Agent]) -> FleetView:
     """The fair share as a whole read of the fleet index shows it now (cached per second):
     :func:`worker.ownership.fleet_view.update_view` over every session item, sessions unrenewed for
     a lease counted dead, orphans as a reconcile query sees them."""

@@ -20,24 +20,25 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from bench.fleet_model.events import Answer, Request, Sim
-from bench.fleet_model.sessions import Fleet
+from bench.fleet_model.sessions import Fleet, Holder
 from bench.fleet_model.store import TABLE, Store, Touch
 from bench.fleet_model.units import Units
 from streamlease.settings import Settings
 from worker.ownership.fleet_view import FleetView
 
-if TYPE_CHECKING:
-    from bench.fleet_model.agents import Agent
+AgentT = TypeVar("AgentT", bound=Holder)
+"""The model's worker (:class:`~bench.fleet_model.agents.Agent`), which the world only registers,
+wakes and counts."""
 
 
 @dataclass
-class Digest:
+class Digest(Generic[AgentT]):
     """The fleet digest item: who writes it, until when, and the view it publishes."""
 
-    writer: Agent | None = None
+    writer: AgentT | None = None
     expires_at: float = -math.inf
     view: FleetView = field(default_factory=FleetView)
 
@@ -129,7 +130,7 @@ class FreeIndex:
         return out
 
 
-class World:
+class World(Generic[AgentT]):
     """Everything the agents share: clock, store, streams, free index, queue, the fleet."""
 
     def __init__(
@@ -154,13 +155,13 @@ class World:
         """Each stream's load (load units per second), as its holder measures it; None: no
         load figures (counts decide)."""
         self.free = FreeIndex(design.orphan_shards)
-        self.agents: list[Agent] = []
+        self.agents: list[AgentT] = []
         self.fleet = Fleet()
-        self.digest = Digest()
+        self.digest: Digest[AgentT] = Digest()
         self.cache: dict[str, Any] = {}
         """Per-second figures several agents share (see :func:`watch.whole_fleet_view`)."""
         self.queue: deque[tuple[int, bool]] = deque()
-        self.waiting: list[Agent] = []
+        self.waiting: list[AgentT] = []
         self.unowned = 0
         self.unowned_series: list[tuple[float, int]] = [(0.0, 0)]
         self._orphan_parts = [
@@ -181,7 +182,7 @@ class World:
         """Stream ``s`` has no owner (an acquire's condition)."""
         return self.owner[s] == -1
 
-    def live_agents(self) -> list[Agent]:
+    def live_agents(self) -> list[AgentT]:
         """Agents whose process runs."""
         return [a for a in self.agents if a.alive]
 

@@ -7,7 +7,8 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from cdk.config import BillingMode, CapacityRange, TableIndexes
-from streamlease.schema import INDEXES, KEY_ATTRIBUTE_TYPES, MIGRATION_STAGES, PK, IndexSpec
+from streamlease.indexes import INDEXES, KEY_ATTRIBUTE_TYPES, MIGRATION_STAGES, IndexSpec
+from streamlease.schema import PK
 
 _ATTRIBUTE_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
 _TARGET_UTILIZATION_PERCENT = 70
@@ -77,7 +78,7 @@ class LeaseTable(Construct):
 
 
 def _projection(index: IndexSpec) -> dynamodb.ProjectionType:
-    """The projection ``index`` asks for, as ``schema.create_table_kwargs`` builds it locally."""
+    """The projection ``index`` asks for, as ``indexes.create_table_kwargs`` builds it locally."""
     if index.projected:
         return dynamodb.ProjectionType.INCLUDE
     return dynamodb.ProjectionType.KEYS_ONLY

@@ -19,7 +19,7 @@ from typing import Any, Final
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 
-from streamlease.schema import (
+from streamlease.indexes import (
     BY_OWNER,
     BY_SHARD_EXPIRY,
     BY_STATE,

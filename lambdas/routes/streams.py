@@ -17,14 +17,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from lambdas import runtime
-from lambdas.api_models import (
-    ChangeStream,
-    CreateStream,
-    ErrorBody,
-    StreamList,
-    StreamProfile,
-    StreamView,
-)
+from lambdas.api_models import ErrorBody, StreamList, StreamView
+from lambdas.api_requests import ChangeStream, CreateStream, StreamProfile
 from lambdas.commands import send_command, start_command
 from lambdas.http_errors import ApiError
 from lambdas.identity import caller_identity

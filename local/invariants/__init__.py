@@ -8,7 +8,7 @@ Inputs (both JSONL, written by the worker; :mod:`local.invariants.inputs` reads 
   stream) counts as a renewal of every stream its worker id (the session) holds at that moment.
   ``mono`` is ``time.monotonic()``, one clock for every process of a Linux machine, so events
   of different workers compare directly.
-- sink records (file sink, one JSONL file per stream): :class:`streamlease.schema.SinkField`,
+- sink records (file sink, one JSONL file per stream): :class:`streamlease.sink_fields.SinkField`,
   including ``written_at_ms``, the time the sink appended the record's batch (taken in the
   sink's own thread right after its last fencing check).
 

@@ -26,8 +26,8 @@ from streamlease.consumer import (
 )
 from streamlease.consumer.kinesis_reader import BUSY_POLL_SECONDS, KinesisReader
 from streamlease.lease_events import LeaseEvent
-from streamlease.schema import SinkField
 from streamlease.settings import Settings
+from streamlease.sink_fields import SinkField
 
 if TYPE_CHECKING:
     from types_boto3_kinesis import KinesisClient

@@ -28,8 +28,8 @@ from streamlease.kpl import (
     deaggregate,
     hash_key,
 )
-from streamlease.schema import PayloadEncoding, SinkField
 from streamlease.seqs import MAX_SEQ
+from streamlease.sink_fields import PayloadEncoding, SinkField
 
 _ENCODINGS = frozenset(PayloadEncoding)
 

@@ -9,7 +9,7 @@ from template_support import TemplateJson, lease_table_properties, properties_of
 
 from cdk.components.lease_table import LeaseTable
 from cdk.config import BillingMode, CapacityRange, DeploymentConfig, TableIndexes
-from streamlease.schema import (
+from streamlease.indexes import (
     BY_OWNER,
     BY_SHARD_EXPIRY,
     BY_STATE,
@@ -18,10 +18,9 @@ from streamlease.schema import (
     KEY_ATTRIBUTE_TYPES,
     LEGACY_BY_OWNER,
     MIGRATION_STAGES,
-    PK,
-    StreamAttr,
     create_table_kwargs,
 )
+from streamlease.schema import PK, StreamAttr
 
 # Written out here, not imported: a change to a stateful logical id replaces the resource in
 # CloudFormation (a new, empty table), so it must fail this test before it reaches a deploy.
@@ -64,7 +63,7 @@ def test_table_key_is_the_seed_partition_key(stateful_json: TemplateJson) -> Non
 def test_table_has_every_schema_index_with_its_keys_and_projection(
     stateful_json: TemplateJson,
 ) -> None:
-    """One GSI per ``schema.INDEXES`` entry: same name, keys and projected attributes."""
+    """One GSI per ``indexes.INDEXES`` entry: same name, keys and projected attributes."""
     table = properties_of(stateful_json, "AWS::DynamoDB::GlobalTable")
     by_name = {gsi["IndexName"]: gsi for gsi in table["GlobalSecondaryIndexes"]}
     assert set(by_name) == {index.name for index in INDEXES}
@@ -108,7 +107,7 @@ def test_listing_index_is_keys_only_on_state_and_stream_id(stateful_json: Templa
 
 
 def test_table_attribute_types_come_from_the_schema(stateful_json: TemplateJson) -> None:
-    """Every key attribute is defined with the type ``schema.KEY_ATTRIBUTE_TYPES`` gives it."""
+    """Every key attribute is defined with the type ``indexes.KEY_ATTRIBUTE_TYPES`` gives it."""
     table = properties_of(stateful_json, "AWS::DynamoDB::GlobalTable")
     defined = {d["AttributeName"]: d["AttributeType"] for d in table["AttributeDefinitions"]}
     assert defined == KEY_ATTRIBUTE_TYPES

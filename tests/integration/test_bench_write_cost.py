@@ -16,7 +16,7 @@ from bench import write_cost
 from bench.common import Progress
 from bench.context import DEFAULT_SCALE, PER_STREAM, SESSIONS, BenchContext
 from local.moto_process import MotoProcess
-from streamlease.schema import BY_SHARD_EXPIRY, FLEET
+from streamlease.indexes import BY_SHARD_EXPIRY, FLEET
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 

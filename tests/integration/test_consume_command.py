@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from local.api_adapter import ApiAdapter, json_response, load_resources, serving
+from local.api_adapter import ApiAdapter, serving
+from local.gateway_events import json_response, load_resources
 from streamlease.settings import Settings
 from worker.sinks import BatchHeader, KinesisSink, NoDeadline, SinkRecord, write_batch
 

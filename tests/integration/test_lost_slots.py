@@ -14,7 +14,7 @@ from local.invariants import format_report
 from local.moto_process import hold_dynamodb_writes
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import WorkerProcess
-from streamlease.schema import Command, CommandType
+from streamlease.commands import Command, CommandType
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric

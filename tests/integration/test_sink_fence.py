@@ -24,9 +24,10 @@ from local.moto_process import hold_dynamodb_writes
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import WorkerProcess
 from streamlease.lease_events import LeaseEventKind
-from streamlease.schema import Liveness, SinkField, belongs_to_task, stream_key, worker_key
+from streamlease.schema import Liveness, belongs_to_task, stream_key, worker_key
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
+from streamlease.sink_fields import SinkField
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 

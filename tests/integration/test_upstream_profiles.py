@@ -20,8 +20,8 @@ from local.upstream_sim import (
     payload_path,
 )
 from streamlease.profile import Profile, parse_profile
-from streamlease.schema import PayloadEncoding
 from streamlease.settings import Settings
+from streamlease.sink_fields import PayloadEncoding
 from worker.stream.link import UpstreamEventKind
 from worker.stream.sequence import Undeliverable
 

@@ -31,7 +31,8 @@ from local.moto_process import hold_dynamodb_writes, stop_holding_writes
 from local.upstream_sim import UpstreamSimulator
 from local.worker_process import REPO_ROOT, WorkerProcess, child_env
 from streamlease import rules
-from streamlease.schema import Liveness, belongs_to_task, expiry_shard, worker_key
+from streamlease.indexes import expiry_shard
+from streamlease.schema import Liveness, belongs_to_task, worker_key
 from streamlease.settings import Settings
 from worker.liveness.session_keeper import EXIT_UNREACHABLE
 

@@ -20,8 +20,9 @@ from worker_helpers import (
 from local.invariants import format_report
 from local.moto_process import set_dynamodb_fault
 from local.upstream_sim import UpstreamSimulator
-from streamlease.schema import Liveness, SinkField
+from streamlease.schema import Liveness
 from streamlease.settings import Settings
+from streamlease.sink_fields import SinkField
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 

@@ -26,9 +26,10 @@ from local.upstream_sim import UpstreamSimulator
 from local.worker_process import REPO_ROOT
 from streamlease import aws
 from streamlease.model import WorkerInfo
-from streamlease.schema import SinkField, WorkerState
+from streamlease.schema import WorkerState
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
+from streamlease.sink_fields import SinkField
 
 pytestmark = pytest.mark.slow
 

@@ -28,16 +28,9 @@ from local.testbed import EventTail
 from local.upstream_sim import UpstreamSimulator, payload_for, run_in_thread
 from local.worker_process import WorkerProcess, scaled_settings
 from streamlease import aws, checkpoints, rules
+from streamlease.commands import Command, CommandType
 from streamlease.model import Stream
-from streamlease.schema import (
-    PK,
-    SESSION_HELD_MS,
-    Command,
-    CommandType,
-    DesiredState,
-    StreamAttr,
-    stream_key,
-)
+from streamlease.schema import PK, SESSION_HELD_MS, DesiredState, StreamAttr, stream_key
 from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings

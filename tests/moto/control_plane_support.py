@@ -12,7 +12,7 @@ from typing import Any
 
 from local.lambda_context import LambdaContext
 from streamlease import aws
-from streamlease.schema import Command
+from streamlease.commands import Command
 from streamlease.settings import Settings
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
 

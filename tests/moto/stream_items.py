@@ -5,16 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from streamlease import dynamo
+from streamlease.indexes import expiry_shard
 from streamlease.model import iso_ms
-from streamlease.schema import (
-    PK,
-    SESSION_HELD_MS,
-    DesiredState,
-    Liveness,
-    StreamAttr,
-    expiry_shard,
-    stream_key,
-)
+from streamlease.schema import PK, SESSION_HELD_MS, DesiredState, Liveness, StreamAttr, stream_key
 from streamlease.seqs import NOTHING_DELIVERED
 
 

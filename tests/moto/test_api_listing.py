@@ -10,9 +10,10 @@ from control_plane_support import Api
 
 from lambdas import runtime
 from streamlease import dynamo
+from streamlease.indexes import BY_STATE
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import BY_STATE, PK, DesiredState, StreamAttr, WorkerState, stream_key
+from streamlease.schema import PK, DesiredState, StreamAttr, WorkerState, stream_key
 from streamlease.session_store import SessionStore
 
 URL = "wss://feed.example.com/v1/ticker"

@@ -15,16 +15,10 @@ from lambdas import runtime
 from lambdas.api import handler
 from local.lambda_context import LambdaContext
 from streamlease import checkpoints
+from streamlease.commands import CommandType
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import (
-    PK,
-    CommandType,
-    ConnectionState,
-    DesiredState,
-    WorkerState,
-    stream_key,
-)
+from streamlease.schema import PK, ConnectionState, DesiredState, WorkerState, stream_key
 from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.session_store import SessionStore
 

@@ -17,17 +17,10 @@ from lambdas.stream_repo import StreamConflict
 from local.lambda_context import LambdaContext
 from streamlease import dynamo
 from streamlease.errors import LeaseConflict, LeaseLost
+from streamlease.indexes import BY_OWNER, BY_SHARD_EXPIRY, BY_STATE
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import Stream, is_tombstone
-from streamlease.schema import (
-    BY_OWNER,
-    BY_SHARD_EXPIRY,
-    BY_STATE,
-    PK,
-    DesiredState,
-    StreamAttr,
-    stream_key,
-)
+from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
 from streamlease.seqs import NOTHING_DELIVERED
 
 URL = "wss://feed.example.com/v1/ticker"

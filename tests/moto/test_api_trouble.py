@@ -10,10 +10,10 @@ from control_plane_support import Api
 from stream_items import put_stream, set_attributes
 
 from lambdas import runtime, stream_listing
+from streamlease.indexes import BY_OWNER
 from streamlease.lease_store import wall_ms
 from streamlease.model import iso_ms
 from streamlease.schema import (
-    BY_OWNER,
     SESSION_HELD_MS,
     TROUBLE_STATES,
     ConnectionState,

@@ -12,18 +12,10 @@ from stream_items import set_attributes
 
 from lambdas import auditor, runtime
 from local.lambda_context import LambdaContext
+from streamlease.indexes import BY_OWNER, BY_SHARD_EXPIRY, FLEET
 from streamlease.lease_store import wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import (
-    BY_OWNER,
-    BY_SHARD_EXPIRY,
-    FLEET,
-    PK,
-    SESSION_HELD_MS,
-    DesiredState,
-    StreamAttr,
-    WorkerState,
-)
+from streamlease.schema import PK, SESSION_HELD_MS, DesiredState, StreamAttr, WorkerState
 from streamlease.session_store import SessionStore
 
 NOW = 1_800_000_000_000

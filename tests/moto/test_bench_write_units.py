@@ -18,18 +18,10 @@ from bench.request_counter import RequestCounter, write_requests
 from bench.write_units import changed_attributes, item_size_bytes, table_units
 from streamlease import checkpoints
 from streamlease.errors import LeaseConflict
+from streamlease.indexes import BY_OWNER, BY_SHARD_EXPIRY, BY_STATE, FLEET
 from streamlease.lease_store import LeaseStore
 from streamlease.model import WorkerInfo
-from streamlease.schema import (
-    BY_OWNER,
-    BY_SHARD_EXPIRY,
-    BY_STATE,
-    FLEET,
-    PK,
-    ConnectionState,
-    WorkerState,
-    worker_key,
-)
+from streamlease.schema import PK, ConnectionState, WorkerState, worker_key
 from streamlease.session_store import SessionStore
 
 NOW = 1_800_000_000_000

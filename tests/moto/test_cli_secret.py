@@ -12,7 +12,8 @@ from typing import Any
 
 import boto3
 
-from local.api_adapter import ApiAdapter, Page, json_response, load_resources, serving
+from local.api_adapter import ApiAdapter, serving
+from local.gateway_events import Page, json_response, load_resources
 from local.moto_process import MotoProcess
 from streamlease.cli import main
 from streamlease.profile import parse_profile

@@ -8,7 +8,7 @@ from control_plane_support import Api, CommandQueue
 from lambdas.commands import send_command, start_command
 from lambdas.runtime import Runtime
 from lambdas.tracing import command_trace_header
-from streamlease.schema import CommandType
+from streamlease.commands import CommandType
 from streamlease.telemetry import TRACE_HTTP_HEADER
 
 URL = "wss://feed.example.com/s"

@@ -8,7 +8,7 @@ import pytest
 
 from bench.fleet_model.calibrate import calibrate
 from streamlease import checkpoints
-from streamlease.schema import BY_SHARD_EXPIRY, BY_STATE_EXPIRY
+from streamlease.indexes import BY_SHARD_EXPIRY, BY_STATE_EXPIRY
 from streamlease.settings import Settings
 
 

@@ -13,16 +13,9 @@ from lambdas.stream_repo import StreamRepo
 from streamlease import dynamo, expiry_index
 from streamlease.errors import LeaseConflict
 from streamlease.index_backfill import backfill
+from streamlease.indexes import BY_SHARD_EXPIRY, expiry_shard
 from streamlease.lease_store import LeaseStore
-from streamlease.schema import (
-    BY_SHARD_EXPIRY,
-    PK,
-    DesiredState,
-    Liveness,
-    StreamAttr,
-    expiry_shard,
-    stream_key,
-)
+from streamlease.schema import PK, DesiredState, Liveness, StreamAttr, stream_key
 
 NOW = 1_800_000_000_000
 LEASE_MS = 20_000

@@ -16,7 +16,7 @@ from streamlease.lease_store import LeaseStore
 from streamlease.model import LeaseView, Stream
 from streamlease.schema import PK, DesiredState, StreamAttr, stream_key
 from worker.fencing.slots import SlotTable
-from worker.ownership.holder import EndReason
+from worker.ownership.end_reason import EndReason
 from worker.ownership.own_leases import OwnLeases
 
 OWNER = "task1/1-ab"

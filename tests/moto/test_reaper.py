@@ -12,10 +12,11 @@ from control_plane_support import Api, CommandQueue, load_event
 from lambdas import reaper, runtime
 from local.lambda_context import LambdaContext
 from streamlease import checkpoints
+from streamlease.commands import CommandType
 from streamlease.errors import StoreError
 from streamlease.lease_store import LeaseStore, wall_ms
 from streamlease.model import WorkerInfo
-from streamlease.schema import CommandType, DesiredState, WorkerState
+from streamlease.schema import DesiredState, WorkerState
 from streamlease.seqs import NOTHING_DELIVERED
 from streamlease.session_store import SessionStore
 

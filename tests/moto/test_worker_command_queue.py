@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamlease import aws
-from streamlease.schema import Command, CommandType
+from streamlease.commands import Command, CommandType
 from streamlease.settings import Settings
 from worker.ownership.commands import CommandQueue
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from streamlease.consumer import SourceRecord
 from streamlease.kinesis_records import encode_message, epoch_prefix
 from streamlease.kpl import Aggregator
-from streamlease.schema import PayloadEncoding
+from streamlease.sink_fields import PayloadEncoding
 from worker.sinks.base import BatchHeader, SinkRecord, encode_record
 from worker.sinks.kinesis import partition_key
 

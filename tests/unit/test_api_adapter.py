@@ -13,15 +13,14 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from local.api_adapter import (
+from local.api_adapter import ApiAdapter, make_server
+from local.gateway_events import (
     LOCAL_IDENTITY,
-    ApiAdapter,
     HttpRequest,
     Resource,
     build_event,
     find_resource,
     load_resources,
-    make_server,
     response_from_proxy,
 )
 

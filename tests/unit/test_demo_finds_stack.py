@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from local.api_adapter import ApiAdapter, Page, load_resources, serving
+from local.api_adapter import ApiAdapter, serving
 from local.demo import DemoError, StackHandle
+from local.gateway_events import Page, load_resources
 from local.stack_pages import stack_pages
 from streamlease.settings import Settings
 

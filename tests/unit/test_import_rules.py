@@ -1,9 +1,10 @@
 """The import direction of architecture §2 holds: the import-linter contracts in pyproject.toml.
 
-``lambdas → streamlease``, ``worker → streamlease``, ``cdk → streamlease`` (schema, settings,
-telemetry and errors only), ``local → everything``; ``streamlease`` imports none of the others.
-Inside the worker its folders import one way (liveness → ownership → stream → sinks → fencing,
-with the process modules around them).
+``lambdas → streamlease``, ``worker → streamlease``, ``cdk → streamlease`` (schema, indexes,
+commands, settings, telemetry and errors only), ``local`` and ``bench → everything``;
+``streamlease`` imports none of the others. Inside the worker its folders import one way
+(liveness → ownership → stream → sinks → fencing, with the process modules around them). No
+package has an import cycle inside it.
 ``make lint`` runs ``lint-imports`` too; this test is what puts the contracts into ``make test``,
 and so into CI.
 """
@@ -47,7 +48,8 @@ def reported(output: str) -> set[str]:
 
 
 def test_the_repository_keeps_every_contract() -> None:
-    """No module of streamlease, worker, lambdas, cdk or local imports across the rules."""
+    """No module of streamlease, worker, lambdas, cdk, local or bench imports across the rules,
+    and none is part of an import cycle."""
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
@@ -72,8 +74,8 @@ WORKER_MODULES = (
 
 
 def write_project(root: Path, files: dict[str, str]) -> None:
-    """The five packages (empty) under ``root``, plus ``files`` (path: source)."""
-    for package in ("streamlease", "worker", "lambdas", "cdk", "local"):
+    """The six packages (empty) under ``root``, plus ``files`` (path: source)."""
+    for package in ("streamlease", "worker", "lambdas", "cdk", "local", "bench"):
         (root / package).mkdir()
         (root / package / "__init__.py").write_text("")
     invariants = root / "local" / "invariants"  # the container of the one-way contract
@@ -86,6 +88,7 @@ def write_project(root: Path, files: dict[str, str]) -> None:
     for module in WORKER_MODULES:
         (root / "worker" / f"{module}.py").write_text("")
     for path, source in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(source)
 
 
@@ -120,4 +123,43 @@ def test_imports_against_the_direction_are_reported(tmp_path: Path) -> None:
         "worker.bad -> lambdas.api",
         "worker.fencing.fence -> worker.stream.link",
         "cdk.stack -> streamlease.lease_store",
+    }
+
+
+def test_import_cycles_inside_a_package_are_reported(tmp_path: Path) -> None:
+    """Not vacuous: two modules that import each other are a broken contract, also when one side
+    imports only under ``TYPE_CHECKING``, and so are two folders whose modules do; a package
+    importing its own module, and bench importing local, are not (local importing bench is)."""
+    write_project(
+        tmp_path,
+        {
+            "worker/sinks/__init__.py": "",
+            "worker/sinks/sink.py": "from worker.sinks.packer import pack\n",
+            "worker/sinks/packer.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    from worker.sinks.sink import Entry\npack = None\n"
+            ),
+            "local/server.py": "import local.pages.dashboard\n",
+            "local/pages/__init__.py": "",
+            "local/pages/dashboard.py": "from local.server import Page\n",
+            "bench/__init__.py": "import bench.model\n",
+            "bench/model.py": "import local.server\n",
+            "local/stack.py": "import bench.model\n",
+        },
+    )
+
+    result = lint_imports(tmp_path)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert reported(result.stdout) >= {"local.stack -> bench.model"}
+    assert cyclic_packages(result.stdout) == {"worker.sinks", "local"}
+
+
+def cyclic_packages(output: str) -> set[str]:
+    """The packages lint-imports names as holding an import cycle."""
+    prefix = "No cycles are allowed in "
+    return {
+        line.strip().removeprefix(prefix).rstrip(".")
+        for line in output.splitlines()
+        if line.strip().startswith(prefix)
     }

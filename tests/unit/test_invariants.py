@@ -21,7 +21,7 @@ from local.invariants import (
     segments_of,
 )
 from streamlease.lease_events import LeaseEvent
-from streamlease.schema import SinkField
+from streamlease.sink_fields import SinkField
 
 LEASE = 2.0
 MARGIN = 0.5

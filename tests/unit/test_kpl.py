@@ -21,7 +21,7 @@ from streamlease.kinesis_records import (
     read_record,
 )
 from streamlease.kpl import MAGIC, AggregationError, Aggregator, deaggregate, hash_key
-from streamlease.schema import PayloadEncoding
+from streamlease.sink_fields import PayloadEncoding
 
 
 def _stream_message_class() -> type:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamlease.schema import (
+from streamlease.commands import Command, CommandType
+from streamlease.indexes import (
     BY_OWNER,
     BY_SHARD_EXPIRY,
     BY_STATE,
@@ -20,16 +21,16 @@ from streamlease.schema import (
     KEY_ATTRIBUTE_TYPES,
     LEGACY_BY_OWNER,
     MIGRATION_STAGES,
-    PK,
-    TOMBSTONE_KEEPS,
-    Command,
-    CommandType,
-    Liveness,
-    StreamAttr,
-    WorkerAttr,
     create_table_kwargs,
     expiry_shard,
     expiry_shards,
+)
+from streamlease.schema import (
+    PK,
+    TOMBSTONE_KEEPS,
+    Liveness,
+    StreamAttr,
+    WorkerAttr,
     stream_attributes,
     stream_id_of,
     stream_key,

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamlease.errors import ConfigError, SinkDeadlinePassed, SinkError
-from streamlease.schema import SINK_STAMPED_FIELDS, SinkField
 from streamlease.settings import Settings
+from streamlease.sink_fields import SINK_STAMPED_FIELDS, SinkField
 from worker.sinks import (
     BatchHeader,
     BufferedSink,
@@ -49,7 +49,7 @@ class Passed:
 
 
 def test_header_and_record_fields_are_the_schema_sink_fields() -> None:
-    """Every name a sink writes comes from streamlease.schema.SinkField: the header's once per
+    """Every name a sink writes comes from streamlease.sink_fields.SinkField: the header's once per
     holding, the record's once per message, and what the sink stamps on them."""
     names = {v for k, v in vars(SinkField).items() if not k.startswith("_")}
     header_fields = {"stream_id", "epoch", "worker_id"}

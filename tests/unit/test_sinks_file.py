@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamlease.errors import SinkError
-from streamlease.schema import SinkField
+from streamlease.sink_fields import SinkField
 from worker.sinks import (
     BatchHeader,
     FileSink,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from websockets.frames import BINARY, TEXT, Frame
 
-from streamlease.schema import PayloadEncoding
 from streamlease.seqs import NOTHING_DELIVERED
+from streamlease.sink_fields import PayloadEncoding
 from streamlease.templates import Condition
 from worker.stream.progress import explain
 from worker.stream.sequence import Sequencer, Undeliverable

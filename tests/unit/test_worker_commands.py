@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from streamlease.schema import Command, CommandType
+from streamlease.commands import Command, CommandType
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
 from worker.ownership import commands
 from worker.ownership.acquisition import Outcome

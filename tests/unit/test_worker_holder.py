@@ -28,7 +28,8 @@ from worker.fencing.slots import HeldCheckpoint
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
 from worker.metrics import WorkerMetrics
-from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.end_reason import EndReason
+from worker.ownership.holder import StreamHolder
 from worker.sinks import BufferedSink, SinkBatch
 from worker.sinks.base import deadline_passed_error
 from worker.stream.delivery import MAX_WAITING_BYTES

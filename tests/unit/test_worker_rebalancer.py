@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from streamlease.schema import Liveness
+from worker.ownership.end_reason import EndReason
 from worker.ownership.fleet_view import FleetView
-from worker.ownership.holder import EndReason
 from worker.ownership.rebalancer import Rebalancer
 
 

@@ -10,8 +10,9 @@ from typing import Any, cast
 
 from streamlease import rules
 from streamlease.errors import StoreError
+from streamlease.indexes import INDEX_SHARDS
 from streamlease.model import LeaseView
-from streamlease.schema import INDEX_SHARDS, Liveness
+from streamlease.schema import Liveness
 from streamlease.settings import Settings
 from worker.ownership.acquisition import Outcome
 from worker.ownership.fleet_view import FleetView

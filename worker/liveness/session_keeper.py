@@ -45,8 +45,9 @@ from worker.fencing.session import Session, SessionState
 from worker.health import mark_unhealthy
 from worker.liveness.takeover import free_and_hand_off
 from worker.logs import describe, logger
+from worker.ownership.end_reason import EndReason
 from worker.ownership.fleet_view import check_fleet_mode
-from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.holder import StreamHolder
 from worker.ownership.holdings import Holdings
 
 EXIT_UNREACHABLE: Final = 3

@@ -29,7 +29,8 @@ from worker.context import WorkerContext
 from worker.fencing.fence import Fence, LeaseFence, SessionFence
 from worker.fencing.session import Session
 from worker.logs import describe, logger
-from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.end_reason import EndReason
+from worker.ownership.holder import StreamHolder
 from worker.ownership.holdings import Holdings
 from worker.ownership.renewal import Renewals
 from worker.tracing import StreamTrace

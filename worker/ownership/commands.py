@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease import placement, rules
-from streamlease.schema import COMMAND_MAX_RECEIVES, Command, CommandType
+from streamlease.commands import COMMAND_MAX_RECEIVES, Command, CommandType
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
 from worker.blocking import run_in_daemon_thread
 from worker.context import WorkerContext

@@ -11,7 +11,8 @@ import asyncio
 import time
 from collections.abc import Iterator
 
-from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.end_reason import EndReason
+from worker.ownership.holder import StreamHolder
 from worker.ownership.load_meter import LoadMeter
 from worker.stream.delivery import Delivery
 

@@ -40,7 +40,7 @@ from streamlease.schema import DesiredState
 from worker.context import WorkerContext
 from worker.fencing.session import Session
 from worker.logs import describe, logger
-from worker.ownership.holder import EndReason
+from worker.ownership.end_reason import EndReason
 from worker.ownership.holdings import Holdings
 
 SLOT_READS_PER_POLL: Final = 10

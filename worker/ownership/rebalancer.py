@@ -8,7 +8,7 @@ holding more than share + slack hands off its excess. Only streams held at least
 stream shed when nobody can take it only moves the imbalance) and at most
 :data:`~streamlease.placement.MAX_SHED_FRACTION` of its capacity per round (less when the
 fleet-wide pace binds), and each handoff is marked for the receivers
-(:class:`~streamlease.schema.Command` ``rebalance``).
+(:class:`~streamlease.commands.Command` ``rebalance``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ import time
 from collections.abc import Sequence
 
 from streamlease import placement, rules
-from streamlease.schema import expiry_shards
+from streamlease.indexes import expiry_shards
 from worker.context import WorkerContext
 from worker.logs import describe, logger
+from worker.ownership.end_reason import EndReason
 from worker.ownership.fleet_view import FleetView
-from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.holder import StreamHolder
 from worker.ownership.holdings import Holdings
 
 

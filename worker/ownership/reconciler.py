@@ -42,9 +42,10 @@ from typing import Final
 
 from streamlease import rules
 from streamlease.errors import StoreError
+from streamlease.indexes import expiry_shards
 from streamlease.lease_store import wall_ms
 from streamlease.model import LeaseView
-from streamlease.schema import Liveness, expiry_shards
+from streamlease.schema import Liveness
 from worker.context import WorkerContext
 from worker.logs import describe, logger
 from worker.ownership.acquisition import Acquirer, Outcome

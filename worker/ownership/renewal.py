@@ -45,7 +45,8 @@ from worker.context import WorkerContext
 from worker.fencing.fence import LeaseFence
 from worker.logs import describe, logger
 from worker.metrics import RENEWAL_CALL_MS
-from worker.ownership.holder import EndReason, StreamHolder
+from worker.ownership.end_reason import EndReason
+from worker.ownership.holder import StreamHolder
 from worker.ownership.renewal_schedule import RenewalSchedule
 
 MAX_IN_FLIGHT: Final = 16

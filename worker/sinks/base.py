@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Final, NamedTuple, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from streamlease.errors import SinkDeadlinePassed, SinkError
-from streamlease.schema import PayloadEncoding, SinkField
+from streamlease.sink_fields import PayloadEncoding, SinkField
 from worker.fencing.fence import Deadline as Deadline
 
 try:

@@ -59,7 +59,7 @@ class FileSink(BufferedSink):
     nor the loop's default thread pool waits on the disk; each file is flushed to the OS before
     its batch is settled (no fsync). In that thread, right before each batch's append, its
     deadline is checked once more; every record of the batch carries the time the append
-    finished as :attr:`~streamlease.schema.SinkField.WRITTEN_AT_MS` (stamped before, and
+    finished as :attr:`~streamlease.sink_fields.SinkField.WRITTEN_AT_MS` (stamped before, and
     written over in place when the append ended in a later millisecond), so a write that lands
     late reads late. At most ``max_open_files`` files stay
     open; the least recently written is closed first.

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease import aws
-from streamlease.errors import ConfigError, SinkDeadlinePassed, SinkError
+from streamlease.errors import ConfigError, SinkError
 from streamlease.kinesis_records import encode_message, epoch_prefix
 from streamlease.kpl import hash_key
 from streamlease.rules import backoff_seconds
@@ -59,7 +59,6 @@ from worker.sinks.base import (
     BufferedSink,
     DeadlineClock,
     SinkBatch,
-    SinkRecord,
     SinkThread,
     encode_record,
 )
@@ -72,6 +71,7 @@ from worker.sinks.kinesis_batch import (
     ShardRange,
     pack,
 )
+from worker.sinks.kinesis_entry import Entry, PendingBatch
 
 if TYPE_CHECKING:
     from types_boto3_kinesis import KinesisClient
@@ -103,60 +103,7 @@ def partition_key(stream_id: str) -> str:
     return hashlib.sha256(stream_id.encode()).hexdigest()
 
 
-class _Batch:
-    """One submitted batch during a store: its messages and how it ended (None: not yet)."""
-
-    __slots__ = ("entries", "outcome", "source", "unstored")
-
-    def __init__(self, source: SinkBatch) -> None:
-        self.source = source
-        self.entries: list[Entry] = []
-        self.unstored = 0
-        self.outcome: SinkError | None = None
-
-    def fail(self, message: str, *, deadline: bool = False) -> None:
-        if self.outcome is not None or self.unstored == 0:
-            return
-        unsent = [entry.record for entry in self.entries if not entry.stored]
-        error = SinkDeadlinePassed if deadline else SinkError
-        self.outcome = error(message, unsent=unsent)
-
-
-class Entry:
-    """One message waiting to be stored: its bytes (a ``StreamMessage`` when aggregated, the
-    JSON line when not), its partition key, that key's hash and its producer (the worker)."""
-
-    __slots__ = (
-        "attempts",
-        "batch",
-        "data",
-        "hash_key",
-        "key",
-        "producer",
-        "record",
-        "size",
-        "stored",
-    )
-
-    def __init__(
-        self, batch: _Batch, record: SinkRecord, data: bytes, key: str, hashed: int, producer: str
-    ) -> None:
-        self.batch = batch
-        self.record = record
-        self.data = data
-        self.key = key
-        self.hash_key = hashed
-        self.producer = producer
-        self.size = len(data) + len(key.encode())
-        self.attempts = 0
-        self.stored = False
-
-    def store(self) -> None:
-        self.stored = True
-        self.batch.unstored -= 1
-
-
-def _entries(batch: _Batch, aggregate: bool) -> list[Entry]:
+def _entries(batch: PendingBatch, aggregate: bool) -> list[Entry]:
     """The messages of one batch, what they share worked out once from its header."""
     header = batch.source.header
     key = partition_key(header.stream_id)
@@ -188,7 +135,7 @@ class _Call:
 
     def __init__(self) -> None:
         self.puts: list[Put] = []
-        self.late: list[_Batch] = []
+        self.late: list[PendingBatch] = []
         """Batches whose deadline had passed at the last look: none of their messages was sent."""
         self.overflow: list[Entry] = []
         """Messages packed into records beyond what one call takes: for the next call."""
@@ -239,7 +186,7 @@ class KinesisSink(BufferedSink):
             )
         )
         self._thread = SinkThread("kinesis-sink")
-        self._taken: list[_Batch] = []
+        self._taken: list[PendingBatch] = []
         self._backoff = (backoff_base_seconds, backoff_max_seconds)
         self._rand = rand
         self._clock = clock
@@ -248,7 +195,7 @@ class KinesisSink(BufferedSink):
 
     async def store(self, batches: list[SinkBatch]) -> list[SinkError | None]:
         """Send ``batches`` (see the module docstring); one outcome per batch."""
-        taken = self._taken = [_Batch(source) for source in batches]
+        taken = self._taken = [PendingBatch(source) for source in batches]
         pending: deque[Entry] = deque()
         for batch in taken:
             batch.entries = _entries(batch, self.aggregate)

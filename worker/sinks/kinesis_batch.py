@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from streamlease.kpl import Aggregator
-
-if TYPE_CHECKING:
-    from worker.sinks.kinesis import Entry
+from worker.sinks.kinesis_entry import Entry
 
 MAX_CALL_RECORDS: Final = 500
 MAX_CALL_BYTES: Final = 5 * 1024 * 1024

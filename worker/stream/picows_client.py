@@ -22,8 +22,6 @@ frame picows parses from one read is collected and handed over with the read's l
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Sequence
 from typing import Final
 
 from picows import (
@@ -36,12 +34,17 @@ from picows import (
     WSTransport,
 )
 from picows.picows import WSAutoPingStrategy, WSProtocol  # type: ignore[attr-defined]
-from websockets.datastructures import Headers
-from websockets.exceptions import InvalidHandshake, InvalidStatus, NegotiationError
+from websockets.exceptions import InvalidHandshake
 from websockets.frames import BINARY, TEXT, Frame, Opcode
-from websockets.http11 import USER_AGENT, Response
+from websockets.http11 import USER_AGENT
 from websockets.uri import parse_uri
 
+from worker.stream.picows_errors import (
+    PICOWS_LOGGER,
+    library_close_code,
+    negotiation_failure,
+    refusal,
+)
 from worker.stream.transport import (
     CloseBy,
     Closed,
@@ -57,28 +60,6 @@ READ_BUFFER_BYTES: Final = 2048
 _HANDSHAKE_TIMEOUT_SECONDS: Final = 3600.0
 """picows' own handshake timer; the caller's ``asyncio.timeout`` is the one that counts."""
 
-
-class _WithoutData(logging.Handler):
-    """picows' log records, passed on as their constant message only: the arguments of some
-    carry what the upstream sent (a protocol error quotes a frame's first bytes, a bad close
-    frame its payload), and upstream bodies are never logged. An exception is named by its
-    type. A handler, not a filter: picows logs through a child logger per connection, which
-    its parent's filters never see."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        record.args = None
-        if record.exc_info:
-            kind = record.exc_info[0]
-            record.msg = f"{record.msg} ({getattr(kind, '__name__', 'error')})"
-            record.exc_info = None
-            record.exc_text = None
-        logging.getLogger().handle(record)
-
-
-_LOGGER: Final = logging.getLogger("picows.upstream")
-_LOGGER.setLevel(logging.WARNING)  # picows logs every connect and disconnect at INFO
-_LOGGER.propagate = False  # what it logs goes through _WithoutData only
-_LOGGER.addHandler(_WithoutData())
 
 _TEXT: Final = WSMsgType.TEXT
 _BINARY: Final = WSMsgType.BINARY
@@ -115,7 +96,7 @@ async def open_picows(
             uri.resource_name,
             True,  # client side
             connection.listener,
-            _LOGGER,
+            PICOWS_LOGGER,
             True,  # an exception in our callbacks closes the connection (1011)
             _HANDSHAKE_TIMEOUT_SECONDS,
             False,  # no auto ping: the shared keepalive pings
@@ -250,7 +231,7 @@ class PicowsTransport(WSListener, SocketConnection):
         try:
             waiter.send(None)  # settled: returns or raises without suspending
         except WSHandshakeError as exc:
-            opened.set_exception(_refusal(exc))
+            opened.set_exception(refusal(exc))
         except WSError as exc:
             opened.set_exception(InvalidHandshake(f"invalid handshake answer ({exc})"))
         except StopIteration:  # closed before the answer
@@ -309,7 +290,7 @@ class PicowsTransport(WSListener, SocketConnection):
     def on_ws_connected(self, transport: WSTransport) -> None:
         self._ws = transport
         opened = self._opened
-        self._failure = _negotiation_failure(transport.response.headers, self._subprotocols)
+        self._failure = negotiation_failure(transport.response.headers, self._subprotocols)
         if self._failure is not None:
             if opened is not None and not opened.done():
                 opened.set_exception(self._failure)
@@ -453,7 +434,7 @@ class PicowsTransport(WSListener, SocketConnection):
             self._handler.messages_received(batch)
 
     def _end_after_library_close(self, transport: WSTransport) -> None:
-        code = _library_close_code(transport)
+        code = library_close_code(transport)
         reason = "message too big" if code == 1009 else "protocol error"
         self._end(Closed(code, reason, CloseBy.WORKER))
 
@@ -475,52 +456,3 @@ class _Dropped:
 
 _DROPPED: Final = _Dropped()
 _NOT_YET: Final = _DROPPED
-
-
-def _library_close_code(transport: WSTransport) -> int:
-    """The close code picows sent when it failed the connection itself: its parser's (1009
-    for a frame over ``max_size``, 1002 for a protocol error), or 1011 after an exception in
-    our callbacks. Read once the disconnect is complete: the error is set, and waiting for it
-    does not suspend."""
-    waiter = transport.wait_disconnected()
-    try:
-        waiter.send(None)
-    except WSError as exc:
-        code = exc.args[0] if exc.args else 1002
-        return int(getattr(code, "value", code))
-    except StopIteration:
-        return 1002
-    except Exception:
-        return 1011
-    finally:
-        waiter.close()
-    return 1002
-
-
-def _refusal(exc: WSHandshakeError) -> InvalidHandshake:
-    """picows' refused handshake as websockets reports it (what the link classifies)."""
-    response = exc.response
-    if response is None:
-        return InvalidHandshake("the upstream's handshake answer is not HTTP/1.1")
-    status = int(response.status)
-    if status == 101:  # a 101 that is not a valid upgrade
-        return InvalidHandshake("the upstream's 101 answer is not a valid upgrade")
-    return InvalidStatus(
-        Response(status, response.status.phrase, Headers(response.headers.items()))
-    )
-
-
-def _negotiation_failure(headers: object, offered: Sequence[str]) -> NegotiationError | None:
-    """What websockets refuses in an accepted handshake's answer: an extension (none is
-    offered) or a subprotocol that was not offered, or more than one."""
-    get = headers.getall  # type: ignore[attr-defined]
-    if get("Sec-WebSocket-Extensions", []):
-        return NegotiationError("no extensions supported")
-    values = [v.strip() for value in get("Sec-WebSocket-Protocol", []) for v in value.split(",")]
-    if not values:
-        return None
-    if len(values) > 1:
-        return NegotiationError(f"multiple subprotocols: {', '.join(values)}")
-    if values[0] not in offered:
-        return NegotiationError(f"unsupported subprotocol: {values[0]}")
-    return None

@@ -24,8 +24,8 @@ from typing import Any, Final
 
 from websockets.frames import BINARY, TEXT, Frame
 
-from streamlease.schema import PayloadEncoding
 from streamlease.seqs import MAX_SEQ, NOTHING_DELIVERED
+from streamlease.sink_fields import PayloadEncoding
 from streamlease.templates import Condition
 from worker.sinks.base import SinkRecord
 
