@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from doc_blocks import REPO, blocks_of, marked_blocks
 
 pytestmark = pytest.mark.slow
@@ -23,9 +22,17 @@ CLOSED = "http://127.0.0.1:9"
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    env.update({name: CLOSED for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")})
+    env.update(
+        {name: CLOSED for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+    )
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("mkdocs")), "build", "--strict", "--site-dir", str(out)],
+        [
+            str(Path(sys.executable).with_name("mkdocs")),
+            "build",
+            "--strict",
+            "--site-dir",
+            str(out),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

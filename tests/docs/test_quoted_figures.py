@@ -26,8 +26,18 @@ QUOTES = [
     ("docs/proof.md", "8,000 (the capacity\n  limit", "latest.md", "| sessions | 8,000 |"),
     ("docs/proof.md", "against 800 with\n  per-stream", "latest.md", "| per-stream | 800 |"),
     ("docs/proof.md", "about 1.7× the null sink's", "throughput.md", "1.72× the null sink's"),
-    ("docs/how-it-works.md", "(13.2 against 12.8 µ$", "fleet_model.md", "| 10 × 100 | flat | 13.2 |"),
-    ("docs/how-it-works.md", "5.71 against 5.36 at 1,000", "fleet_model.md", "| 10 × 1,000 | flat | 5.71 |"),
+    (
+        "docs/how-it-works.md",
+        "(13.2 against 12.8 µ$",
+        "fleet_model.md",
+        "| 10 × 100 | flat | 13.2 |",
+    ),
+    (
+        "docs/how-it-works.md",
+        "5.71 against 5.36 at 1,000",
+        "fleet_model.md",
+        "| 10 × 1,000 | flat | 5.71 |",
+    ),
 ]
 
 
@@ -36,7 +46,9 @@ def page_text(page: str) -> str:
 
 
 @pytest.mark.parametrize(("page", "quoted", "result", "stored"), QUOTES)
-def test_the_quoted_figure_is_the_stored_one(page: str, quoted: str, result: str, stored: str) -> None:
+def test_the_quoted_figure_is_the_stored_one(
+    page: str, quoted: str, result: str, stored: str
+) -> None:
     assert " ".join(quoted.split()) in page_text(page), f"{page} no longer says {quoted!r}"
     assert stored in (REPO / "bench" / "results" / result).read_text(encoding="utf-8")
 

@@ -2,13 +2,13 @@
 tests/docs/doc_blocks.py) run in order, as a user types them, against one local stack started
 as ``make run`` starts it.
 
-Each block runs in ``bash -e`` with the virtualenv's ``bin`` first on ``PATH`` (what
-``source .venv/bin/activate`` does, as the quickstart says), in a scratch directory (the files
-a recipe writes land there; ``local`` is found through ``PYTHONPATH``, as it is from the
-checkout), with the stack's ports in place of the defaults the docs show (8765, 8080). After
-each block the test waits, as a user watching ``streamlease watch`` would, until every started
-stream is held and delivering; a block that fails, or a stream that never delivers, fails the
-test and names the block.
+Each block runs in ``bash -e`` with the virtualenv's ``bin`` first on ``PATH`` (what ``source
+.venv/bin/activate`` does, as the quickstart says), in a scratch directory that stands for the
+checkout (the files a recipe writes land there; ``.venv`` in it is this virtualenv and ``local`` is
+found through ``PYTHONPATH``, as both are from the checkout), with the stack's ports in place of
+the defaults the docs show (8765, 8080). After each block the test waits, as a user watching
+``streamlease watch`` would, until every started stream is held and delivering; a block that fails,
+or a stream that never delivers, fails the test and names the block.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from local_stack_run import REPO, WAIT, StackRun, running_stack, wait_until
 
 sys.path.insert(0, str(REPO / "tests" / "docs"))
-from doc_blocks import Block, marked_blocks  # noqa: E402
+from doc_blocks import Block, marked_blocks
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +82,7 @@ def test_every_tested_block_runs_in_order_against_the_local_stack(
     blocks = marked_blocks()
     assert len(blocks) >= 8, [b.where for b in blocks]
     env = user_env(stack)
+    (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
     for block in blocks:
         done = subprocess.run(
             ["bash", "-e", "-o", "pipefail", "-c", as_typed(block, stack)],

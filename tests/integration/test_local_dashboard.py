@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "test-screenshots"
 """Where the screenshots go: in the checkout (ignored by git), where CI can keep them."""
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "local-dashboard.png"
-"""The README's picture of the page, written by this test."""
+"""The picture of the page in README.md and docs/operating.md, written by this test."""
 STREAMS = [f"dash-{n}" for n in range(1, 6)]
 LEGENDS = """
 Object.fromEntries(Array.from(document.querySelectorAll("section.widget")).map(section => [
