@@ -85,7 +85,7 @@ lint: $(STAMP) ## ruff, mypy and the import contracts (lint-imports; make test c
 # The documentation site from README.md and docs/ (mkdocs.yml), strict: a broken link, a missing
 # page or a missing included file fails the build. make test builds it too (tests/docs/).
 docs: $(STAMP) ## build the documentation site into build/site (strict: a broken link fails)
-	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 fmt: $(STAMP) ## apply ruff's formatting and fixes
 	$(VENV)/bin/ruff format .
