@@ -26,7 +26,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: help run demo test lint fmt bench synth deploy destroy clean lock lambda openapi
+.PHONY: help run demo test lint docs fmt bench synth deploy destroy clean lock lambda openapi
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -82,6 +82,11 @@ lint: $(STAMP) ## ruff, mypy, the import contracts and no import cycle (make tes
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest -q -n 0 -p no:cacheprovider tests/unit/test_import_cycles.py
+
+# The documentation site from README.md and docs/ (mkdocs.yml), strict: a broken link, a missing
+# page or a missing included file fails the build. make test builds it too (tests/docs/).
+docs: $(STAMP) ## build the documentation site into build/site (strict: a broken link fails)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 fmt: $(STAMP) ## apply ruff's formatting and fixes
 	$(VENV)/bin/ruff format .

@@ -49,8 +49,8 @@ class BillingMode(StrEnum):
 class TableIndexes(StrEnum):
     """Which global secondary indexes the lease table has. A deployed table of the previous
     release moves to the current ones through three intermediate stages, one index created or
-    dropped per CloudFormation update (``streamlease.indexes.MIGRATION_STAGES``; the README's
-    migration says when to deploy which)."""
+    dropped per CloudFormation update (``streamlease.indexes.MIGRATION_STAGES``; the migration
+    in docs/deploying.md says when to deploy which)."""
 
     CURRENT = "current"
     """The schema's indexes: a new table, or one whose migration is done."""

@@ -86,8 +86,8 @@ class AppPingModel(BaseModel):
 
 class StreamProfile(BaseModel):
     """How to talk to the upstream; every field optional (none given: JSON text frames with an
-    integer ``seq``, resumed by the ``from_seq`` query parameter). See the README's "connecting
-    to a real feed"."""
+    integer ``seq``, resumed by the ``from_seq`` query parameter). See docs/connecting-feeds.md,
+    "The connection profile"."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=profile_rules)
 

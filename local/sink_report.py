@@ -12,10 +12,18 @@ deadlines; when the reaper frees them sooner, the next owner would seem to overl
 stack's supervisor therefore records each worker exit (``exits.jsonl``: task id and the
 monotonic time it saw the process gone), and the report ends that worker's open holdings there:
 a dead process delivers nothing.
+
+``python -m local.sink_report [STREAM_ID ...]`` prints the report of the local stack's file sink
+(its state directory: ``STREAMLEASE_LOCAL_STATE_DIR``, default ``.local/``, or ``--state-dir``);
+exit status 0 when no stream has a gap or a broken invariant (repeats are counted, not failed:
+a ``kill -9`` leaves about a heartbeat of them), 1 otherwise, 2 for a bad command line.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +34,7 @@ from local.invariants import Report, SinkRecord, check, load_events, load_record
 from local.jsonl_tail import read_jsonl
 from streamlease.lease_events import TERMINAL_KINDS, LeaseEvent, LeaseEventKind
 from streamlease.schema import belongs_to_task
+from streamlease.settings import Settings, env_name
 
 EXIT_AS_EVENT = LeaseEventKind.FENCED
 """How a process exit enters the checker: it stopped delivering at that moment, as a fence."""
@@ -249,3 +258,86 @@ def format_report(report: SinkReport) -> str:
         "in delivery across one handover (the sink's received_at_ms)"
     )
     return "\n".join(lines)
+
+
+def report_json(report: SinkReport) -> dict[str, Any]:
+    """The report as one JSON document: per stream its counts, and the verdict."""
+    return {
+        "ok": report.ok,
+        "malformed_lines": report.malformed_lines,
+        "streams": {
+            s.stream_id: {
+                "messages": s.messages,
+                "first_seq": s.first_seq,
+                "last_seq": s.last_seq,
+                "gaps": s.missing,
+                "repeats": s.duplicates,
+                "epochs": s.epochs,
+                "unowned_seconds": s.unowned_seconds,
+                "violations": list(s.violations),
+            }
+            for s in report.streams
+        },
+    }
+
+
+def first_seq(text: str) -> int | None:
+    """``--first-seq``: a whole number, or ``any`` (seqs before the first record not counted)."""
+    if text == "any":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number or 'any', got {text!r}") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m local.sink_report``."""
+    command = argparse.ArgumentParser(
+        prog="python -m local.sink_report",
+        description="Gaps and repeats per stream in the local stack's file sink (one JSONL file "
+        "per stream under STATE_DIR/sink), judged with the workers' lease events. Exit status "
+        "0 when no stream has a gap or a broken invariant (repeats are counted, not failed), "
+        "1 otherwise.",
+    )
+    command.add_argument("stream_ids", nargs="*", metavar="STREAM_ID", help="only these streams")
+    command.add_argument(
+        "--state-dir",
+        help=f"the stack's state directory (default: ${env_name('local_state_dir')}, else .local"
+        " in the repository)",
+    )
+    command.add_argument(
+        "--first-seq",
+        type=first_seq,
+        default=1,
+        metavar="N|any",
+        help="the seq a stream's first message has (default 1, the upstream simulator's), so "
+        "messages missing before the first record count as a gap; 'any' to skip that",
+    )
+    command.add_argument("--json", action="store_true", help="one JSON document, not a table")
+    return command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the report of the state directory's sink; the exit status is the verdict."""
+    from local.stack_files import StackPaths
+
+    args = parser().parse_args(argv)
+    overrides = {"local_state_dir": args.state_dir} if args.state_dir else {}
+    paths = StackPaths.for_settings(Settings.from_env(**overrides))
+    if not paths.sink_dir.is_dir():
+        print(f"no file sink at {paths.sink_dir}: has a stack run there?", file=sys.stderr)
+        return 1
+    report = build_report(
+        paths.sink_dir,
+        paths.events_dir,
+        exits_path=paths.exits_file,
+        stream_ids=args.stream_ids or None,
+        expected_first_seq=args.first_seq,
+    )
+    print(json.dumps(report_json(report), sort_keys=True) if args.json else format_report(report))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

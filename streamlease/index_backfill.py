@@ -1,14 +1,15 @@
 """``python -m streamlease.index_backfill``: give every stream item the orphan-index entry its
 state calls for (:mod:`streamlease.expiry_index`), once.
 
-Run it while moving a deployed table to ``by-shard-expiry`` (the README's migration), after the
-new index exists and the new release runs: streams that became free before (never leased,
-released by the previous release) have no ``expiry_shard`` yet, and only a start command would
-reach them. Run it again after switching the fleet's liveness mode: each mode keys the index its
-own way. It reads the table and its settings like a worker (``STREAMLEASE_TABLE_NAME``,
-``STREAMLEASE_AWS_REGION``, ``STREAMLEASE_LIVENESS``, ...), scans the stream items once (a
-read of the whole table), and writes only where an entry is missing, stale or wrong, each write
-conditional on the state it read: safe beside a running fleet, and safe to run again.
+Run it while moving a deployed table to ``by-shard-expiry`` (docs/deploying.md, "Moving a deployed
+table to this release"), after the new index exists and the new release runs: streams that became
+free before (never leased, released by the previous release) have no ``expiry_shard`` yet, and only
+a start command would reach them. Run it again after switching the fleet's liveness mode: each mode
+keys the index its own way. It reads the table and its settings like a worker
+(``STREAMLEASE_TABLE_NAME``, ``STREAMLEASE_AWS_REGION``, ``STREAMLEASE_LIVENESS``, ...), scans the
+stream items once (a read of the whole table), and writes only where an entry is missing, stale or
+wrong, each write conditional on the state it read: safe beside a running fleet, and safe to run
+again.
 """
 
 from __future__ import annotations

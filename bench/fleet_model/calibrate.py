@@ -6,7 +6,7 @@ items read back, projected as each index projects them, by DynamoDB's size rule.
 
 Today's design is the same requests counted against today's indexes (:data:`TODAY_INDEXES`):
 the stores still write every attribute those indexes key on, so a table migrating from it keeps
-both working (see the README's migration).
+both working (see the migration in docs/deploying.md).
 """
 
 from __future__ import annotations

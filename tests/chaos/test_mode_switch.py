@@ -1,5 +1,5 @@
-"""Chaos: the README's liveness-mode switch, with a worker killed before it (and no reaper run,
-as when the task-stopped event was lost).
+"""Chaos: the liveness-mode switch of docs/how-it-works.md, with a worker killed before it
+(and no reaper run, as when the task-stopped event was lost).
 
 Run from each mode to the other: stop the fleet (each worker drains), wait until ``GET
 /workers`` lists nobody, start the fleet in the other mode. Every stream must be owned by a live

@@ -194,7 +194,8 @@ def test_sink_stream_is_provisioned_and_encrypted(stateful_json: TemplateJson) -
 
 
 def test_outputs_name_what_a_worker_outside_the_fleet_needs(stateful_json: TemplateJson) -> None:
-    """The README's `docker run` recipe reads the table, the command queue and the sink here."""
+    """The `docker run` recipe of docs/deploying.md reads the table, the command queue and the
+    sink here."""
     outputs = stateful_json["Outputs"]
     assert outputs["TableName"]["Value"] == {"Ref": "LeaseTable"}
     assert outputs["CommandQueueUrl"]["Value"] == {"Ref": "CommandQueue"}

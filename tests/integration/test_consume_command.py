@@ -120,6 +120,23 @@ async def test_each_message_comes_out_once_in_order_and_the_summary_counts_the_r
     assert summary["problems"] == []
 
 
+async def test_the_summary_is_the_sinks_check_of_gaps_and_repeats_per_stream(
+    aws_settings: Settings, stack_api: str
+) -> None:
+    """docs/reading-records.md's check of the Kinesis sink: the messages go to /dev/null, the
+    table on stderr counts each stream's repeats (3 again from the next holder) and its gap (5
+    never written)."""
+    await deliver(aws_settings, [("a", 1, [1, 2, 3]), ("a", 2, [3, 4, 6]), ("b", 1, [1, 2])])
+    done = await asyncio.to_thread(consume, stack_api)
+    assert done.returncode == 0, done.stderr
+    table = [line.split() for line in done.stderr.splitlines()]
+    assert table == [
+        ["STREAM", "MESSAGES", "REPEATS", "STALE", "GAPS", "MISSING"],
+        ["a", "5", "1", "0", "1", "1"],
+        ["b", "2", "0", "0", "0", "0"],
+    ]
+
+
 async def test_stream_ids_choose_what_is_printed(aws_settings: Settings, stack_api: str) -> None:
     """Only the streams named; the summary too. Human output is a table."""
     await deliver(aws_settings, WRITES)

@@ -7,7 +7,7 @@ from pathlib import Path
 from control_plane_support import Api
 
 URL = "wss://feed.example.com/v1"
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 
 
 def test_start_with_another_url_points_to_set_not_to_delete(api: Api) -> None:
@@ -45,7 +45,8 @@ def test_a_change_in_place_is_accepted_and_the_same_change_again_is_not_one(api:
     assert (again.status, again.body["generation"]) == (200, changed.body["generation"])
 
 
-def test_the_readmes_malformed_row_fixes_the_profile_in_place() -> None:
-    row = next(line for line in README.read_text().splitlines() if line.startswith("| `MALFORMED`"))
+def test_the_operating_pages_malformed_row_fixes_the_profile_in_place() -> None:
+    lines = OPERATING.read_text().splitlines()
+    row = next(line for line in lines if line.startswith("| `MALFORMED`"))
     assert "streamlease set ID --seq-path" in row
     assert "delete" not in row

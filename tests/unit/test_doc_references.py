@@ -1,4 +1,4 @@
-"""Every "architecture §N" in the code and the README names a section of docs/architecture.md
+"""Every "architecture §N" in the code, the README and docs/ names a section of docs/architecture.md
 that exists, and the old form that pointed outside the repository is gone."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENT = REPO / "docs" / "architecture.md"
-SOURCES = ("streamlease", "worker", "lambdas", "cdk", "local", "tests", "bench")
+SOURCES = ("streamlease", "worker", "lambdas", "cdk", "local", "tests", "bench", "docs")
 TOP_LEVEL = ("README.md", "pyproject.toml", "Makefile")
 SUFFIXES = {".py", ".md", ".json", ".toml", ".html", ".js"}
 

@@ -16,14 +16,14 @@ failed connect or a close means.
   profile's application ping is sent every interval while the connection is open.
 * **Reconnect**: exponential backoff with full jitter that resets only after a connection stayed
   up ``settings.stable_seconds`` (an upstream that accepts and drops would see a tight loop).
-* **Outcomes** (README, "each outcome has one meaning"): close 1000 from the upstream ends the
-  link (the stream is finished, :attr:`UpstreamLink.upstream_ended`); a 4xx at the handshake
-  (except 408/425/429), a redirect, a refused address, or a refused (or unanswered) open
-  message is a *rejection*: reported, then the
-  stream is parked — tried again every ``backoff_max_seconds`` with its secrets read afresh,
-  not handed around the fleet; everything else (1001, 1006, 1011-1014, 5xx, refused, timeouts,
-  DNS) is retried with backoff. Every outcome is reported to ``on_event`` with a short message
-  that never contains the URL, its query or upstream text.
+* **Outcomes** (docs/connecting-feeds.md, "How a connection ends"): close 1000 from the upstream
+  ends the link (the stream is finished, :attr:`UpstreamLink.upstream_ended`); a 4xx at the
+  handshake (except 408/425/429), a redirect, a refused address, or a refused (or unanswered) open
+  message is a *rejection*: reported, then the stream is parked — tried again every
+  ``backoff_max_seconds`` with its secrets read afresh, not handed around the fleet; everything
+  else (1001, 1006, 1011-1014, 5xx, refused, timeouts, DNS) is retried with backoff. Every outcome
+  is reported to ``on_event`` with a short message that never contains the URL, its query or
+  upstream text.
 """
 
 from __future__ import annotations
