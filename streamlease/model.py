@@ -166,6 +166,12 @@ class Stream:
         return progress
 
     @property
+    def awaits_a_holder(self) -> bool:
+        """Wanted and held by nobody: what a release's handoff command is for (a stream
+        acquired since, after a retried release that had landed, needs none)."""
+        return self.desired_state is DesiredState.STARTED and self.owner is None
+
+    @property
     def last_error_active(self) -> bool:
         """False when ``last_error`` is from the past: the stream has been connected since."""
         if self.last_error is None:

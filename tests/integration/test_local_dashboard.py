@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "test-screenshots"
 """Where the screenshots go: in the checkout (ignored by git), where CI can keep them."""
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "local-dashboard.png"
-"""The picture of the page in README.md and docs/operating.md, written by this test when asked (above)."""
+"""The picture of the page in README.md and docs/operating.md, written when asked (above)."""
 UPDATE_DOCS_ENV = "STREAMLEASE_UPDATE_DOCS_SCREENSHOT"
 STREAMS = [f"dash-{n}" for n in range(1, 6)]
 LEGENDS = """

@@ -14,7 +14,6 @@ from typing import Final
 from streamlease.errors import LeaseLost, StoreError
 from streamlease.lease_events import LeaseEventKind
 from streamlease.model import Stream
-from streamlease.schema import DesiredState
 from streamlease.settings import Settings
 from streamlease.telemetry import WorkerMetric
 from worker.context import WorkerContext
@@ -116,11 +115,7 @@ class HoldingEnd:
         )
         # Still wanted (shed, drained, failed — or stopped and started again while this holder
         # was finishing): tell a worker now instead of leaving it to reconciliation.
-        if not (
-            self._settings.handoff_on_release
-            and stream.desired_state is DesiredState.STARTED
-            and stream.owner is None  # not acquired since (a retried release that had landed)
-        ):
+        if not (self._settings.handoff_on_release and stream.awaits_a_holder):
             return
         rebalance = reason is EndReason.SHED
         if await ctx.handoffs.send_handoff(self.stream_id, stream.generation, rebalance=rebalance):

@@ -36,7 +36,6 @@ from typing import Final
 
 from streamlease.errors import LeaseLost, StoreError
 from streamlease.model import LeaseView
-from streamlease.schema import DesiredState
 from worker.context import WorkerContext
 from worker.fencing.session import Session
 from worker.logs import describe, logger
@@ -177,9 +176,5 @@ class OwnLeases:
         except (LeaseLost, StoreError) as exc:
             logger.info("stray release failed", stream_id=stream_id, error=describe(exc))
             return
-        if (
-            stream is not None
-            and ctx.settings.handoff_on_release
-            and stream.desired_state is DesiredState.STARTED
-        ):
+        if stream is not None and ctx.settings.handoff_on_release and stream.awaits_a_holder:
             await ctx.handoffs.send_handoff(stream_id, stream.generation)
