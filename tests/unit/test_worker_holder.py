@@ -568,6 +568,25 @@ class AnswerLostStore(RecordingStore):
         raise LeaseLost(stream_id, epoch, "another worker holds it")
 
 
+async def shed_with_the_answer_lost(
+    sim: UpstreamSimulator, tmp_path: Path, *, landed: bool
+) -> tuple[Journal, AnswerLostStore, LeaseEvent]:
+    """Shed a delivering holder whose first release gets no answer (see
+    :class:`AnswerLostStore`); returns the journal, the store and the holding's last event."""
+    journal = Journal()
+    rig = make_rig(sim, tmp_path, RecordingSink(journal))
+    store = AnswerLostStore(journal, landed=landed)
+    rig.ctx.store = cast(Any, store)
+    holder = rig.holder("s1")
+    task = asyncio.create_task(holder.run())
+    await until(lambda: holder.acked_seq >= 5)
+    holder.request_end(EndReason.SHED)
+    await asyncio.wait_for(task, 10)
+    rig.ctx.events.close()
+    events, _ = read_jsonl([rig.events_path], LeaseEvent.from_dict)
+    return journal, store, events[-1]
+
+
 async def test_a_release_that_finds_the_lease_gone_ends_the_holding_when_it_was_sent(
     sim: UpstreamSimulator, tmp_path: Path
 ) -> None:
@@ -576,19 +595,7 @@ async def test_a_release_that_finds_the_lease_gone_ends_the_holding_when_it_was_
     delivered nothing after the first release was sent (its last write came before), not
     until the moment the retry learned it: that is what another worker's acquisition must
     follow, however late this one found out."""
-    journal = Journal()
-    rig = make_rig(sim, tmp_path, RecordingSink(journal))
-    store = AnswerLostStore(journal)
-    rig.ctx.store = cast(Any, store)
-    holder = rig.holder("s1")
-    task = asyncio.create_task(holder.run())
-    await until(lambda: holder.acked_seq >= 5)
-    holder.request_end(EndReason.SHED)
-    await asyncio.wait_for(task, 10)
-
-    rig.ctx.events.close()
-    events, _ = read_jsonl([rig.events_path], LeaseEvent.from_dict)
-    lost = events[-1]
+    journal, store, lost = await shed_with_the_answer_lost(sim, tmp_path, landed=False)
     assert lost.event == "lost"
     first_release, retry = store.release_calls
     assert lost.deadline_mono is not None
@@ -603,20 +610,8 @@ async def test_a_retried_release_that_had_landed_is_a_handover_not_a_loss(
     """The first release landed (its answer lost) and another worker acquired the stream
     before the retry, which learns so from the store: the holding ends released, as of the
     first attempt, and sends no handoff for a stream someone already holds."""
-    journal = Journal()
-    rig = make_rig(sim, tmp_path, RecordingSink(journal))
-    store = AnswerLostStore(journal, landed=True)
-    rig.ctx.store = cast(Any, store)
-    holder = rig.holder("s1")
-    task = asyncio.create_task(holder.run())
-    await until(lambda: holder.acked_seq >= 5)
-    holder.request_end(EndReason.SHED)
-    await asyncio.wait_for(task, 10)
-
-    rig.ctx.events.close()
-    events, _ = read_jsonl([rig.events_path], LeaseEvent.from_dict)
-    assert [e.event for e in events][-1] == "released"
-    released = events[-1]
+    journal, store, released = await shed_with_the_answer_lost(sim, tmp_path, landed=True)
+    assert released.event == "released"
     first_release, retry = store.release_calls
     assert released.deadline_mono is not None
     assert released.deadline_mono <= first_release < retry <= released.mono
