@@ -7,7 +7,9 @@ it was measured at.
 
 Every table is printed as markdown when its section ends, and the whole set is written with a
 description of the machine to ``bench/results/latest.md`` (``--quick`` writes
-``bench/results/quick.md`` instead, so a smoke run never overwrites the real figures).
+``bench/results/quick.md`` instead, so a smoke run never overwrites the real figures; an
+``--only`` run writes ``build/bench-only.md``, so a part never stands for the whole run; the
+sections that keep files of their own, such as ``cost.md``, still write them).
 A progress line on stderr says what is running. Nothing here asserts anything about speed.
 """
 
@@ -88,6 +90,13 @@ def command_line(quick: bool, scale: float, only: Sequence[str] | None = None) -
     return f"python -m bench{options}"
 
 
+def default_out(quick: bool, only: bool) -> Path:
+    """Where the tables go without ``--out`` (see the module docstring)."""
+    if only:
+        return RESULTS_DIR.parents[1] / "build" / "bench-only.md"
+    return RESULTS_DIR / ("quick.md" if quick else "latest.md")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the chosen sections; returns 0, or 1 if a section failed (the others still run)."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
@@ -105,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     names = args.only or list(SECTIONS)
-    out = args.out or RESULTS_DIR / ("quick.md" if args.quick else "latest.md")
+    out = args.out or default_out(args.quick, bool(args.only))
     progress = Progress(len(names))
     started = time.monotonic()
     header = [

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import statistics
 import subprocess
 import time
@@ -297,10 +298,11 @@ def run(ctx: BenchContext, size: Size | None = None) -> list[Table]:
                         raise  # the bill's own figures: the section fails
                     failed.append(f"{rate:g} msg/s of {payload} B: {str(exc).splitlines()[0]}")
     dynamo, seed_dollars, dynamo_source = dynamo_cost(ctx, size)
-    ctx.progress.update("synthesizing each preset", force=True)
-    deployed = {preset: cost_template.deployed(preset) for preset in Preset}
     measured = {key: r.measured for key, r in runs.items()}
     priced = {rate: runs[(rate, cost_bill.PRICED_PAYLOAD)] for rate in RATES}
+    sizing = cost_model.sizing({rate: r.measured for rate, r in priced.items()})
+    ctx.progress.update("synthesizing each preset as this run sizes it", force=True)
+    deployed = {preset: cost_template.deployed_as_sized(preset, sizing) for preset in Preset}
     bill = cost_bill.bill_table(deployed, measured, dynamo, size.streams, RATES)
     bill.notes += private_notes(deployed[DEFAULT_PRESET], priced, cost_model.STREAMS)
     bill.notes += [
@@ -328,7 +330,14 @@ def run(ctx: BenchContext, size: Size | None = None) -> list[Table]:
     ]
     out = RESULTS_DIR / ("cost-quick.md" if ctx.quick else "cost.md")
     write_results(out, results_header(size), tables)
+    if size is FULL:
+        sizing["measured_by"] = results_header(size)[2]
+        SIZING_FILE.write_text(json.dumps(sizing, indent=2) + "\n")
     return tables
+
+
+SIZING_FILE: Final = RESULTS_DIR / "capacity.json"
+"""What the presets are held to (``cdk/presets.py``): a full run's sizing of one task by rate."""
 
 
 def results_header(size: Size) -> list[str]:

@@ -12,8 +12,9 @@ MEMORY_BUDGET / memory per stream, 8,000)``, rounded down to a multiple of 50; s
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from bench import prices as p
 from streamlease.settings import MAX_CAPACITY
@@ -117,6 +118,35 @@ def capacity_for(measured: Measured, vcpu: float, memory_gb: float) -> int:
     by_cpu = max(0.0, vcpu * CPU_BUDGET - measured.cpu_per_worker) / measured.cpu_per_stream
     by_memory = memory_gb * p.GIB * MEMORY_BUDGET / measured.memory_per_stream
     return max(50, int(min(by_cpu, by_memory, MAX_CAPACITY) // 50 * 50))
+
+
+SIZED_TASK: Final = (0.25, 0.5)
+"""vCPU and GB of the task the presets run (``cdk/presets.py``: ``worker_cpu`` 256, 512 MiB)."""
+
+
+def sizing(measured: Mapping[float, Measured]) -> dict[str, Any]:
+    """Each rate's capacity of a :data:`SIZED_TASK` by the rule and its shards for
+    :data:`STREAMS` streams, with the figures they rest on: what ``cdk/presets.py`` is held to."""
+    vcpu, memory_gb = SIZED_TASK
+    rates = {
+        f"{rate:g}": {
+            "capacity_per_worker": capacity_for(m, vcpu, memory_gb),
+            "sink_shards": shards_for(m),
+            "cpu_us_per_stream_second": round(m.cpu_per_stream * 1e6, 1),
+            "worker_cpu_fraction_with_no_stream": round(m.cpu_per_worker, 4),
+            "memory_bytes_per_stream": round(m.memory_per_stream),
+            "bytes_per_message": round(m.bytes_per_message, 1),
+        }
+        for rate, m in sorted(measured.items())
+    }
+    return {
+        "task": {"vcpu": vcpu, "memory_gb": memory_gb},
+        "streams": STREAMS,
+        "rule": f"CPU within {CPU_BUDGET:.0%} of the task's vCPU and memory within"
+        f" {MEMORY_BUDGET:.0%} of its memory, a multiple of 50; shards at {SHARD_BUDGET:.0%} of"
+        " 1 MB/s (bench/cost_model.py)",
+        "rates": rates,
+    }
 
 
 def shards_for(measured: Measured, streams: int = STREAMS) -> int:

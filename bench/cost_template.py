@@ -17,8 +17,9 @@ from typing import Any, Final
 
 from aws_cdk import App
 
-from cdk.app import PRESET_KEY, REPO_ROOT, build, config_from_context
+from cdk.app import PRESET_KEY, REPO_ROOT, build, config_from_context, context_key
 from cdk.config import DeploymentConfig
+from cdk.presets import Preset, sized_for
 
 TARGET_TRACKING_ALARMS: Final = 2
 """Alarms Application Auto Scaling creates for a target-tracking policy (high and low)."""
@@ -71,6 +72,14 @@ def deployed(preset: str, context: Mapping[str, Any] | None = None) -> Deployed:
     """What ``preset`` (with ``context`` on top) deploys, counted."""
     config, stateful, stateless = synthesize({PRESET_KEY: preset, **(context or {})})
     return count(config, [stateful, stateless])
+
+
+def deployed_as_sized(preset: Preset, sizing: Mapping[str, Any]) -> Deployed:
+    """What ``preset`` deploys when its fields are what ``sizing`` (a run's
+    :func:`~bench.cost_model.sizing`) makes of them: the bill prices the configuration its own
+    measurement sizes, which the stored presets are held to (``tests/infra/test_presets.py``)."""
+    fields = sized_for(preset, sizing)
+    return deployed(preset, {context_key(name): value for name, value in fields.items()})
 
 
 def count(config: DeploymentConfig, templates: list[Template]) -> Deployed:

@@ -128,13 +128,13 @@ class DeploymentConfig:
     liveness: Liveness = Liveness.SESSION
     """``session`` (one renewal per worker) or ``stream`` (one per held stream). Changing it on a
     running fleet needs a stop of the old fleet first: workers refuse to mix modes."""
-    capacity_per_worker: int = 1000
+    capacity_per_worker: int = 850
     """Streams one task holds at most. The default is the ``light`` preset's (``cdk.presets``):
-    sized by ``make bench``'s cost section (``bench/results/cost.md``) for a 0.25 vCPU arm64 task
-    at 1 message/s per stream, the streams' measured CPU kept within half the task's vCPU at
-    capacity (a Graviton vCPU is slower than the bench's core; reconnect storms and takeovers
-    come on top) and their memory within half its memory. Busier feeds need fewer a task: the
-    ``busy`` preset (10 messages/s) holds 250 (the checkpoint vector's limit is 8,000)."""
+    sized by ``make bench``'s cost section (``bench/results/capacity.json``) for a 0.25 vCPU arm64
+    task at 1 message/s per stream, the streams' measured CPU kept within half the task's vCPU at
+    capacity (a Graviton vCPU is slower than the bench's core; reconnect storms and takeovers come
+    on top) and their memory within half its memory. Busier feeds need fewer a task: the ``busy``
+    preset (10 messages/s) holds 200 (the checkpoint vector's limit is 8,000)."""
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0
@@ -149,8 +149,8 @@ class DeploymentConfig:
     expected_streams: int = 1000
     """Streams the deployment is sized for: ``max_tasks`` must hold 1.5 × this with one task
     lost (:func:`min_max_tasks`)."""
-    min_tasks: int = 2
-    max_tasks: int = 3
+    min_tasks: int = 3
+    max_tasks: int = 4
     target_load_fraction: float = 0.7
     """Scaling keeps each task's CPU utilization at this fraction, and wanted streams per task
     at no more than this fraction of ``capacity_per_worker``."""

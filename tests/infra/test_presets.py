@@ -13,7 +13,14 @@ from template_support import TemplateJson, evaluate_alarm_expression, flat, reso
 
 from cdk.app import PRESET_KEY, REPO_ROOT, build, config_from_context, context_key
 from cdk.config import DeploymentConfig, min_max_tasks, settled_tasks, spare_at_rest_tasks
-from cdk.presets import DEFAULT_PRESET, PRESET_FIELDS, PRESETS, Preset
+from cdk.presets import (
+    DEFAULT_PRESET,
+    PRESET_FIELDS,
+    PRESETS,
+    Preset,
+    measured_sizing,
+    sized_for,
+)
 
 CDK_CONTEXT: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
 
@@ -28,6 +35,35 @@ def test_cdk_json_deploys_the_default_preset_and_leaves_its_fields_to_it() -> No
 def test_every_preset_sets_every_preset_field() -> None:
     for preset in Preset:
         assert set(PRESETS[preset]) == set(PRESET_FIELDS), preset
+
+
+@pytest.mark.parametrize("preset", list(Preset))
+def test_every_preset_is_what_the_stored_measurement_sizes(preset: Preset) -> None:
+    """Capacity, tasks and shards of each preset are the stored run's sizing
+    (bench/results/capacity.json) by the rule: a new measurement that moves them fails here
+    until the preset follows it."""
+    assert dict(PRESETS[preset]) == sized_for(preset, measured_sizing())
+
+
+def test_sizing_follows_the_rule() -> None:
+    """1,000 streams: a capacity of 1,000 settles at two tasks with one spare; 800 needs three
+    (two leave 600 spare, under one task); 250 needs five and target tracking settles at six."""
+
+    def sizing(capacity: int) -> dict[str, Any]:
+        return {
+            "rates": {
+                rate: {"capacity_per_worker": capacity, "sink_shards": 2} for rate in ("1", "10")
+            }
+        }
+
+    assert {k: sized_for(Preset.LIGHT, sizing(1000))[k] for k in ("min_tasks", "max_tasks")} == {
+        "min_tasks": 2,
+        "max_tasks": 3,
+    }
+    light = sized_for(Preset.LIGHT, sizing(800))
+    assert (light["min_tasks"], light["max_tasks"], light["sink_shards"]) == (3, 4, 2)
+    busy = sized_for(Preset.BUSY, sizing(250))
+    assert (busy["min_tasks"], busy["max_tasks"]) == (5, 7)
 
 
 def test_the_config_without_keys_is_the_default_preset() -> None:
@@ -56,7 +92,9 @@ def test_config_refuses_a_fleet_that_settles_without_one_task_spare() -> None:
     """Two tasks of 850 for 1,000 streams leave 700 spare, under one task: the Headroom alarm
     would never clear, so the configuration is refused and the fix named."""
     with pytest.raises(ValueError, match="min_tasks must be at least 3: the fleet settles at 2"):
-        config_from_context({**CDK_CONTEXT, "streamlease:capacityPerWorker": 850})
+        config_from_context(
+            {**CDK_CONTEXT, "streamlease:capacityPerWorker": 850, "streamlease:minTasks": 2}
+        )
 
 
 def test_the_headroom_rule() -> None:
@@ -111,10 +149,16 @@ def test_headroom_is_quiet_when_the_fleet_has_settled(
     assert evaluate_alarm_expression(_headroom_expression(template), values) == 0
 
 
-HEADROOM_AFTER_ONE_TASK_LOST = {Preset.LIGHT: 1.0, Preset.BUSY: 0.0}
-"""light: one task left holds all 1,000 streams but none spare, so Headroom pages if the task
-is not replaced within its 10 minutes (ECS replaces it in one or two). busy: five tasks of 250
-hold 1,000 with one task spare, so it stays quiet."""
+def pages_after_one_task_lost(config: DeploymentConfig) -> float:
+    """1.0 when the tasks left after losing one of the settled fleet hold the expected streams
+    with less than one task's capacity spare: ``Headroom`` pages if the task is not replaced
+    within its 10 minutes (ECS replaces it in one or two); 0.0 when it stays quiet.
+
+    As sized from the stored run: light, three tasks of 850 settle for 1,000 streams, two left
+    hold them with 700 spare (under a task of 850: it pages); busy, eight tasks of 200 settle,
+    seven left hold 1,000 with 400 spare (quiet)."""
+    spare = (config.settled_tasks - 1) * config.capacity_per_worker - config.expected_streams
+    return 1.0 if spare < config.capacity_per_worker else 0.0
 
 
 @pytest.mark.parametrize("preset", list(Preset))
@@ -123,8 +167,7 @@ def test_losing_one_task_pages_or_stays_quiet_as_each_preset_intends(
 ) -> None:
     config, template = preset_templates[preset]
     values = {"tasks": config.settled_tasks - 1, "wanted": config.expected_streams}
-    assert (
-        evaluate_alarm_expression(_headroom_expression(template), values)
-        == HEADROOM_AFTER_ONE_TASK_LOST[preset]
-    )
+    assert evaluate_alarm_expression(
+        _headroom_expression(template), values
+    ) == pages_after_one_task_lost(config)
     assert (config.settled_tasks - 1) * config.capacity_per_worker >= config.expected_streams
