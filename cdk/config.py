@@ -128,7 +128,7 @@ class DeploymentConfig:
     liveness: Liveness = Liveness.SESSION
     """``session`` (one renewal per worker) or ``stream`` (one per held stream). Changing it on a
     running fleet needs a stop of the old fleet first: workers refuse to mix modes."""
-    capacity_per_worker: int = 850
+    capacity_per_worker: int = 650
     """Streams one task holds at most. The default is the ``light`` preset's (``cdk.presets``):
     sized by ``make bench``'s cost section (``bench/results/capacity.json``) for a 0.25 vCPU arm64
     task at 1 message/s per stream, the streams' measured CPU kept within half the task's vCPU at

@@ -69,12 +69,12 @@ _COMMON: Final[Mapping[str, Any]] = {
 }
 
 PRESETS: Final[Mapping[Preset, Mapping[str, Any]]] = {
-    # 1 msg/s: 850 streams on one 0.25 vCPU task by the sizing rule; three tasks at rest
-    # leave one task spare (two would leave 700: Headroom would never clear); one shard takes
-    # 1,000 × ~230 B/s.
+    # 1 msg/s: 650 streams on one 0.25 vCPU task by the sizing rule; three tasks at rest
+    # leave one task spare (two would hold 1,000 with 300 spare: Headroom would never clear);
+    # one shard takes 1,000 × ~230 B/s.
     Preset.LIGHT: {
         **_COMMON,
-        "capacity_per_worker": 850,
+        "capacity_per_worker": 650,
         "min_tasks": 3,
         "max_tasks": 4,
         "sink_shards": 1,

@@ -66,8 +66,18 @@ def test_headroom_alarm_fires_at_max_tasks_or_under_one_task_of_spare_capacity(
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"streamlease:maxTasks": 2}, "max_tasks must be at least 3"),
-        ({"streamlease:expectedStreams": 3000}, "max_tasks must be at least 6"),
+        (
+            {
+                "streamlease:capacityPerWorker": 1000,
+                "streamlease:minTasks": 2,
+                "streamlease:maxTasks": 2,
+            },
+            "max_tasks must be at least 3",
+        ),
+        (
+            {"streamlease:capacityPerWorker": 1000, "streamlease:expectedStreams": 3000},
+            "max_tasks must be at least 6",
+        ),
         ({"streamlease:natGateways": 3}, "nat_gateways must be 1 or 2"),
     ],
 )

@@ -154,8 +154,8 @@ def pages_after_one_task_lost(config: DeploymentConfig) -> float:
     with less than one task's capacity spare: ``Headroom`` pages if the task is not replaced
     within its 10 minutes (ECS replaces it in one or two); 0.0 when it stays quiet.
 
-    As sized from the stored run: light, three tasks of 850 settle for 1,000 streams, two left
-    hold them with 700 spare (under a task of 850: it pages); busy, eight tasks of 200 settle,
+    As sized from the stored run: light, three tasks of 650 settle for 1,000 streams, two left
+    hold them with 300 spare (under a task of 650: it pages); busy, eight tasks of 200 settle,
     seven left hold 1,000 with 400 spare (quiet)."""
     spare = (config.settled_tasks - 1) * config.capacity_per_worker - config.expected_streams
     return 1.0 if spare < config.capacity_per_worker else 0.0
