@@ -29,6 +29,9 @@ TALLY_ENV = "STREAMLEASE_TEST_TALLY"
 """Where a phase's conftest writes its outcome counts (``tests/conftest.py``)."""
 WORKERS_ENV = "STREAMLEASE_TEST_WORKERS"
 NO_TESTS = 5
+SLOWEST = 20
+"""Each phase lists its slowest tests (setup, call and teardown apart) unless the arguments
+choose their own ``--durations``."""
 OUTCOMES = ("passed", "failed", "skipped", "error", "xfailed", "xpassed")
 
 
@@ -58,6 +61,8 @@ def run_phase(phase: str, args: list[str], expression: str | None, tally: Path) 
         command += ["-n", os.environ.get(WORKERS_ENV) or str(2 * (os.cpu_count() or 1))]
     else:
         command += ["-n", "0"]  # in this process, one test after another
+    if not any(arg.startswith("--durations") for arg in args):
+        command += [f"--durations={SLOWEST}"]  # where each phase's time goes, in every log
     print(f"\n=== make test, {phase} phase: {' '.join(command[3:] + args)}", flush=True)
     env = {**os.environ, TALLY_ENV: str(tally)}
     return subprocess.call([*command, *args], env=env)
