@@ -120,7 +120,7 @@ def test_a_secret_that_does_not_exist_is_named_in_the_answer_not_refused(
     assert len(result.body["warnings"]) == 1
     assert (
         name in result.body["warnings"][0]
-        and f"streamlease secret {name}" in result.body["warnings"][0]
+        and f"streamlease secret put {name}" in result.body["warnings"][0]
     )
     assert api("GET", "/streams/s1").body["warnings"] == []
 
