@@ -283,6 +283,19 @@ def test_bad_input_is_refused_through_the_local_api(stack: StackRun) -> None:
     assert stack.cli("stop", "stop-1").returncode == 0
 
 
+def test_a_missing_secret_is_named_at_start_on_stderr(stack: StackRun) -> None:
+    """Created (exit 0): the secret may come after its stream; stderr names the secret and the
+    command that stores it."""
+    upstream = f"ws://127.0.0.1:{stack.env['STREAMLEASE_LOCAL_UPSTREAM_PORT']}"
+    header = "Authorization=Bearer {secret:streamlease/not-yet#token}"
+    started = stack.cli("start", "sec-1", f"{upstream}/sec-1?rate=1", "--header", header)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("created sec-1")
+    assert "warning" in started.stderr
+    assert "streamlease secret put streamlease/not-yet" in started.stderr
+    assert stack.cli("stop", "sec-1").returncode == 0
+
+
 def test_ctrl_c_stops_everything_and_leaves_nothing_behind(tmp_path: Path) -> None:
     """Ctrl-C: exit status 0, every process the stack started is gone, its ports are free."""
     run = StackRun.start(stack_env(tmp_path, workers=1))
