@@ -3,7 +3,9 @@
 As an operator does it: ``make run``'s stack (production timers), :data:`STREAMS` streams
 started with one ``streamlease start -f``, every one held, then ``streamlease stop --wait -f``
 and ``streamlease rm --wait -f`` of the same file, each timed from the command's start to its
-exit. Nothing is asserted. (Before the streams were waited for together: 44.8 s for
+exit. Nothing is asserted. The stored figures (``bench/results/stop-wait.md``, which
+docs/operating.md quotes) come from ``python -m bench --only stop_wait --out
+bench/results/stop-wait.md``. (Before the streams were waited for together: 44.8 s for
 ``stop --wait`` of 100, each of 8 calls in flight waiting about a heartbeat; 7.9 s after.)
 """
 

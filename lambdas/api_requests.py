@@ -20,6 +20,7 @@ from streamlease.schema import (
     STREAM_ID_PATTERN,
     STREAM_ID_RULE,
 )
+from streamlease.settings import MAX_URL_CHARS
 from streamlease.templates import (
     DEFAULT_ANSWER_TIMEOUT_SECONDS,
     MAX_ANSWER_TIMEOUT_SECONDS,
@@ -32,10 +33,6 @@ from streamlease.url_policy import URL_PATTERN, URL_RULE
 
 PATTERN_RULES: Final = {STREAM_ID_PATTERN: STREAM_ID_RULE, URL_PATTERN: URL_RULE}
 """What each pattern of the schemas means, for users who never read a regular expression."""
-
-
-MAX_WS_URL_CHARS: Final = 2048
-"""Schema bound on ``ws_url``; the URL policy's ``max_url_length`` setting may be stricter."""
 
 
 _CONDITION_TEXT: Final = (
@@ -192,7 +189,7 @@ class CreateStream(BaseModel):
     )
     ws_url: str = Field(
         min_length=1,
-        max_length=MAX_WS_URL_CHARS,
+        max_length=MAX_URL_CHARS,
         pattern=URL_PATTERN,
         description=(
             f"Upstream WebSocket URL: {URL_RULE}; no credentials, no fragment, and a host the "
@@ -213,7 +210,7 @@ class ChangeStream(BaseModel):
     ws_url: str | None = Field(
         default=None,
         min_length=1,
-        max_length=MAX_WS_URL_CHARS,
+        max_length=MAX_URL_CHARS,
         pattern=URL_PATTERN,
         description="The new upstream URL (the same rules as on create); omit to keep it.",
         examples=["wss://feed-2.example.com/v1/ticker"],

@@ -2,7 +2,7 @@
 warning, never a refusal.
 
 Not a 400, because a secret may rightly come after the stream: a deployment that creates the
-stream before the secret, ``streamlease secret`` run after ``start``, a rotation that deletes
+stream before the secret, ``streamlease secret put`` run after ``start``, a rotation that deletes
 and creates it again. Until it exists the worker rejects the stream (``REJECTED``, the cause
 in ``last_error``) and picks it up by itself once it does. A check that cannot be made (no
 permission, Secrets Manager not answering) says nothing: the answer never waits on it to fail.
@@ -57,5 +57,6 @@ def missing_secret_warnings(client: SecretsManagerClient, refs: Iterable[SecretR
 def missing_warning(name: str, state: str) -> str:
     """What the answer says of secret ``name`` in ``state``."""
     return (
-        f"secret {name} {state}: the stream is rejected until it exists (streamlease secret {name})"
+        f"secret {name} {state}: the stream is rejected until it exists "
+        f"(streamlease secret put {name})"
     )

@@ -350,7 +350,7 @@ class StreamRepo:
             if stream.desired_state is DesiredState.STARTED:
                 raise StreamConflict(
                     f"stream {stream_id!r} is STARTED; stop it before deleting it "
-                    f"(streamlease stop {stream_id}, then rm --wait {stream_id})",
+                    f"(streamlease stop {stream_id}, then streamlease rm --wait {stream_id})",
                     "id",
                 ) from None
             held = (

@@ -24,6 +24,12 @@ from streamlease.telemetry import TraceExport
 
 ENV_PREFIX: Final = "STREAMLEASE_"
 MAX_CAPACITY: Final = 8_000
+MAX_URL_CHARS: Final = 2048
+"""The longest ``ws_url`` the API document allows; the ``max_url_length`` setting may lower it,
+never raise it past what the document promises."""
+MAX_PAGE_SIZE: Final = 100
+"""The most streams one ``GET /streams`` page holds, as the API document states it; the
+``page_size_max`` setting may lower it, never raise it past what the document promises."""
 LOCAL_SINKS: Final = ("file", "kinesis")
 """The sinks the local stack can run its workers with (``local_sink``)."""
 
@@ -192,8 +198,8 @@ class Settings:
 
     # --- control plane ---
     max_body_bytes: int = 8192
-    max_url_length: int = 2048
-    page_size_max: int = 100
+    max_url_length: int = MAX_URL_CHARS
+    page_size_max: int = MAX_PAGE_SIZE
     api_url: str = ""
     """Base URL of the API for the ``streamlease`` CLI; empty: the local stack's API."""
 
@@ -257,6 +263,10 @@ class Settings:
                 f"{var('capacity')} must be at most {MAX_CAPACITY}: a session's checkpoint vector"
                 " (up to 2 slots of 20 bytes a stream) must fit one DynamoDB item"
             )
+        if not 1 <= self.max_url_length <= MAX_URL_CHARS:
+            problems.append(f"{var('max_url_length')} must be from 1 to {MAX_URL_CHARS}")
+        if not 1 <= self.page_size_max <= MAX_PAGE_SIZE:
+            problems.append(f"{var('page_size_max')} must be from 1 to {MAX_PAGE_SIZE}")
         if not 0 <= self.trace_sample_ratio <= 1:
             problems.append(f"{var('trace_sample_ratio')} must be from 0 to 1")
         if self.trace_export is TraceExport.FILE and not self.trace_file:

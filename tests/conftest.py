@@ -2,7 +2,8 @@
 
 - ``aws_environment`` (session, automatic): dummy AWS credentials (``testing``), region
   ``us-east-1``, no ``AWS_PROFILE``, no shared config or credential files, no ``AWS_ENDPOINT_URL*``,
-  no HTTP(S) proxy, and no ``STREAMLEASE_*`` variable from the developer's shell. Set in
+  no HTTP(S) proxy, and no ``STREAMLEASE_*`` setting from the developer's shell (the run's own
+  switches, :data:`RUN_SWITCHES`, are kept). Set in
   ``os.environ``, so every subprocess a test starts inherits it too.
 - ``moto_server`` (session): one serialised moto server subprocess
   (:class:`local.moto_process.MotoProcess`: ``.endpoint_url``, ``.port``, ``.pid``), started on the
@@ -32,7 +33,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -57,6 +58,9 @@ _CLEARED = (
     "https_proxy",
     "all_proxy",
 )
+RUN_SWITCHES: Final = ("STREAMLEASE_TEST_", "STREAMLEASE_UPDATE_DOCS_SCREENSHOT")
+"""Variables that tell the test run itself what to do (the browser is required, write the
+documentation's picture, where to tally): kept, while every setting of streamlease is cleared."""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -64,6 +68,8 @@ def aws_environment() -> Iterator[None]:
     """Hermetic AWS environment for the whole session (see the module docstring)."""
     with pytest.MonkeyPatch.context() as patch:
         for name in list(os.environ):
+            if name.startswith(RUN_SWITCHES):
+                continue
             if name in _CLEARED or name.startswith(_CLEARED_PREFIXES):
                 patch.delenv(name)
         for name, value in _DUMMY_AWS.items():

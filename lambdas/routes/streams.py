@@ -32,6 +32,7 @@ from streamlease.model import Stream, WorkerInfo
 from streamlease.profile import Profile, ProfileError, parse_profile
 from streamlease.profile_fields import credential_parameter, refuse_credential_parameter
 from streamlease.schema import STREAM_ID_PATTERN, STREAM_ID_RULE, ConnectionState, DesiredState
+from streamlease.settings import MAX_PAGE_SIZE
 from streamlease.telemetry import API_SERVICE, ApiMetric
 from streamlease.templates import TemplateError
 from streamlease.url_policy import FIELD, parse_upstream_url
@@ -302,7 +303,13 @@ def list_streams(
         Query(description="Only streams whose connection is in this state (e.g. rejected)."),
     ] = None,
     limit: Annotated[
-        int | None, Query(ge=1, description="Page size; at most the page_size_max setting.")
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_PAGE_SIZE,
+            description=f"Page size: at most {MAX_PAGE_SIZE}, which a deployment's "
+            "page_size_max setting may lower; left out: the most.",
+        ),
     ] = None,
     next_token: Annotated[
         str | None,

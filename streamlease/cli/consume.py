@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from streamlease.cli.batch import InputError, check_stream_id
 from streamlease.cli.target import AwsTarget
 from streamlease.errors import StreamleaseError
 from streamlease.settings import env_name
@@ -195,8 +196,11 @@ def run_consume(
     arguments and :class:`~streamlease.errors.SourceError` when the stream cannot be read."""
     if args.until_idle is not None and not args.until_idle > 0:
         raise ConsumeUsageError("--until-idle must be more than 0 seconds")
-    if any(not sid for sid in args.stream_ids):
-        raise ConsumeUsageError("a stream id must not be empty")
+    for stream_id in args.stream_ids:
+        try:
+            check_stream_id(stream_id)
+        except InputError as exc:
+            raise ConsumeUsageError(str(exc)) from None
     start = start_position(args.start)
     target = find_target()
     name = stream_name(args.stream, configured_stream, target)

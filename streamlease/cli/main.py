@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -33,7 +34,13 @@ from streamlease.cli.client import DEFAULT_TIMEOUT_SECONDS, ApiClient, ApiError
 from streamlease.cli.config import CliConfig, read_config
 from streamlease.cli.consume import ConsumeUsageError, run_consume
 from streamlease.cli.consume import add_parser as add_consume_parser
-from streamlease.cli.mutations import CHANGE, MUTATIONS, error_data, run_mutation
+from streamlease.cli.mutations import (
+    CHANGE,
+    MUTATIONS,
+    error_data,
+    results_document,
+    run_mutation,
+)
 from streamlease.cli.profile_args import (
     ProfileArgsError,
     add_profile_flags,
@@ -48,7 +55,14 @@ from streamlease.cli.render import (
     trouble_summary,
     worker_row,
 )
-from streamlease.cli.secret import SecretError, add_parser, put_secret, read_value, store_for
+from streamlease.cli.secret import (
+    SecretError,
+    add_parser,
+    check_secret_name,
+    put_secret,
+    read_value,
+    store_for,
+)
 from streamlease.cli.signing import CredentialsMissing
 from streamlease.cli.stream_text import stream_detail, stream_lines
 from streamlease.cli.target import TargetError, target_for
@@ -332,10 +346,17 @@ def _run(args: argparse.Namespace, client: ApiClient, config: CliConfig, io: Str
         lines = table(WORKER_HEADERS, rows, right="STREAMS,PID") if rows else ["no live workers"]
         _emit(io, {"workers": workers}, lines)
     elif command == "secret":
+        try:
+            check_secret_name(args.name)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         store = store_for(client)
+        started = time.monotonic()
         done = put_secret(store, args.name, read_value(io.stdin, args.name))
         where = store.describe("Secrets Manager")
-        _emit(io, done, [f"{done['result']} secret {args.name} in {where}"])
+        result = {"id": args.name, "result": done["result"], "arn": done["arn"]}
+        document = results_document([result], {done["result"]: 1}, time.monotonic() - started)
+        _emit(io, document, [f"{done['result']} secret {args.name} in {where}"])
     elif command == "consume":
         return run_consume(
             args,
@@ -367,9 +388,10 @@ def _change(args: argparse.Namespace, client: ApiClient) -> Target:
         raise UsageError("set needs --url or a profile flag (--header, --profile, ...)")
     profile = None
     if has_profile_flags(args):
-        current = None if args.profile is not None else client.get_stream(args.id).get("profile")
         try:
-            profile = profile_from_args(args, current)
+            profile = profile_from_args(args)  # flags that cannot be read: nothing is sent
+            if args.profile is None:
+                profile = profile_from_args(args, client.get_stream(args.id).get("profile"))
         except ProfileArgsError as exc:
             raise UsageError(str(exc)) from None
     return Target(args.id, args.url, profile)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
@@ -253,10 +253,7 @@ def run_mutation(
     counts = Counter(_status(o) for o in ordered)
     seconds = time.monotonic() - started
     if as_json:
-        document = {
-            "results": [_as_data(o) for o in ordered],
-            "summary": {"total": len(ordered), "seconds": round(seconds, 3), **counts},
-        }
+        document = results_document([_as_data(o) for o in ordered], counts, seconds)
         out.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:
         if halted is not None and counts[NOT_SENT]:
@@ -268,6 +265,18 @@ def run_mutation(
         out.write(summary_line(mutation.name, len(ordered), counts, seconds) + "\n")
     out.flush()
     return 0 if counts[FAILED] == 0 and counts[NOT_SENT] == 0 else 1
+
+
+def results_document(
+    results: Sequence[dict[str, Any]], counts: Mapping[str, int], seconds: float
+) -> dict[str, Any]:
+    """What ``--json`` prints for any command that changes something (``start``, ``stop``,
+    ``set``, ``rm``, ``secret put``, ...): ``{"results": [{"id", "result", ...} or {"id",
+    "error"}, ...], "summary": {"total", "seconds", <result>: <count>, ...}}``."""
+    return {
+        "results": list(results),
+        "summary": {"total": len(results), "seconds": round(seconds, 3), **counts},
+    }
 
 
 def summary_line(name: str, total: int, counts: Counter[str], seconds: float) -> str:

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streamlease.cli.client import ApiClient
 from streamlease.cli.target import AwsTarget, TargetError, target_for
 from streamlease.errors import StreamleaseError
+from streamlease.templates import SecretRef
+
+MAX_SECRET_NAME_CHARS: Final = 512
+"""Secrets Manager's longest secret name."""
 
 
 class SecretError(StreamleaseError):
@@ -42,6 +46,22 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         description="Create or update secret NAME with the value read from stdin.",
     )
     put.add_argument("name", help="secret name, e.g. streamlease/meetings")
+
+
+def check_secret_name(name: str) -> str:
+    """``name`` if a profile can refer to it as written (``{secret:NAME}``): a secret name, not
+    an ARN or a ``NAME#KEY`` reference. Raises ``ValueError`` saying the rule otherwise."""
+    try:
+        ref = SecretRef.parse(name)
+    except ValueError:
+        ref = None
+    if ref is None or ref.key is not None or ":" in name or len(name) > MAX_SECRET_NAME_CHARS:
+        raise ValueError(
+            f"{name!r} is not a secret name: 1 to {MAX_SECRET_NAME_CHARS} ASCII letters, "
+            "digits and / _ + = . @ - "
+            "(e.g. streamlease/feed; a key of a JSON secret is named where it is used, NAME#KEY)"
+        )
+    return name
 
 
 def store_for(client: ApiClient) -> AwsTarget:

@@ -35,6 +35,13 @@ QUOTES = [
     ("docs/deploying.md", "its one\nshard (4 needed)", "cost.md", "need 4 shard(s), 1 deployed"),
     ("docs/deploying.md", "$165.24 a month without", "cost.md", "**$165.24**"),
     ("docs/deploying.md", "plus $114.27 of data\ntransfer out", "cost.md", "$114.27"),
+    ("docs/operating.md", "100 streams: 8.55 s", "stop-wait.md", "| stop --wait -f | 100 | 8.55 |"),
+    (
+        "docs/operating.md",
+        "100 streams right after a stop: 4.47 s",
+        "stop-wait.md",
+        "| rm --wait -f (right after stop) | 100 | 4.47 |",
+    ),
     ("docs/proof.md", "57.5 / 28.8 / 14.4 write units", "latest.md", "| 25 (25) | 28.8 | 57.5 |"),
     ("docs/proof.md", "8,000 (the capacity\n  limit", "latest.md", "| sessions | 8,000 |"),
     ("docs/proof.md", "against 800 with\n  per-stream", "latest.md", "| per-stream | 800 |"),

@@ -6,14 +6,16 @@ starts it (timers scaled, metrics flushed every second) and the test reads what 
 each graph's legend carries its series' latest, lowest and highest values, and the per-stream
 panel lists the streams. Screenshots of both moments are left in ``build/test-screenshots/``
 (:data:`SCREENSHOTS`), replaced by every run; with ``STREAMLEASE_UPDATE_DOCS_SCREENSHOT=1`` the
-one after the kill also replaces the documentation's (:data:`DOCS_SCREENSHOT`): a test run
-leaves the checkout's tracked files as they were.
+one after the kill also replaces the documentation's (``docs/local-dashboard.png``), marked with
+the page's fingerprint: a test run leaves the checkout's tracked files as they were, and
+``tests/docs/test_dashboard_picture.py`` fails when the page changed but its picture did not.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,9 @@ import pytest
 from headless_chromium import Chromium, require_chromium
 from local_stack_run import WAIT, StackRun, held, running_stack, streams_by_id, wait_until
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
+from dashboard_picture import DOCS_PICTURE, KEYWORD, fingerprint, with_text
+
 from cdk.components.dashboard_widgets import EMF_SOURCES, ROWS
 from streamlease.telemetry import AuditorMetric, ReaperMetric, WorkerMetric
 
@@ -29,8 +34,6 @@ pytestmark = pytest.mark.slow
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "test-screenshots"
 """Where the screenshots go: in the checkout (ignored by git), where CI can keep them."""
-DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "local-dashboard.png"
-"""The picture of the page in README.md and docs/operating.md, written when asked (above)."""
 UPDATE_DOCS_ENV = "STREAMLEASE_UPDATE_DOCS_SCREENSHOT"
 STREAMS = [f"dash-{n}" for n in range(1, 6)]
 LEGENDS = """
@@ -127,7 +130,7 @@ def test_the_dashboard_shows_the_streams_and_follows_a_killed_worker(tmp_path: P
         wait_until(panel_lists_the_streams, WAIT, "the per-stream panel to list them", stack)
         shot = browser.screenshot(SCREENSHOTS / "dashboard-after-kill-9.png")
         if os.environ.get(UPDATE_DOCS_ENV) == "1":
-            DOCS_SCREENSHOT.write_bytes(shot.read_bytes())
+            DOCS_PICTURE.write_bytes(with_text(shot.read_bytes(), KEYWORD, fingerprint()))
         print(f"dashboard screenshots: {shot.parent}")
         assert shot.stat().st_size > 10_000
         assert "Only on the CloudWatch dashboard" in browser.evaluate(

@@ -12,6 +12,8 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -253,6 +255,45 @@ def test_api_errors_reach_the_cli_as_one_line(stack: StackRun) -> None:
     bad = stack.cli("start", "bad-url", "http://example.com/x")
     assert bad.returncode == 1
     assert "ws_url" in bad.stderr
+
+
+def test_bad_input_is_refused_through_the_local_api(stack: StackRun) -> None:
+    """A credential in the URL's own query: 400 naming the parameter, its value never echoed,
+    nothing created. A field stop does not take: 400 naming it, the stream left as it was."""
+    upstream = f"ws://127.0.0.1:{stack.env['STREAMLEASE_LOCAL_UPSTREAM_PORT']}"
+    secret_url = f"{upstream}/cred-1?channel=btc&api_key=hunter2"
+    refused = stack.cli("--json", "start", "cred-1", secret_url)
+    assert refused.returncode == 1
+    [result] = json.loads(refused.stdout)["results"]
+    assert (result["error"]["status"], result["error"]["field"]) == (400, "ws_url")
+    assert "api_key" in result["error"]["message"] and "hunter2" not in refused.stdout
+    assert stack.cli("get", "cred-1").returncode == 1
+    assert stack.cli("start", "stop-1", f"{upstream}/stop-1?rate=1").returncode == 0
+    request = urllib.request.Request(
+        f"{stack.env['STREAMLEASE_API_URL']}/streams/stop-1/stop",
+        data=json.dumps({"force": True}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(request, timeout=30)
+    error = json.loads(answer.value.read())["error"]
+    assert (answer.value.code, error["field"]) == (400, "force")
+    assert stack.cli_json("get", "stop-1")["desired_state"] == "STARTED"
+    assert stack.cli("stop", "stop-1").returncode == 0
+
+
+def test_a_missing_secret_is_named_at_start_on_stderr(stack: StackRun) -> None:
+    """Created (exit 0): the secret may come after its stream; stderr names the secret and the
+    command that stores it."""
+    upstream = f"ws://127.0.0.1:{stack.env['STREAMLEASE_LOCAL_UPSTREAM_PORT']}"
+    header = "Authorization=Bearer {secret:streamlease/not-yet#token}"
+    started = stack.cli("start", "sec-1", f"{upstream}/sec-1?rate=1", "--header", header)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("created sec-1")
+    assert "warning" in started.stderr
+    assert "streamlease secret put streamlease/not-yet" in started.stderr
+    assert stack.cli("stop", "sec-1").returncode == 0
 
 
 def test_ctrl_c_stops_everything_and_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+import uuid
 from pathlib import Path
 
 from control_plane_support import Api
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
+from named_commands import command_problem, named_commands
 
 URL = "wss://feed.example.com/v1"
 OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
@@ -50,3 +55,18 @@ def test_the_operating_pages_malformed_row_fixes_the_profile_in_place() -> None:
     row = next(line for line in lines if line.startswith("| `MALFORMED`"))
     assert "streamlease set ID --seq-path" in row
     assert "delete" not in row
+
+
+def test_every_command_an_answer_names_is_one_the_cli_has(api: Api) -> None:
+    """The 409s of start and delete and the missing-secret warning name commands the CLI
+    takes as written (``streamlease secret put NAME``, not a command that does not exist)."""
+    secret = f"streamlease/{uuid.uuid4().hex}"
+    profile = {"headers": {"Authorization": f"Bearer {{secret:{secret}#token}}"}}
+    created = api("POST", "/streams", body={"id": "s1", "ws_url": URL, "profile": profile})
+    texts = [*created.body["warnings"]]
+    for body in ({"id": "s1", "ws_url": URL + "/other"}, {"id": "s1", "ws_url": URL}):
+        texts.append(api("POST", "/streams", body={**body, "profile": {}}).error["message"])
+    texts.append(api("DELETE", "/streams/s1").error["message"])
+    named = [command for text in texts for command in named_commands(text)]
+    assert len(named) >= len(texts)
+    assert [p for c in named if (p := command_problem(c)) is not None] == []

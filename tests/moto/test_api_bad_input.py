@@ -60,12 +60,16 @@ def test_a_url_with_ordinary_parameters_is_accepted_whole(api: Api) -> None:
 def test_a_url_stored_before_the_rule_is_masked_in_every_answer(
     api: Api, control_plane: runtime.Runtime
 ) -> None:
-    """GET and list show the credential's value as ***, the other parameters as stored."""
+    """GET, list and the answers of stop, start and a change show the credential's value as
+    ***, the other parameters as stored."""
     table = control_plane.settings.table_name
     put_stream(control_plane.dynamodb, table, "old")
     set_attributes(control_plane.dynamodb, table, "old", {StreamAttr.WS_URL: SECRET_URL})
     shown = [api("GET", "/streams/old").body["ws_url"]]
     shown += [s["ws_url"] for s in api("GET", "/streams").body["streams"]]
+    shown.append(api("POST", "/streams/old/stop").body["ws_url"])
+    shown.append(api("POST", "/streams/old/start").body["ws_url"])
+    shown.append(api("PATCH", "/streams/old", body={"profile": {"seq": "data.u"}}).body["ws_url"])
     for url in shown:
         assert url == "wss://feed.example.com/v1?channel=btc&token=***&password=***"
 
@@ -120,7 +124,7 @@ def test_a_secret_that_does_not_exist_is_named_in_the_answer_not_refused(
     assert len(result.body["warnings"]) == 1
     assert (
         name in result.body["warnings"][0]
-        and f"streamlease secret {name}" in result.body["warnings"][0]
+        and f"streamlease secret put {name}" in result.body["warnings"][0]
     )
     assert api("GET", "/streams/s1").body["warnings"] == []
 

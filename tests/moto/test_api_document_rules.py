@@ -102,3 +102,19 @@ def test_change_document_and_server_agree(
     result = api("PATCH", "/streams/s1", body=body)
     assert result.status in ((200, 202) if accepted else (400,)), (case, result.body)
     assert by_document is accepted, case
+
+
+def parameter_validator(path: str, method: str, name: str) -> Draft202012Validator:
+    """A validator of query parameter ``name`` of ``method path`` as the document states it."""
+    doc = document()
+    [parameter] = [p for p in doc["paths"][path][method]["parameters"] if p["name"] == name]
+    return Draft202012Validator({**parameter["schema"], "components": doc["components"]})
+
+
+@pytest.mark.parametrize(("limit", "accepted"), [(1, True), (100, True), (0, False), (101, False)])
+def test_list_page_size_document_and_server_agree(api: Api, limit: int, accepted: bool) -> None:
+    """The most a page holds is in the document, not only in the server's setting."""
+    by_document = parameter_validator("/streams", "get", "limit").is_valid(limit)
+    result = api("GET", "/streams", query={"limit": str(limit)})
+    assert result.status == (200 if accepted else 400), result.body
+    assert by_document is accepted

@@ -5,6 +5,7 @@ output; nothing needs installing or configuring on the user's side."""
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -56,7 +57,11 @@ async def test_a_secret_put_through_the_local_stack_is_what_the_worker_reads(
         )
         code, out, _ = cli("--api", url, "--json", "secret", "put", name, stdin='{"token": "t2"}')
         assert code == 0
-        assert '"result": "updated"' in out and "t2" not in out
+        assert "t2" not in out
+        document = json.loads(out)  # the document every command that changes something prints
+        assert [(r["id"], r["result"]) for r in document["results"]] == [(name, "updated")]
+        assert f":secret:{name}" in document["results"][0]["arn"]
+        assert (document["summary"]["total"], document["summary"]["updated"]) == (1, 1)
     assert stored(moto_server, name) == '{"token": "t2"}'  # one trailing newline dropped
     settings = Settings(aws_endpoint_url=moto_server.endpoint_url, aws_region="us-east-1")
     profile = parse_profile(

@@ -79,6 +79,16 @@ def free_port() -> int:
         ["start", "no space", "wss://x.example/"],
         ["--api", "ftp://example.com", "ls"],
         ["--api", "http://127.0.0.1:1/?x=1", "ls"],
+        ["set", "s1", "--header", "no-equals-sign"],
+        ["set", "s1", "--open-message", "@/nonexistent/subscribe.json"],
+        ["consume", "bad/id"],
+        ["consume", "ok", "has space"],
+        ["secret", "put", ""],
+        ["secret", "put", "has space"],
+        ["secret", "put", "streamlease/feed#token"],
+        ["secret", "put", "arn:aws:secretsmanager:us-east-1:1:secret:x"],
+        ["workers", "extra"],
+        ["stop", "--wait", "--wait-timeout", "0", "s1"],
     ],
 )
 def test_usage_errors_exit_2_without_calling_the_api(api: FakeApi, argv: list[str]) -> None:

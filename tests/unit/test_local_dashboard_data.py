@@ -243,3 +243,13 @@ def test_a_legend_has_the_last_lowest_and_highest_value(tmp_path: Path) -> None:
     churn = widget(dashboard_data(store, later()), "Lease churn")["widget"]
     lost = next(line for line in churn["left"] if line["label"] == WorkerMetric.LEASES_LOST)
     assert (lost["latest"], lost["min"], lost["max"]) == (1, 1, 9)
+
+
+def test_the_renewal_answer_age_has_an_axis_of_its_own(tmp_path: Path) -> None:
+    """A heartbeat's seconds on the lags' milliseconds axis would flatten the lags: the page's
+    lag graph draws the answer age alone on its right axis, as CloudWatch's does."""
+    worker_flush(tmp_path / "worker-aaaa.log", held=3)
+    lag = widget(dashboard_data(MetricStore(tmp_path, PERIOD), later()), "Renewal and")["widget"]
+    assert [line["label"] for line in lag["right"]] == ["answer age max"]
+    assert lag["left"] and all("lag" in line["label"] for line in lag["left"])
+    assert lag["right"][0]["latest"] == 3000.0

@@ -104,6 +104,9 @@ def test_a_value_that_does_not_parse_names_its_variable(variable, value):
         ({"STREAMLEASE_CLOCK_SKEW_SECONDS": "-0.5"}, "clock_skew_seconds"),
         ({"STREAMLEASE_CAPACITY": "0"}, "capacity"),
         ({"STREAMLEASE_SHED_BATCH": "0"}, "shed_batch"),
+        ({"STREAMLEASE_MAX_URL_LENGTH": "4096"}, "max_url_length"),  # past the API document's
+        ({"STREAMLEASE_PAGE_SIZE_MAX": "0"}, "page_size_max"),
+        ({"STREAMLEASE_PAGE_SIZE_MAX": "101"}, "page_size_max"),  # past the API document's
     ],
 )
 def test_a_value_that_breaks_a_rule_names_the_setting(environ, field):

@@ -4,6 +4,9 @@ connection's own state otherwise."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from websockets.frames import BINARY, TEXT, Frame
 
 from streamlease.schema import ConnectionState
@@ -12,8 +15,12 @@ from worker.stream.progress import (
     MALFORMED_MIN_SECONDS,
     SINK_FAILING_AFTER,
     ProgressWatch,
+    explain,
 )
-from worker.stream.sequence import Sequencer
+from worker.stream.sequence import Sequencer, Undeliverable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
+from named_commands import command_problem, named_commands
 
 CONNECTED = (ConnectionState.CONNECTED, None)
 RETRYING = (ConnectionState.RETRYING, "upstream refused the TCP connection")
@@ -62,7 +69,8 @@ def test_frames_without_a_seq_make_a_malformed_stream_that_says_what_to_check() 
     assert MALFORMED_MIN_SECONDS <= 3.0 and MALFORMED_MIN_FRAMES <= 30
     assert shown == (
         ConnectionState.MALFORMED,
-        "no `seq` in 30 frames; is this feed `--seq-path none`, or its seq at another path?",
+        "no `seq` in 30 frames; a feed without one: `streamlease set ID --seq-path none`, or "
+        "the seq at another path: `streamlease set ID --seq-path PATH`",
     )
     receive(p, *['{"ts": 1}'] * 10)
     assert p.judge(4.0, CONNECTED) == shown  # the same text while it lasts: no rewrite
@@ -95,7 +103,9 @@ def test_binary_frames_on_a_feed_read_as_json_name_the_setting() -> None:
     p.sequencer.take([Frame(BINARY, bytearray(b"\x00\x01"))] * 8, 0)
     state, error = p.judge(4.0, CONNECTED)
     assert state is ConnectionState.MALFORMED
-    assert error == "8 binary frames are not JSON; binary feeds need `--seq-path none`"
+    assert error == (
+        "8 binary frames are not JSON; a feed without one: `streamlease set ID --seq-path none`"
+    )
 
 
 def test_a_sink_that_keeps_refusing_shows_as_sink_failing() -> None:
@@ -115,3 +125,11 @@ def test_the_snapshot_is_what_the_item_carries() -> None:
     assert (snapshot.received, snapshot.delivered) == (3, 2)
     assert (snapshot.malformed, snapshot.gaps) == (1, 1)
     assert snapshot.last_message_at_ms == 123
+
+
+def test_every_explanation_names_a_command_the_cli_has() -> None:
+    """What ``last_error`` tells an operator to run is a command the CLI takes as written."""
+    texts = [explain(cause, 5, "data.u") for cause in Undeliverable]
+    named = [command for text in texts for command in named_commands(text)]
+    assert len(named) >= 5
+    assert [p for c in named if (p := command_problem(c)) is not None] == []

@@ -8,7 +8,8 @@ the connection's own state, into the state an operator reads:
 - ``sink_failing``: the sink refused :data:`SINK_FAILING_AFTER` writes in a row;
 - ``malformed``: at least :data:`MALFORMED_MIN_FRAMES` frames arrived that could not be
   delivered and nothing was delivered for :data:`MALFORMED_MIN_SECONDS` — ``last_error`` names
-  the cause and what to check (``no `seq` in 120 frames; is this feed `--seq-path none`?``);
+  the cause and the command that fixes it (``no `seq` in 120 frames; a feed without one:
+  `streamlease set ID --seq-path none`, ...``);
 - ``stalled``: connected, and no frame at all for the profile's ``idle_seconds``;
 - otherwise the connection's state (connecting, connected, retrying, rejected).
 
@@ -32,25 +33,21 @@ MALFORMED_MIN_SECONDS: Final = 3.0
 for this long: a feed whose every frame lacks its seq shows within a few seconds, one that
 mixes acknowledgements or heartbeats with its messages never does."""
 
+_NO_SEQ_FEED: Final = "a feed without one: `streamlease set ID --seq-path none`"
+_SEQ_ELSEWHERE: Final = "the seq at another path: `streamlease set ID --seq-path PATH`"
 _EXPLAINED: Final = {
-    Undeliverable.NOT_JSON: "{n} frames are not JSON objects; is this feed `--seq-path none`?",
-    Undeliverable.NO_SEQ: (
-        "no `{seq}` in {n} frames; is this feed `--seq-path none`, or its seq at another path?"
-    ),
-    Undeliverable.SEQ_NOT_INTEGER: (
-        "`{seq}` is not an integer in {n} frames; is the seq at another path (`--seq-path`)?"
-    ),
-    Undeliverable.SEQ_NEGATIVE: (
-        "`{seq}` is negative in {n} frames; is the seq at another path (`--seq-path`)?"
-    ),
+    Undeliverable.NOT_JSON: "{n} frames are not JSON objects; " + _NO_SEQ_FEED,
+    Undeliverable.NO_SEQ: "no `{seq}` in {n} frames; " + _NO_SEQ_FEED + ", or " + _SEQ_ELSEWHERE,
+    Undeliverable.SEQ_NOT_INTEGER: "`{seq}` is not an integer in {n} frames; " + _SEQ_ELSEWHERE,
+    Undeliverable.SEQ_NEGATIVE: "`{seq}` is negative in {n} frames; " + _SEQ_ELSEWHERE,
     Undeliverable.SEQ_ABOVE_BOUND: (
         "`{seq}` is above 2^63-1 in {n} frames; seqs must fit a signed 64-bit integer"
     ),
-    Undeliverable.BINARY_NOT_JSON: (
-        "{n} binary frames are not JSON; binary feeds need `--seq-path none`"
-    ),
+    Undeliverable.BINARY_NOT_JSON: "{n} binary frames are not JSON; " + _NO_SEQ_FEED,
     Undeliverable.TEXT_NOT_UTF8: "{n} text frames are not UTF-8",
 }
+"""What ``last_error`` says of each cause, with the command that fixes the profile in place
+(the operator reads it beside the stream's id)."""
 
 State = tuple[ConnectionState, str | None]
 
