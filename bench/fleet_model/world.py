@@ -27,6 +27,7 @@ from bench.fleet_model.sessions import Fleet, Holder
 from bench.fleet_model.store import TABLE, Store, Touch
 from bench.fleet_model.units import Units
 from streamlease.settings import Settings
+from worker.liveness.fleet import DIGEST_READ_ROUNDS
 from worker.ownership.fleet_view import FleetView
 
 AgentT = TypeVar("AgentT", bound=Holder)
@@ -72,6 +73,11 @@ class Design:
     """Index name of what each owner holds (partition key: the owner)."""
     settle_seconds: float = 0.0
     """A sweep out of room waits this long once, re-reading the fair share, before it frees."""
+    moves_per_second: float | None = None
+    """The fleet's handoff budget (:func:`streamlease.placement.paced_cap`); None: the orphan
+    shards' (:func:`streamlease.placement.fleet_moves_per_second`)."""
+    digest_read_rounds: int = DIGEST_READ_ROUNDS
+    """A worker of a large fleet reads the digest every this many fleet rounds."""
 
 
 def stream_hash(s: int) -> int:
