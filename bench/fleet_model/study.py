@@ -20,7 +20,8 @@ Request units: :data:`~bench.fleet_model.units.NOMINAL_UNITS` with the connectio
 ``by-holder`` unit, the moto-measured flat layout's shape (``bench/results/fleet_model.md``), so
 no moto server is needed. Prints one markdown row: leases until every worker holds at most its
 share + the default slack, streams unowned at most, throttled attempts, and the busiest
-partition-second of each component over the event.
+partition-second of each component over the event; with ``--steady``, the rebalance handoffs
+of a steady minute instead (churn).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from bench.fleet_model.scenarios import (
     EVENT_WARMUP_SECONDS,
     INDEX_PARTITIONS,
     SCALE_OUT_FRACTION,
+    STEADY_SECONDS,
+    WARMUP_SECONDS,
     Size,
     _add_agent,
     _observes,
@@ -107,6 +110,18 @@ def scale_out(args: argparse.Namespace) -> str:
     )
 
 
+def steady(args: argparse.Namespace) -> str:
+    """A steady minute after :data:`~bench.fleet_model.scenarios.WARMUP_SECONDS` (no event):
+    how many rebalance handoffs the fleet sent in it, a row of its own."""
+    size = Size(args.workers, args.per_worker)
+    settings = Settings(rebalance_seconds=args.rebalance_seconds, rebalance_slack=args.slack)
+    world = build(design(args), size, args.seed, settings, args.partitions)
+    end = WARMUP_SECONDS + STEADY_SECONDS
+    world.sim.run(end)
+    moved = sum(1 for t in world.rebalance_handoffs if t >= WARMUP_SECONDS)
+    return f"| {size.label()} | {label(args)} | steady minute: {moved:,} rebalance handoffs |"
+
+
 def label(args: argparse.Namespace) -> str:
     """What this run changed, in words."""
     parts = [f"{args.shards} shards"]
@@ -145,11 +160,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=INDEX_PARTITIONS)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--header", action="store_true")
+    parser.add_argument("--steady", action="store_true", help="a steady minute instead")
     args = parser.parse_args(argv)
     if args.header:
         print(HEADER)
         print("|---|---|" + "---:|" * (3 + len(COMPONENTS)))
-    print(scale_out(args), flush=True)
+    print(steady(args) if args.steady else scale_out(args), flush=True)
     return 0
 
 

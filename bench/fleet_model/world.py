@@ -167,6 +167,8 @@ class World(Generic[AgentT]):
         self.cache: dict[str, Any] = {}
         """Per-second figures several agents share (see :func:`watch.whole_fleet_view`)."""
         self.queue: deque[tuple[int, bool]] = deque()
+        self.rebalance_handoffs: list[float] = []
+        """When each rebalance handoff was sent (seconds)."""
         self.waiting: list[AgentT] = []
         self.unowned = 0
         self.unowned_series: list[tuple[float, int]] = [(0.0, 0)]
@@ -332,6 +334,8 @@ class World(Generic[AgentT]):
 
     def send_handoff(self, s: int, *, rebalance: bool = False) -> None:
         """A HANDOFF command for ``s``; a waiting long poll gets it after :data:`SQS_SECONDS`."""
+        if rebalance:
+            self.rebalance_handoffs.append(self.sim.now)
         self.queue.append((s, rebalance))
         if self.waiting:
             agent = self.waiting.pop(self.rng.randrange(len(self.waiting)))

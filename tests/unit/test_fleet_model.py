@@ -96,3 +96,13 @@ def test_the_scale_out_study_prints_a_row_for_the_fleet_it_played(
     assert float(leases) <= 10
     assert len(busiest) == len(study.COMPONENTS)
     assert busiest[study.COMPONENTS.index("orphans")] in ("0%", "1%"), "no handoff wrote it"
+
+
+def test_the_study_counts_no_handoff_in_a_balanced_fleet_s_steady_minute(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--steady``: a fleet already balanced hands nothing off, even with givers that keep no
+    slack (what the study's churn row checks)."""
+    argv = ["--steady", "--workers", "10", "--per-worker", "100", "--slack", "0"]
+    assert study.main(argv) == 0
+    assert capsys.readouterr().out.strip().endswith("steady minute: 0 rebalance handoffs |")
