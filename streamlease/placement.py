@@ -59,7 +59,13 @@ def fleet_moves_per_second(orphan_shards: int) -> float:
 
 
 def paced_cap(
-    cap: int, mine: float, surplus: float, rebalance_seconds: float, orphan_shards: int
+    cap: int,
+    mine: float,
+    surplus: float,
+    rebalance_seconds: float,
+    orphan_shards: int,
+    *,
+    moves_per_second: float | None = None,
 ) -> int:
     """Most handoffs one giver sends this round so the fleet's together stay within
     :func:`fleet_moves_per_second` on average: its part (``mine`` over the fleet's ``surplus``,
@@ -67,11 +73,14 @@ def paced_cap(
     at least one. A paced giver spreads its moves over the whole round
     (:func:`shed_spacing_seconds`), so the fleet's moves come at about that pace. A small fleet
     never meets the pace (its ``cap`` binds); a scale-out of a thousand workers does, and its
-    moves trickle over a few rounds instead of throttling the orphan index."""
+    moves trickle over a few rounds instead of throttling the orphan index.
+    ``moves_per_second``: another fleet-wide budget than the orphan shards' (the fleet model
+    plays other budgets with it)."""
     if mine <= 0 or surplus <= 0:
         return cap
     part = min(1.0, mine / max(surplus, mine))
-    allowed = fleet_moves_per_second(orphan_shards) * rebalance_seconds * part
+    budget = fleet_moves_per_second(orphan_shards) if moves_per_second is None else moves_per_second
+    allowed = budget * rebalance_seconds * part
     return max(1, min(cap, math.floor(allowed)))
 
 

@@ -388,13 +388,15 @@ class Agent:
             return
         cap = placement.round_cap(self.capacity, s.shed_batch)
         my_load, rate, fleet = self.load, world.rate, self.view.load
-        shards = world.design.orphan_shards
+        shards, budget = world.design.orphan_shards, world.design.moves_per_second
         if fleet is not None and my_load is not None and rate is not None:
             mine, surplus = my_load - fleet.mean, fleet.surplus
         else:
             mine, surplus = float(len(session.held) - self.view.share), float(self.view.surplus)
         unpaced = cap
-        cap = placement.paced_cap(cap, mine, surplus, s.rebalance_seconds, shards)
+        cap = placement.paced_cap(
+            cap, mine, surplus, s.rebalance_seconds, shards, moves_per_second=budget
+        )
         count = placement.count_to_shed(
             len(session.held),
             self.view.share,

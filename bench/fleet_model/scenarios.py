@@ -99,15 +99,23 @@ class Outcome:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def build(design: Design, size: Size, seed: int) -> World[Agent]:
-    """A fleet of ``size`` under ``design`` that has run for a while."""
-    settings = Settings()
+def build(
+    design: Design,
+    size: Size,
+    seed: int,
+    settings: Settings | None = None,
+    partitions: int | None = None,
+) -> World[Agent]:
+    """A fleet of ``size`` under ``design`` that has run for a while; ``settings``: the
+    workers' (default: the defaults); ``partitions``: of the table and of each index alike
+    (default :data:`TABLE_PARTITIONS`, :data:`INDEX_PARTITIONS`)."""
+    settings = Settings() if settings is None else settings
     world: World[Agent] = World(
         design,
         settings,
         streams=size.streams,
-        table_partitions=TABLE_PARTITIONS,
-        index_partitions=INDEX_PARTITIONS,
+        table_partitions=partitions or TABLE_PARTITIONS,
+        index_partitions=partitions or INDEX_PARTITIONS,
         seed=seed,
     )
     capacity = math.ceil(CAPACITY_HEADROOM * size.per_worker)
@@ -153,10 +161,18 @@ def _observes(world: World[Agent]) -> bool:
     return sum(1 for a in world.agents if a.alive and a.observer) < OBSERVERS
 
 
-def run(design: Design, size: Size, scenario: str, *, cap_leases: float, seed: int = 1) -> Outcome:
+def run(
+    design: Design,
+    size: Size,
+    scenario: str,
+    *,
+    cap_leases: float,
+    seed: int = 1,
+    settings: Settings | None = None,
+) -> Outcome:
     """Play ``scenario`` on a fresh fleet (see the module docstring); an event is followed for
     at most ``cap_leases`` leases."""
-    world = build(design, size, seed)
+    world = build(design, size, seed, settings)
     out = Outcome(design.key, size, scenario)
     if scenario == "steady":
         end = WARMUP_SECONDS + STEADY_SECONDS

@@ -66,3 +66,24 @@ class Units:
         """Table write units of a renewal carrying ``held`` streams (1 per started KB)."""
         size = self.session_base_bytes + held * self.vector_bytes_per_stream
         return float(max(1, math.ceil(size / 1024)))
+
+
+NOMINAL_UNITS: Final = Units(
+    session_base_bytes=300,
+    vector_bytes_per_stream=5.5,
+    renewal_index={"fleet": 1},
+    session_create={"table": 1, "fleet": 1},
+    tombstone={"table": 1, "fleet": 1},
+    acquire={"table": 1, "orphans": 1, "by-owner": 1},
+    release={"table": 1, "orphans": 1, "by-owner": 1},
+    take_from={"table": 1, "by-owner": 2},
+    release_for={"table": 1, "orphans": 1, "by-owner": 1},
+    connection={"table": 1},
+    fleet_entry_bytes=250,
+    owner_entry_bytes=100,
+    orphan_entry_bytes=110,
+    digest_bytes=150,
+    digest_write={"table": 1},
+)
+"""Round request costs, close to the moto-measured ones (component names of the model's own:
+``orphans``, ``by-owner``): for unit tests and studies that run without a moto server."""

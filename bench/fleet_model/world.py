@@ -27,6 +27,7 @@ from bench.fleet_model.sessions import Fleet, Holder
 from bench.fleet_model.store import TABLE, Store, Touch
 from bench.fleet_model.units import Units
 from streamlease.settings import Settings
+from worker.liveness.fleet import DIGEST_READ_ROUNDS
 from worker.ownership.fleet_view import FleetView
 
 AgentT = TypeVar("AgentT", bound=Holder)
@@ -72,6 +73,11 @@ class Design:
     """Index name of what each owner holds (partition key: the owner)."""
     settle_seconds: float = 0.0
     """A sweep out of room waits this long once, re-reading the fair share, before it frees."""
+    moves_per_second: float | None = None
+    """The fleet's handoff budget (:func:`streamlease.placement.paced_cap`); None: the orphan
+    shards' (:func:`streamlease.placement.fleet_moves_per_second`)."""
+    digest_read_rounds: int = DIGEST_READ_ROUNDS
+    """A worker of a large fleet reads the digest every this many fleet rounds."""
 
 
 def stream_hash(s: int) -> int:
@@ -161,6 +167,8 @@ class World(Generic[AgentT]):
         self.cache: dict[str, Any] = {}
         """Per-second figures several agents share (see :func:`watch.whole_fleet_view`)."""
         self.queue: deque[tuple[int, bool]] = deque()
+        self.rebalance_handoffs: list[float] = []
+        """When each rebalance handoff was sent (seconds)."""
         self.waiting: list[AgentT] = []
         self.unowned = 0
         self.unowned_series: list[tuple[float, int]] = [(0.0, 0)]
@@ -326,6 +334,8 @@ class World(Generic[AgentT]):
 
     def send_handoff(self, s: int, *, rebalance: bool = False) -> None:
         """A HANDOFF command for ``s``; a waiting long poll gets it after :data:`SQS_SECONDS`."""
+        if rebalance:
+            self.rebalance_handoffs.append(self.sim.now)
         self.queue.append((s, rebalance))
         if self.waiting:
             agent = self.waiting.pop(self.rng.randrange(len(self.waiting)))

@@ -5,28 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
+from bench.fleet_model import study
 from bench.fleet_model.scenarios import Size, run
 from bench.fleet_model.store import Store, Touch
-from bench.fleet_model.units import Units, read_units
+from bench.fleet_model.units import NOMINAL_UNITS, read_units
 from bench.fleet_model.world import Design, FreeIndex
 
-UNITS = Units(
-    session_base_bytes=300,
-    vector_bytes_per_stream=5.5,
-    renewal_index={"fleet": 1},
-    session_create={"table": 1, "fleet": 1},
-    tombstone={"table": 1, "fleet": 1},
-    acquire={"table": 1, "orphans": 1, "by-owner": 1},
-    release={"table": 1, "orphans": 1, "by-owner": 1},
-    take_from={"table": 1, "by-owner": 2},
-    release_for={"table": 1, "orphans": 1, "by-owner": 1},
-    connection={"table": 1},
-    fleet_entry_bytes=250,
-    owner_entry_bytes=100,
-    orphan_entry_bytes=110,
-    digest_bytes=150,
-    digest_write={"table": 1},
-)
+UNITS = NOMINAL_UNITS
 FLAT = Design("flat", "flat", "orphans", 32, ring_watch=True, units=UNITS, settle_seconds=2.0)
 TODAY = Design(
     "today",
@@ -95,3 +82,27 @@ def test_a_large_fleet_reading_everyone_throttles_where_the_ring_does_not() -> N
     assert today.steady_hottest is not None and flat.steady_hottest is not None
     assert today.steady_hottest.fraction > 1 and today.steady_throttled > 0
     assert flat.steady_hottest.fraction < 0.5 and flat.steady_throttled == 0
+
+
+def test_the_scale_out_study_prints_a_row_for_the_fleet_it_played(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``python -m bench.fleet_model.study`` plays one scale-out with the changes asked for and
+    says how long it took, what throttled and how busy each component's partitions were."""
+    assert study.main(["--workers", "10", "--per-worker", "100", "--offer-handoffs"]) == 0
+    cells = [c.strip() for c in capsys.readouterr().out.strip().strip("|").split("|")]
+    fleet, variant, leases, _unowned, throttled, *busiest = cells
+    assert (fleet, variant, throttled) == ("10 × 100", "32 shards, offer handoffs", "0")
+    assert float(leases) <= 10
+    assert len(busiest) == len(study.COMPONENTS)
+    assert busiest[study.COMPONENTS.index("orphans")] in ("0%", "1%"), "no handoff wrote it"
+
+
+def test_the_study_counts_no_handoff_in_a_balanced_fleet_s_steady_minute(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--steady``: a fleet already balanced hands nothing off, even with givers that keep no
+    slack (what the study's churn row checks)."""
+    argv = ["--steady", "--workers", "10", "--per-worker", "100", "--slack", "0"]
+    assert study.main(argv) == 0
+    assert capsys.readouterr().out.strip().endswith("steady minute: 0 rebalance handoffs |")

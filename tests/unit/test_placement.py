@@ -229,3 +229,11 @@ def test_a_small_fleet_is_never_paced_and_every_giver_moves_at_least_one() -> No
     assert placement.paced_cap(5, 40, 80, 10.0, orphan_shards=32) == 5
     assert placement.paced_cap(5, 0, 80, 10.0, orphan_shards=32) == 5, "not a giver: unchanged"
     assert placement.paced_cap(5, 1, 10**9, 10.0, orphan_shards=1) == 1
+
+
+def test_a_budget_given_outright_replaces_the_orphan_shards_pace() -> None:
+    """The fleet model plays other fleet-wide budgets than the orphan shards' 2,400 moves a
+    second: a giver with a thousandth of the surplus sends a thousandth of a round's budget."""
+    shards_pace = placement.paced_cap(100, 200, 200_000, 10.0, orphan_shards=32)
+    budget = placement.paced_cap(100, 200, 200_000, 10.0, orphan_shards=32, moves_per_second=5000)
+    assert (shards_pace, budget) == (24, 50)
