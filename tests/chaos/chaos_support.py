@@ -16,7 +16,7 @@ LEASE_SECONDS: Final = 2.0
 RATE: Final = 5.0
 """Messages per second per stream."""
 WORKERS: Final = 3
-STREAMS: Final = 33
+STREAMS: Final = 15
 MAX_REPEATS_PER_TAKEOVER: Final = RATE * (LEASE_SECONDS + LEASE_SECONDS / 4)
 """A holder that could not hand over delivered at most until its deadline (its last good
 renewal + lease − margin) past the checkpoint that renewal wrote; a heartbeat of slack covers

@@ -1,4 +1,4 @@
-"""Chaos suite fixtures: a scaled-down fleet (3 workers, 30+ streams) and the invariant verdict.
+"""Chaos suite fixtures: a scaled-down fleet (3 workers, 15 streams) and the invariant verdict.
 
 Every scenario runs real ``python -m worker`` processes against the session's serialised moto
 server and an upstream simulator, with every timer at a tenth of production (lease 2 s,
