@@ -126,5 +126,7 @@ def test_start_stop_churn_through_the_api_while_workers_die(bed: Testbed) -> Non
     bed.wait_none_owned(stopped, recovery_timeout(bed.settings))
     report = finish(bed)
     assert_invariants(bed, report)
+    # Nobody holds a stopped stream. A holder fenced before its stop arrived (renewals late on a
+    # loaded machine) leaves its id on the item, shown as the last owner of an expired lease.
     stopped_streams = {s: bed.api.get_stream(s) for s in stopped}
-    assert all(not s.get("owner") for s in stopped_streams.values()), stopped_streams
+    assert all(s["lease_state"] != "held" for s in stopped_streams.values()), stopped_streams
