@@ -70,11 +70,13 @@ demo: $(STAMP_LOCAL) ## 20 streams, a worker killed and one rolled, then a gap/d
 
 # Two phases in one command (tests/tiers.py): every test not marked `serial` on parallel workers
 # (pytest-xdist, two a core; TEST_WORKERS=N to choose), then the `serial` ones (chaos, races,
-# failover: real workers on shrunk timers) one at a time. PYTEST_ARGS go to both phases.
+# failover: real workers on shrunk timers) in two lanes (TEST_LANES=N; 1: one at a time).
+# PYTEST_ARGS go to both phases.
 TEST_WORKERS ?=
+TEST_LANES ?=
 
 test: $(STAMP) $(NODE_STAMP) $(LAMBDA_ZIP) ## every test: unit, moto, integration, API contract (schemathesis), infra (synth + cdk-nag), chaos
-	STREAMLEASE_TEST_WORKERS=$(TEST_WORKERS) $(PY) tests/tiers.py $(PYTEST_ARGS)
+	STREAMLEASE_TEST_WORKERS=$(TEST_WORKERS) STREAMLEASE_TEST_LANES=$(TEST_LANES) $(PY) tests/tiers.py $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff, mypy, the import contracts and no import cycle (make test checks those too)
 	$(VENV)/bin/ruff check .
