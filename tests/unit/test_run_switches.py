@@ -9,25 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-
-@pytest.mark.skipif(os.environ.get("SWITCH_PROBE") != "1", reason="run by the test below")
-def test_probe() -> None:
-    assert os.environ.get("STREAMLEASE_TEST_NEEDS_BROWSER") == "1"
-    assert os.environ.get("STREAMLEASE_UPDATE_DOCS_SCREENSHOT") == "1"
-    assert "STREAMLEASE_LEASE_SECONDS" not in os.environ
-
 
 def test_the_runs_switches_are_kept_and_settings_cleared() -> None:
     env = {
         **{k: v for k, v in os.environ.items() if k != "STREAMLEASE_TEST_TALLY"},  # the outer run's
-        "SWITCH_PROBE": "1",
         "STREAMLEASE_TEST_NEEDS_BROWSER": "1",
         "STREAMLEASE_UPDATE_DOCS_SCREENSHOT": "1",
         "STREAMLEASE_LEASE_SECONDS": "3",
     }
-    probe = f"{Path(__file__)}::test_probe"
+    probe = str(Path(__file__).with_name("run_switches_probe.py"))
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-q", probe],
         env=env,
