@@ -68,10 +68,10 @@ run: $(STAMP_LOCAL) ## the whole system on this machine (moto, API, workers, ups
 demo: $(STAMP_LOCAL) ## 20 streams, a worker killed and one rolled, then a gap/duplicate report (uses or starts make run)
 	$(PY) -m local.demo
 
-# Two phases in one command (tests/tiers.py): every test not marked `serial` on parallel workers
-# (pytest-xdist, two a core; TEST_WORKERS=N to choose), then the `serial` ones (chaos, races,
-# failover: real workers on shrunk timers) in two lanes (TEST_LANES=N; 1: one at a time).
-# PYTEST_ARGS go to both phases.
+# Three phases in one command (tests/tiers.py): every test not marked `serial` on parallel
+# workers (pytest-xdist, two a core; TEST_WORKERS=N to choose), then the `serial` ones (chaos,
+# races: real workers on shrunk timers) in two lanes (TEST_LANES=N; 1: one at a time), then
+# those marked `alone` (a time is their evidence) one at a time. PYTEST_ARGS go to every phase.
 TEST_WORKERS ?=
 TEST_LANES ?=
 

@@ -1,4 +1,4 @@
-"""``make test``: the whole suite in one command, in two phases.
+"""``make test``: the whole suite in one command, in three phases.
 
 1. Every test not marked ``serial`` (unit, moto, infra, the integration tests that measure no
    time) on parallel workers (pytest-xdist, ``-n`` ``STREAMLEASE_TEST_WORKERS``, default two a
@@ -6,15 +6,18 @@
    measured: 4:45 with four workers, 5:44 with two), each with its own moto server, a test
    file at a time (all of ``tests/infra``, which shares one synth, on one worker:
    ``tests/conftest.py``).
-2. The tests marked ``serial`` (chaos, the races between real processes, failover and other
-   tests of real workers on shrunk timers) in ``STREAMLEASE_TEST_LANES`` lanes (default two):
-   never beside the first phase's crowd, at most one other such test beside each. Each lane's
-   test waits for its events with generous caps, as it must on any busy machine; measured on
-   two cores: 431 s in one lane, about 250 s in two, and green in two beside a busy loop.
+2. The tests marked ``serial`` but not ``alone`` (chaos, the races between real processes, the
+   tests of real workers on shrunk timers that assert invariants) in ``STREAMLEASE_TEST_LANES``
+   lanes (default two): never beside the first phase's crowd, at most one other such test
+   beside each; each waits for its events with generous caps, as it must on any busy machine.
+   Measured on two cores: 431 s in one lane; in two lanes beside a busy loop 313-320 s, green.
+3. The tests marked ``alone`` (a time is their evidence, or a worker starved past its lease
+   would fail them: a release answered within a second, nothing abrupt in a drain) one at a
+   time, with nothing of this run beside them, so the machine's load is the machine's.
 
-Arguments are pytest's, given to both phases (``make test PYTEST_ARGS='-k lease'``); a ``-m``
+Arguments are pytest's, given to every phase (``make test PYTEST_ARGS='-k lease'``); a ``-m``
 expression is combined with each phase's. Each phase prints its own pytest summary; the last line
-adds them up. Exits non-zero if either phase failed; 5 (no test ran) only if neither ran one.
+adds them up. Exits non-zero if any phase failed; 5 (no test ran) only if none ran one.
 """
 
 from __future__ import annotations
@@ -54,8 +57,12 @@ def split_marker(args: list[str]) -> tuple[list[str], str | None]:
     return rest, expression
 
 
+PHASES = {"parallel": "not serial", "lanes": "serial and not alone", "alone": "serial and alone"}
+"""Each phase's own marker expression (an ``alone`` test is ``serial`` too)."""
+
+
 def phase_marker(phase: str, expression: str | None) -> str:
-    own = "serial" if phase == "serial" else "not serial"
+    own = PHASES[phase]
     return own if not expression else f"({expression}) and {own}"
 
 
@@ -63,9 +70,11 @@ def run_phase(phase: str, args: list[str], expression: str | None, tally: Path) 
     command = [sys.executable, "-m", "pytest", "-m", phase_marker(phase, expression)]
     if phase == "parallel":
         command += ["-n", os.environ.get(WORKERS_ENV) or str(2 * (os.cpu_count() or 1))]
-    else:
+    elif phase == "lanes":
         lanes = int(os.environ.get(LANES_ENV) or DEFAULT_LANES)
         command += ["-n", str(lanes) if lanes > 1 else "0"]  # 0: in this process, in turn
+    else:
+        command += ["-n", "0"]  # in this process, one test after another
     if not any(arg.startswith("--durations") for arg in args):
         command += [f"--durations={SLOWEST}"]  # where each phase's time goes, in every log
     print(f"\n=== make test, {phase} phase: {' '.join(command[3:] + args)}", flush=True)
@@ -80,7 +89,7 @@ def main(argv: list[str]) -> int:
     codes: dict[str, int] = {}
     seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as directory:
-        for phase in ("parallel", "serial"):
+        for phase in PHASES:
             tally = Path(directory) / f"{phase}.json"
             phase_started = time.monotonic()
             codes[phase] = run_phase(phase, args, expression, tally)
@@ -92,7 +101,7 @@ def main(argv: list[str]) -> int:
     shown = [f"{totals['passed']} passed", f"{totals['failed']} failed"]
     shown += [f"{totals[o]} {o}" for o in OUTCOMES[2:] if totals[o]]
     phases = ", ".join(f"{p} {seconds[p]:.0f} s (exit {codes[p]})" for p in codes)
-    print(f"\nmake test, both phases ({phases}, {time.monotonic() - started:.0f} s in all):")
+    print(f"\nmake test, every phase ({phases}, {time.monotonic() - started:.0f} s in all):")
     print("total: " + ", ".join(shown), flush=True)
     if failed:
         return next(iter(failed.values()))

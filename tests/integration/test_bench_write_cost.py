@@ -18,7 +18,7 @@ from bench.context import DEFAULT_SCALE, PER_STREAM, SESSIONS, BenchContext
 from local.moto_process import MotoProcess
 from streamlease.indexes import BY_SHARD_EXPIRY, FLEET
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.alone]
 
 STREAMS = 3
 HEARTBEATS = 4

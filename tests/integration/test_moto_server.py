@@ -76,7 +76,8 @@ class LongPoll(threading.Thread):
 # --- no stalls -------------------------------------------------------------------------------
 
 
-@pytest.mark.serial  # answered within a second: the evidence is a time
+@pytest.mark.serial
+@pytest.mark.alone  # answered within a second: the evidence is a time
 def test_dynamodb_answers_while_an_sqs_long_poll_waits(aws_settings, dynamodb):
     """A get_item during a 3 s long poll answers at once, not when the poll ends."""
     dynamodb.put_item(TableName=aws_settings.table_name, Item=key("k"))
@@ -95,7 +96,8 @@ def test_dynamodb_answers_while_an_sqs_long_poll_waits(aws_settings, dynamodb):
     assert poll.waited_seconds >= 2.5
 
 
-@pytest.mark.serial  # answered within a second: the evidence is a time
+@pytest.mark.serial
+@pytest.mark.alone  # answered within a second: the evidence is a time
 def test_other_sqs_calls_answer_while_a_long_poll_waits(aws_settings):
     """The SQS backend lock is not held during the wait: another queue's send answers at once."""
     sqs = aws.client("sqs", aws_settings)
@@ -112,7 +114,8 @@ def test_other_sqs_calls_answer_while_a_long_poll_waits(aws_settings):
     assert poll.is_alive()
 
 
-@pytest.mark.serial  # answered within a second: the evidence is a time
+@pytest.mark.serial
+@pytest.mark.alone  # answered within a second: the evidence is a time
 def test_a_long_poll_returns_as_soon_as_a_message_arrives(aws_settings):
     """Waiting outside the lock still wakes on a send to the polled queue."""
     poll = LongPoll(aws_settings, seconds=5)
@@ -268,7 +271,8 @@ def test_blackhole_leaves_dynamodb_calls_unanswered_until_lifted(aws_settings):
     assert "Item" not in client.get_item(TableName=table, Key=key("lost"), ConsistentRead=True)
 
 
-@pytest.mark.serial  # answered within a second: the evidence is a time
+@pytest.mark.serial
+@pytest.mark.alone  # answered within a second: the evidence is a time
 def test_a_brownout_slows_every_dynamodb_call_and_still_applies_it(aws_settings):
     """ "slow": each call waits the delay (calls in parallel wait side by side), then applies;
     a client whose timeout is shorter gives up while the write lands anyway."""

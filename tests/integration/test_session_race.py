@@ -59,7 +59,7 @@ from streamlease.schema import SESSION_HELD_MS, DesiredState, Liveness, StreamAt
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.alone]
 
 RACER = Path(__file__).resolve()
 SESSIONS = 6

@@ -27,7 +27,7 @@ from local.upstream_sim import UpstreamSimulator
 from local.worker_process import WorkerProcess
 from streamlease.session_store import SessionStore
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.alone]
 
 STREAMS = 4
 TAKEOVER_CAP_SECONDS = 30.0

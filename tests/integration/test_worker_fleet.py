@@ -15,7 +15,7 @@ from worker_helpers import (
 from local.invariants import Report, format_report
 from local.upstream_sim import UpstreamSimulator
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.alone]
 
 
 def most_held_at_once(report: Report) -> dict[str, int]:

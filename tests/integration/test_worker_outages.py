@@ -24,7 +24,7 @@ from streamlease.schema import Liveness
 from streamlease.settings import Settings
 from streamlease.sink_fields import SinkField
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.alone]
 
 
 def test_dynamodb_outage_longer_than_a_lease_fences_then_recovers(
