@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from streamlease import dynamo
-from streamlease.indexes import expiry_shard
+from streamlease.indexes import expiry_shard, shard_key
 from streamlease.schema import PK, DesiredState, Liveness, StreamAttr, stream_key
 
 if TYPE_CHECKING:
@@ -42,10 +42,11 @@ def align(
     client: DynamoDBClient, table: str, item: Mapping[str, Any], liveness: Liveness
 ) -> str | None:
     """Add, remove or re-key ``item``'s entry if it does not match :func:`belongs` and the
-    fleet's ``liveness`` (``item``: the stream as a write just left it, plain values). The
-    write is conditional on the state it corrects, so a change that got in first wins.
-    Returns what it did (``added``, ``removed``, ``rekeyed``) or None; raises
-    :class:`StoreError` when unanswered."""
+    fleet's ``liveness`` (``item``: the stream as a write just left it, plain values). A
+    per-stream fleet re-keys every entry outside its one shard; a session fleet only those in
+    the per-stream shard, as any of its own shards serves it. The write is conditional on the
+    state it corrects, so a change that got in first wins. Returns what it did (``added``,
+    ``removed``, ``rekeyed``) or None; raises :class:`StoreError` when unanswered."""
     stream_id = item.get(StreamAttr.STREAM_ID)
     if not isinstance(stream_id, str):
         return None
@@ -64,7 +65,9 @@ def align(
         done, update = "added", "SET #shard = :shard"
         condition = f"attribute_not_exists(#shard) AND {_BELONGS}"
         values[":shard"] = wanted
-    elif has != wanted:  # written by a fleet of the other liveness mode
+    elif has != wanted and (liveness is Liveness.STREAM or has == shard_key(0)):
+        # Keyed by a fleet of the other liveness mode. A session fleet's other shards all
+        # serve it (it scans), whatever shard count wrote them: no rewrite for those.
         done, update = "rekeyed", "SET #shard = :shard"
         condition = f"#shard = :old AND {_BELONGS}"
         values.update({":shard": wanted, ":old": has})

@@ -50,12 +50,29 @@ capacity: its partitions stay far from throttling with the takeovers and starts 
 ORPHAN_WRITES_PER_MOVE: Final = 2
 """A handoff writes the orphan index twice: the released stream enters it, its taker's
 acquire removes it."""
+MOVES_TABLE_SHARE: Final = 0.24
+"""The fleet's handoffs together use at most this fraction of the write units a second the
+lease table can take at once (its warm throughput). The moves' writes do not spread evenly:
+a taker's acquires and connection states all fall on its own ``by-holder`` partition, and a
+scale-out's few new workers share few partitions; at this pace the busiest stays under half
+its limit (the fleet model's scale-out of 1,000 × 1,000, ``bench/results/fleet_model.md``)."""
+TABLE_WRITES_PER_MOVE: Final = 3
+"""A handoff writes the table three times (the giver's release, the taker's acquire, its
+connection state), and ``by-holder`` as often."""
 
 
-def fleet_moves_per_second(orphan_shards: int) -> float:
-    """How many handoffs a second the whole fleet may send (:data:`MOVES_INDEX_SHARE` of
-    ``orphan_shards`` partitions' write units, two writes a move): 2,400 over 32 shards."""
-    return orphan_shards * PARTITION_WRITE_UNITS * MOVES_INDEX_SHARE / ORPHAN_WRITES_PER_MOVE
+def fleet_moves_per_second(orphan_shards: int, table_write_units: float) -> float:
+    """How many handoffs a second the whole fleet may send: the lower of two budgets.
+
+    - the orphan index's: :data:`MOVES_INDEX_SHARE` of ``orphan_shards`` partitions' write
+      units, two writes a move (76,800 over 1,024 shards; 75 for a per-stream fleet's one);
+    - the table's: :data:`MOVES_TABLE_SHARE` of ``table_write_units`` (write units a second
+      the table and its indexes take at once, :mod:`streamlease.table_capacity`), three
+      writes a move: 320 on a new on-demand table (4,000), 3,200 at 40,000, 6,400 at 80,000.
+    """
+    orphans = orphan_shards * PARTITION_WRITE_UNITS * MOVES_INDEX_SHARE / ORPHAN_WRITES_PER_MOVE
+    table = max(0.0, table_write_units) * MOVES_TABLE_SHARE / TABLE_WRITES_PER_MOVE
+    return min(orphans, table)
 
 
 def paced_cap(
@@ -63,24 +80,19 @@ def paced_cap(
     mine: float,
     surplus: float,
     rebalance_seconds: float,
-    orphan_shards: int,
-    *,
-    moves_per_second: float | None = None,
+    moves_per_second: float,
 ) -> int:
     """Most handoffs one giver sends this round so the fleet's together stay within
-    :func:`fleet_moves_per_second` on average: its part (``mine`` over the fleet's ``surplus``,
-    in streams or load units alike) of what the fleet may send in one round; at most ``cap``,
-    at least one. A paced giver spreads its moves over the whole round
+    ``moves_per_second`` (:func:`fleet_moves_per_second`) on average: its part (``mine`` over
+    the fleet's ``surplus``, in streams or load units alike) of what the fleet may send in one
+    round; at most ``cap``, at least one. A paced giver spreads its moves over the whole round
     (:func:`shed_spacing_seconds`), so the fleet's moves come at about that pace. A small fleet
     never meets the pace (its ``cap`` binds); a scale-out of a thousand workers does, and its
-    moves trickle over a few rounds instead of throttling the orphan index.
-    ``moves_per_second``: another fleet-wide budget than the orphan shards' (the fleet model
-    plays other budgets with it)."""
+    moves trickle over a few rounds instead of throttling the table or the orphan index."""
     if mine <= 0 or surplus <= 0:
         return cap
     part = min(1.0, mine / max(surplus, mine))
-    budget = fleet_moves_per_second(orphan_shards) if moves_per_second is None else moves_per_second
-    allowed = budget * rebalance_seconds * part
+    allowed = moves_per_second * rebalance_seconds * part
     return max(1, min(cap, math.floor(allowed)))
 
 
@@ -196,6 +208,33 @@ def round_cap(capacity: int, floor: int) -> int:
     """Most streams one worker hands off in one round: :data:`MAX_SHED_FRACTION` of its
     capacity, at least ``floor`` (the configured batch)."""
     return max(floor, math.floor(MAX_SHED_FRACTION * capacity))
+
+
+SHED_SETTLE_ROUNDS: Final = 3
+"""A giver's shedding ends after this many rebalance rounds in a row that moved nothing."""
+
+
+def giver_slack(slack: int, shedding: bool) -> int:
+    """The slack :func:`count_to_shed` allows a giver this round: ``slack`` to start shedding,
+    none while it sheds (:func:`shed_rounds_idle`). A worker starts only once it holds more
+    than share + slack, so a share that the digest counts a stream high or low moves nothing;
+    once started it goes on down to the share, and the last givers of a scale-out do not rest
+    at share + slack on a recount that was a stream off."""
+    return 0 if shedding else slack
+
+
+def shed_rounds_idle(idle: int | None, moved: int) -> int | None:
+    """A giver's shedding after a rebalance round that ``moved`` streams: ``idle`` is how many
+    rounds in a row moved nothing since it started, None when it is not shedding. A move
+    (re)starts it at 0; it ends after :data:`SHED_SETTLE_ROUNDS` idle rounds, not at the first:
+    while streams move fast the digest counts some twice and its share reads a few streams
+    high for a round or two, and a giver that stopped on such a share would rest above the
+    share it learns of next."""
+    if moved > 0:
+        return 0
+    if idle is None or idle + 1 >= SHED_SETTLE_ROUNDS:
+        return None
+    return idle + 1
 
 
 def count_to_shed(

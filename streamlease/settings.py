@@ -105,13 +105,16 @@ class Settings:
     # --- fleet ---
     capacity: int = 100
     """Most streams one worker holds."""
-    rebalance_seconds: float = 10.0
+    rebalance_seconds: float = 5.0
+    """How often a worker weighs shedding streams (jittered ± 20 %): a round costs no request,
+    and a scale-out's givers act within a quarter of a lease of learning of the new workers."""
     fleet_recount_seconds: float = 1.0
     """How often a worker re-reads the worker items (one small query of the fleet index). It is
     how a dead session is noticed (its ``hb`` stops moving) and how a DRAINING peer is seen soon
     enough to poll for its handoffs at once instead of waiting for reconciliation."""
     rebalance_slack: int = 1
-    """A worker sheds only when it holds more than fair share + slack."""
+    """A worker starts shedding only when it holds more than fair share + slack (then goes on
+    down to the share while its rounds hand streams off)."""
     shed_batch: int = 2
     """Most streams handed off per rebalance round."""
     min_tenure_seconds: float = 30.0

@@ -354,7 +354,7 @@ class Agent:
             if world.queue and world.waiting:
                 world.waiting.pop(world.rng.randrange(len(world.waiting))).receive()
             return
-        count = receive_count(self.view.share, self.held, max(0, self.capacity - self.held))
+        count = receive_count(self.view.taking_share, self.held, max(0, self.capacity - self.held))
         batch = []
         while world.queue and len(batch) < min(count, MAX_MESSAGES_PER_RECEIVE):
             batch.append(world.queue.popleft())
@@ -388,25 +388,23 @@ class Agent:
             return
         cap = placement.round_cap(self.capacity, s.shed_batch)
         my_load, rate, fleet = self.load, world.rate, self.view.load
-        shards, budget = world.design.orphan_shards, world.design.moves_per_second
         if fleet is not None and my_load is not None and rate is not None:
             mine, surplus = my_load - fleet.mean, fleet.surplus
         else:
             mine, surplus = float(len(session.held) - self.view.share), float(self.view.surplus)
         unpaced = cap
-        cap = placement.paced_cap(
-            cap, mine, surplus, s.rebalance_seconds, shards, moves_per_second=budget
-        )
+        cap = placement.paced_cap(cap, mine, surplus, s.rebalance_seconds, world.moves_per_second)
         count = placement.count_to_shed(
             len(session.held),
             self.view.share,
-            s.rebalance_slack,
+            placement.giver_slack(s.rebalance_slack, self.view.shedding),
             self.view.deficit,
             self.view.surplus,
             cap,
         )
         by_load = fleet is not None and my_load is not None and rate is not None
         if not by_load and count <= 0:
+            self.view.shed_idle_rounds = placement.shed_rounds_idle(self.view.shed_idle_rounds, 0)
             return
         now = world.sim.now
         eligible = [
@@ -423,6 +421,9 @@ class Agent:
             ]
         else:
             chosen = world.rng.sample(eligible, min(count, len(eligible)))
+        self.view.shed_idle_rounds = placement.shed_rounds_idle(
+            self.view.shed_idle_rounds, len(chosen)
+        )
         spacing = placement.shed_spacing_seconds(
             len(chosen), s.rebalance_seconds, paced=cap < unpaced
         )

@@ -29,6 +29,7 @@ from bench.fleet_model.takeover import Takeover
 from bench.fleet_model.watch import Watch, whole_fleet_view
 from bench.fleet_model.world import Design, World
 from streamlease import rules
+from streamlease.placement import PARTITION_WRITE_UNITS
 from streamlease.settings import Settings
 
 SCENARIOS: Final = ("steady", "kill", "az", "deploy", "scale_out")
@@ -48,6 +49,21 @@ TABLE_PARTITIONS: Final = 40
 INDEX_PARTITIONS: Final = 40
 """Partitions of the table and of each index: 40,000 write units per second of either, what
 an on-demand table pre-warmed to its default quota (40,000 units per second) gets."""
+PREWARM_UNITS_PER_STREAM: Final = 0.08
+"""A large fleet's table is pre-warmed for this many write units a second per stream, when
+that is above the default quota: 80,000 for a million streams (the quota raised), so that a
+scale-out's handoffs, paced at a quarter of it
+(:func:`streamlease.placement.fleet_moves_per_second`), move a fifth of the streams within two
+leases."""
+
+
+def partitions_for(size: Size) -> int:
+    """Partitions of the table and of each index for a fleet of ``size``: 40, or what its
+    pre-warm (:data:`PREWARM_UNITS_PER_STREAM`) asks for, whichever is more."""
+    units = size.streams * PREWARM_UNITS_PER_STREAM
+    return max(TABLE_PARTITIONS, math.ceil(units / PARTITION_WRITE_UNITS))
+
+
 DEPLOY_WAVES: Final = 3
 DEPLOY_WAVE_FRACTION: Final = 0.1
 SCALE_OUT_FRACTION: Final = 0.25
@@ -108,14 +124,14 @@ def build(
 ) -> World[Agent]:
     """A fleet of ``size`` under ``design`` that has run for a while; ``settings``: the
     workers' (default: the defaults); ``partitions``: of the table and of each index alike
-    (default :data:`TABLE_PARTITIONS`, :data:`INDEX_PARTITIONS`)."""
+    (default :func:`partitions_for` the size)."""
     settings = Settings() if settings is None else settings
     world: World[Agent] = World(
         design,
         settings,
         streams=size.streams,
-        table_partitions=partitions or TABLE_PARTITIONS,
-        index_partitions=partitions or INDEX_PARTITIONS,
+        table_partitions=partitions or partitions_for(size),
+        index_partitions=partitions or partitions_for(size),
         seed=seed,
     )
     capacity = math.ceil(CAPACITY_HEADROOM * size.per_worker)

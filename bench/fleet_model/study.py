@@ -14,7 +14,8 @@ what can be changed:
 - ``--rebalance-seconds``, ``--slack`` (the workers' ``rebalance_slack``; the convergence test
   keeps the default's), ``--digest-read-rounds``;
 - ``--partitions``: of the table and of each index (a table pre-warmed for that many thousand
-  write units a second).
+  write units a second; default the bench section's,
+  :func:`~bench.fleet_model.scenarios.partitions_for`).
 
 Request units: :data:`~bench.fleet_model.units.NOMINAL_UNITS` with the connection-state write's
 ``by-holder`` unit, the moto-measured flat layout's shape (``bench/results/fleet_model.md``), so
@@ -36,7 +37,6 @@ from typing import Final
 from bench.fleet_model.scenarios import (
     CAPACITY_HEADROOM,
     EVENT_WARMUP_SECONDS,
-    INDEX_PARTITIONS,
     SCALE_OUT_FRACTION,
     STEADY_SECONDS,
     WARMUP_SECONDS,
@@ -133,7 +133,7 @@ def label(args: argparse.Namespace) -> str:
         parts.append(f"rounds {args.rebalance_seconds:g} s")
     if args.slack != Settings().rebalance_slack:
         parts.append(f"worker slack {args.slack}")
-    if args.partitions != INDEX_PARTITIONS:
+    if args.partitions is not None:
         parts.append(f"{args.partitions} partitions")
     if args.digest_read_rounds != DIGEST_READ_ROUNDS:
         parts.append(f"digest every {args.digest_read_rounds} s")
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rebalance-seconds", type=float, default=Settings().rebalance_seconds)
     parser.add_argument("--slack", type=int, default=Settings().rebalance_slack)
     parser.add_argument("--digest-read-rounds", type=int, default=DIGEST_READ_ROUNDS)
-    parser.add_argument("--partitions", type=int, default=INDEX_PARTITIONS)
+    parser.add_argument("--partitions", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--header", action="store_true")
     parser.add_argument("--steady", action="store_true", help="a steady minute instead")

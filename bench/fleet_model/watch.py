@@ -29,7 +29,7 @@ from bench.fleet_model.units import read_units
 from bench.fleet_model.world import World
 from streamlease import rules
 from streamlease.schema import FLEET_DIGEST_KEY, WorkerState
-from worker.liveness.fleet import MAX_WINDOW_PAGES, WINDOW_PAGE
+from worker.liveness.fleet import MAX_WINDOW_PAGES, WINDOW_PAGE, digest_due
 from worker.ownership.fleet_view import FleetView, update_view
 from worker.ownership.reconciler import query_limit
 
@@ -102,7 +102,7 @@ class Watch:
             self._read_whole()
         else:
             self._read_window([], 0)
-            if self._rounds % world.design.digest_read_rounds == 0:
+            if digest_due(self._rounds, agent.view.shedding, world.design.digest_read_rounds):
                 self._read_digest()
 
     @property

@@ -26,6 +26,8 @@ from bench.fleet_model.events import Answer, Request, Sim
 from bench.fleet_model.sessions import Fleet, Holder
 from bench.fleet_model.store import TABLE, Store, Touch
 from bench.fleet_model.units import Units
+from streamlease import placement
+from streamlease.placement import PARTITION_WRITE_UNITS
 from streamlease.settings import Settings
 from worker.liveness.fleet import DIGEST_READ_ROUNDS
 from worker.ownership.fleet_view import FleetView
@@ -74,8 +76,9 @@ class Design:
     settle_seconds: float = 0.0
     """A sweep out of room waits this long once, re-reading the fair share, before it frees."""
     moves_per_second: float | None = None
-    """The fleet's handoff budget (:func:`streamlease.placement.paced_cap`); None: the orphan
-    shards' (:func:`streamlease.placement.fleet_moves_per_second`)."""
+    """The fleet's handoff budget (:func:`streamlease.placement.paced_cap`); None: the
+    worker's rule (:func:`streamlease.placement.fleet_moves_per_second` of the orphan shards
+    and of the write units the store's partitions take)."""
     digest_read_rounds: int = DIGEST_READ_ROUNDS
     """A worker of a large fleet reads the digest every this many fleet rounds."""
 
@@ -193,6 +196,16 @@ class World(Generic[AgentT]):
     def live_agents(self) -> list[AgentT]:
         """Agents whose process runs."""
         return [a for a in self.agents if a.alive]
+
+    @property
+    def moves_per_second(self) -> float:
+        """The fleet's handoff budget: the design's, else the worker's rule for a table whose
+        warm throughput is what its partitions take (the fewer of the table's and an index's)."""
+        if self.design.moves_per_second is not None:
+            return self.design.moves_per_second
+        store = self.store
+        units = min(store.table_partitions, store.index_partitions) * PARTITION_WRITE_UNITS
+        return placement.fleet_moves_per_second(self.design.orphan_shards, units)
 
     # --- partitions --------------------------------------------------------------------------
 

@@ -56,12 +56,20 @@ WINDOW_PAGE: Final = rules.WATCH_PEERS + 1
 watched, so each session has about this many watchers (and the elected one)."""
 MAX_WINDOW_PAGES: Final = 8
 DIGEST_READ_ROUNDS: Final = 5
-"""A worker of a large fleet reads the digest every this many rounds (and before a takeover
-frees streams it has no room for)."""
+"""A worker of a large fleet reads the digest every this many rounds (every round while it
+sheds, and before a takeover frees streams it has no room for)."""
 SETTLE_ROUNDS: Final = 2
 """How many rounds a takeover in a large fleet waits, once, before freeing streams it has no
 room for: the digest then counts the sessions that died with this one (a zone lost), and the
 streams go straight to workers with room instead of through the command queue."""
+
+
+def digest_due(rounds: int, shedding: bool, every: int = DIGEST_READ_ROUNDS) -> bool:
+    """Whether a worker of a large fleet reads the digest in its round number ``rounds``: every
+    ``every`` rounds, and every round while it sheds (:attr:`FleetView.shedding`): the shares
+    of a scale-out change as its streams move, and a giver judging by a share some rounds old
+    stops a few streams early or late. A fleet at rest pays for the slow cadence only."""
+    return shedding or rounds % every == 0
 
 
 class FleetWatcher:
@@ -189,7 +197,7 @@ class FleetWatcher:
         """Publish the counts (the writer, from ``whole``), or read them every few rounds."""
         if self._writer and whole is not None:
             await self._publish(len(whole))
-        elif self._rounds % DIGEST_READ_ROUNDS == 0:
+        elif digest_due(self._rounds, self._view.shedding):
             await self.read_digest()
 
     async def read_digest(self) -> FleetDigest | None:

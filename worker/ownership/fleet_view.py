@@ -35,7 +35,28 @@ class FleetView:
     shedding empties: each giver sheds its part of the deficit)."""
     load: placement.FleetLoad | None = None
     """The fleet's load when every sharing worker published one; None: counts decide."""
+    shed_idle_rounds: int | None = None
+    """This worker's shedding (written by the rebalancer,
+    :func:`streamlease.placement.shed_rounds_idle`): rebalance rounds in a row that moved
+    nothing since it started, None when it is not shedding."""
     updated_mono: float = 0.0
+
+    @property
+    def taking_share(self) -> int:
+        """The share a worker takes rebalance handoffs up to: the streams over the workers,
+        rounded down where :attr:`share` rounds up. While streams move the count is a few high
+        (a stream in flight counts for its giver's last renewal and its taker's), and the
+        share with it when the streams fill the workers evenly; a taker that filled up to it
+        would hold a stream or two above the share it learns of next, and could not give them
+        back for their tenure. Givers shed down to :attr:`share`, so the two meet."""
+        return self.total_streams // max(1, self.live_workers)
+
+    @property
+    def shedding(self) -> bool:
+        """This worker sheds: on down to the share (:func:`streamlease.placement.giver_slack`),
+        and in a large fleet it reads the digest every round meanwhile
+        (:func:`worker.liveness.fleet.digest_due`)."""
+        return self.shed_idle_rounds is not None
 
 
 def sharing_peers(workers: Sequence[WorkerInfo], me: str, dead: frozenset[str]) -> list[WorkerInfo]:
@@ -103,7 +124,7 @@ def wants_handoffs(view: FleetView, held: int, my_load: float | None) -> bool:
     figures exist (for the fleet and this worker), else below the share by counts."""
     if view.load is not None and my_load is not None:
         return placement.takes_by_load(my_load, view.load)
-    return held < view.share
+    return held < view.taking_share
 
 
 def view_from_digest(view: FleetView, digest: FleetDigest) -> None:

@@ -3,11 +3,13 @@
 The fleet's figures come from the fleet watcher (:mod:`worker.liveness.fleet`, recounted every
 second). Every ``rebalance_seconds`` (jittered) a worker above the fleet's mean load + slack
 hands off the streams that close its gap in the fewest moves; without load figures, a worker
-holding more than share + slack hands off its excess. Only streams held at least
-``min_tenure_seconds`` move; a worker sheds at most its part of what the receivers lack (a
-stream shed when nobody can take it only moves the imbalance) and at most
-:data:`~streamlease.placement.MAX_SHED_FRACTION` of its capacity per round (less when the
-fleet-wide pace binds), and each handoff is marked for the receivers
+holding more than share + slack hands off its excess, and goes on down to the share until a
+few rounds in a row moved nothing (:func:`~streamlease.placement.giver_slack`). Only streams held at
+least ``min_tenure_seconds`` move; a worker sheds at most its part of what the receivers lack
+(a stream shed when nobody can take it only moves the imbalance) and at most
+:data:`~streamlease.placement.MAX_SHED_FRACTION` of its capacity per round, less when the
+fleet's pace binds (:func:`~streamlease.placement.fleet_moves_per_second`: the table's write
+throughput and the orphan index's shards), and each handoff is marked for the receivers
 (:class:`~streamlease.commands.Command` ``rebalance``).
 """
 
@@ -96,12 +98,14 @@ class Rebalancer:
         active: list[StreamHolder] = [h for h in self._holdings if h.is_active]
         now = time.monotonic()
         unpaced = cap = placement.round_cap(self._holdings.capacity, settings.shed_batch)
-        shards = expiry_shards(settings.liveness)
+        budget = placement.fleet_moves_per_second(
+            expiry_shards(settings.liveness), ctx.table_write_units
+        )
         meter = self._holdings.load
         my_load = meter.total()
         if view.load is not None and my_load is not None:
             mine, surplus = my_load - view.load.mean, view.load.surplus
-            cap = placement.paced_cap(cap, mine, surplus, settings.rebalance_seconds, shards)
+            cap = placement.paced_cap(cap, mine, surplus, settings.rebalance_seconds, budget)
             loads = meter.loads()
             ids = past_tenure(
                 [(h.stream_id, h.acquired_mono) for h in active], now, settings.min_tenure_seconds
@@ -111,9 +115,14 @@ class Rebalancer:
             )
         else:
             mine, surplus = len(active) - view.share, view.surplus
-            cap = placement.paced_cap(cap, mine, surplus, settings.rebalance_seconds, shards)
+            cap = placement.paced_cap(cap, mine, surplus, settings.rebalance_seconds, budget)
             count = placement.count_to_shed(
-                len(active), view.share, settings.rebalance_slack, view.deficit, view.surplus, cap
+                len(active),
+                view.share,
+                placement.giver_slack(settings.rebalance_slack, view.shedding),
+                view.deficit,
+                view.surplus,
+                cap,
             )
             chosen = choose_to_shed(
                 [(h.stream_id, h.acquired_mono) for h in active],
@@ -122,6 +131,7 @@ class Rebalancer:
                 settings.min_tenure_seconds,
                 self._rng,
             )
+        view.shed_idle_rounds = placement.shed_rounds_idle(view.shed_idle_rounds, len(chosen))
         by_id = {h.stream_id: h for h in active}
         spacing = placement.shed_spacing_seconds(
             len(chosen), settings.rebalance_seconds, paced=cap < unpaced
