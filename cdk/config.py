@@ -16,6 +16,7 @@ from streamlease.commands import COMMAND_MAX_RECEIVES
 from streamlease.errors import ConfigError
 from streamlease.schema import Liveness
 from streamlease.settings import Settings
+from streamlease.table_capacity import ON_DEMAND_WRITE_UNITS
 
 
 class NetworkingMode(StrEnum):
@@ -182,6 +183,11 @@ class DeploymentConfig:
     table_indexes: TableIndexes = TableIndexes.CURRENT
     provisioned_read: CapacityRange = CapacityRange(5, 100)
     provisioned_write: CapacityRange = CapacityRange(5, 500)
+    table_warm_write_units: int = 0
+    """Write units a second the lease table and each of its indexes are pre-warmed to take at
+    once (DynamoDB's warm throughput); 0: no pre-warming (a new on-demand table takes
+    ``ON_DEMAND_WRITE_UNITS``, 4,000, and grows with use). At least 4,000; above the per-table
+    on-demand quota (40,000 by default) only after a quota increase. A one-time charge."""
     command_visibility_timeout_seconds: int = 30
     command_max_receives: int = COMMAND_MAX_RECEIVES
     """A command received this often without being deleted moves to the dead-letter queue."""
@@ -258,6 +264,11 @@ class DeploymentConfig:
             problems.append("command_visibility_timeout_seconds must be at least 1")
         if not 0 <= self.consumer_batching_window_seconds <= 300:
             problems.append("consumer_batching_window_seconds must be from 0 to 300")
+        if self.table_warm_write_units and self.table_warm_write_units < ON_DEMAND_WRITE_UNITS:
+            problems.append(
+                f"table_warm_write_units must be 0 (no pre-warming) or an integer of at least"
+                f" {ON_DEMAND_WRITE_UNITS} write units a second, got {self.table_warm_write_units}"
+            )
         if self.api_rate_limit_per_second <= 0 or self.api_burst_limit < 1:
             problems.append("API throttling limits must be positive")
         if problems:

@@ -119,6 +119,9 @@ class Settings:
     """Most streams handed off per rebalance round."""
     min_tenure_seconds: float = 30.0
     """A stream is never shed sooner than this after it was acquired."""
+    table_capacity_seconds: float = 600.0
+    """How often (±20 %) a worker re-reads the write units a second the lease table can take
+    at once (one ``DescribeTable``, a control-plane call: 1,250 workers make about 2 a second)."""
     worker_id: str = ""
     """Empty: derived from the ECS task id or host, pid and a random suffix."""
     task_arn: str = ""
@@ -229,7 +232,8 @@ class Settings:
         var = env_name  # messages name the environment variables: an operator sets those
 
         problems = []
-        for name in ("lease_seconds", "heartbeat_seconds", "reconcile_seconds", "progress_seconds"):
+        positive = ("lease_seconds", "heartbeat_seconds", "reconcile_seconds", "progress_seconds")
+        for name in (*positive, "table_capacity_seconds"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 problems.append(f"{var(name)} must be a positive number of seconds, got {value}")

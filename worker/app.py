@@ -6,10 +6,11 @@ open the session (the worker item; its renewal thread starts), then two task gro
 nested inside it, holds the loops: the command poller, the reconciler (and, per-stream mode,
 its takeover scheduler) and the rebalancer (these *take* streams), the session keeper, the fleet
 watcher (dead sessions, fair share), the own-lease poll and the delivery gate (sessions) or the
-per-stream renewal loop, the connection-state writer, the upstream keepalive, the metrics flusher
-and the liveness ticker. The data path itself has no task of its own: each connection calls its
-holder back with every batch, and the sink's flusher stores the batches of every stream
-together.
+per-stream renewal loop, the connection-state writer, the upstream keepalive, the metrics flusher,
+the liveness ticker and the reader of the lease table's write units (which pace the fleet's
+handoffs; first read before the loops start). The data path itself has no task of its own: each
+connection calls its holder back with every batch, and the sink's flusher stores the batches of
+every stream together.
 
 A lost session (expired, or revoked by this worker after a gray failure) is replaced by a new
 one, and a worker whose renewals have gone unanswered for too long gives up and exits with
@@ -49,6 +50,7 @@ from streamlease.lease_store import LeaseStore
 from streamlease.schema import Liveness
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
+from streamlease.table_capacity import read_table_write_units
 from worker import logs
 from worker.blocking import DEFAULT_THREADS, install_executor
 from worker.context import WorkerContext
@@ -71,6 +73,7 @@ from worker.ownership.own_leases import OwnLeases
 from worker.ownership.rebalancer import Rebalancer
 from worker.ownership.reconciler import Reconciler
 from worker.ownership.renewal import Renewals
+from worker.ownership.table_capacity import TableCapacity
 from worker.secrets import Secrets
 from worker.signals import install_signal_handlers
 from worker.sinks import Sink, load_sink
@@ -171,6 +174,9 @@ class Worker:
         self.own_leases = OwnLeases(
             self.ctx, self.holdings, self.keeper.request_rollover, sessions=self.uses_sessions
         )
+        self.table_capacity = TableCapacity(
+            self.ctx, lambda: read_table_write_units(dynamodb, settings.table_name)
+        )
         self.publisher = EmfPublisher(settings.metrics_namespace)
         self._shutdown_started = 0.0
 
@@ -204,6 +210,7 @@ class Worker:
             return EXIT_OK  # asked to stop before DynamoDB ever answered
         with contextlib.suppress(Exception):
             await self.fleet.refresh()
+        await self.table_capacity.refresh()  # before the rebalancer's first round
         # Everything built so far (boto3's service models, clients, settings) lives as long as
         # the process: out of the garbage collector's sight, a full collection does not walk
         # hundreds of thousands of objects that can never be garbage. Collected first, so
@@ -217,6 +224,7 @@ class Worker:
             capacity=settings.capacity,
             lease_seconds=settings.lease_seconds,
             heartbeat_seconds=settings.heartbeat_seconds,
+            table_write_units=ctx.table_write_units,
             sink=settings.sink.partition(":")[0],
             task_arn=ctx.identity.task_arn,
             version=ctx.identity.version,
@@ -243,6 +251,10 @@ class Worker:
                         ),
                         services.create_task(
                             ctx.connections.run(ctx.store), name="connection state writer"
+                        ),
+                        services.create_task(
+                            self.table_capacity.refresh_periodically(),
+                            name="table capacity reader",
                         ),
                     ]
                     if ctx.keepalive is not None:

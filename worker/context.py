@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from streamlease.lease_store import LeaseStore
 from streamlease.session_store import SessionStore
 from streamlease.settings import Settings
+from streamlease.table_capacity import ON_DEMAND_WRITE_UNITS
 from worker.fencing.fence import DeliveryGate
 from worker.identity import Identity
 from worker.lease_event_log import LeaseEventLog
@@ -70,6 +71,11 @@ class WorkerContext:
     """Spans of streams' starts (off unless the settings say where they go)."""
     loop_lag_seconds: float = 0.0
     """How late the event loop last woke up (measured every second)."""
+    table_write_units: int = ON_DEMAND_WRITE_UNITS
+    """Write units a second the lease table can take at once for a handoff's writes
+    (:func:`streamlease.table_capacity.handoff_write_units`): read at start and every
+    ``table_capacity_seconds`` (:mod:`worker.ownership.table_capacity`); a failed read keeps
+    the last figure, and before the first a new on-demand table's."""
 
     @property
     def worker_id(self) -> str:

@@ -43,7 +43,10 @@ class LeaseTable(Construct):
         provisioned_read: CapacityRange,
         provisioned_write: CapacityRange,
         indexes: TableIndexes = TableIndexes.CURRENT,
+        warm_write_units: int = 0,
     ) -> None:
+        """``warm_write_units``: pre-warm the table and every index to take this many write
+        units a second at once (0: DynamoDB's default warm throughput, no pre-warming)."""
         super().__init__(scope, construct_id)
         stage = indexes.stage
         specs = INDEXES if stage is None else MIGRATION_STAGES[stage]
@@ -54,6 +57,11 @@ class LeaseTable(Construct):
                 read_capacity=_autoscaled(provisioned_read),
                 write_capacity=_autoscaled(provisioned_write),
             )
+        warm = (
+            dynamodb.WarmThroughput(write_units_per_second=warm_write_units)
+            if warm_write_units
+            else None
+        )
         self.table = dynamodb.TableV2(
             self,
             "Table",
@@ -64,6 +72,7 @@ class LeaseTable(Construct):
             ),
             deletion_protection=True,
             removal_policy=RemovalPolicy.RETAIN,
+            warm_throughput=warm,
             global_secondary_indexes=[
                 dynamodb.GlobalSecondaryIndexPropsV2(
                     index_name=index.name,
@@ -71,6 +80,7 @@ class LeaseTable(Construct):
                     sort_key=_attribute(index.sort_key) if index.sort_key else None,
                     projection_type=_projection(index),
                     non_key_attributes=list(index.projected) if index.projected else None,
+                    warm_throughput=warm,
                 )
                 for index in specs
             ],

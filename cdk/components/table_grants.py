@@ -1,10 +1,10 @@
 """Least-privilege data grants: exactly the actions each principal calls, on exactly the resources.
 
-Each principal's DynamoDB access is a :class:`TableAccess`: item actions on the table, and per
-index the reads it makes there (every Query and Scan of streamlease goes to an index), so no
-grant needs an ``index/*`` wildcard. The SQS and Kinesis actions are listed beside them. When
-code starts calling another action, its principal's entry here changes with it
-(``tests/infra/test_grants.py`` lists them per principal).
+Each principal's DynamoDB access is a :class:`TableAccess`: actions on the table (its items; the
+worker's ``DescribeTable`` too), and per index the reads it makes there (every Query and Scan of
+streamlease goes to an index), so no grant needs an ``index/*`` wildcard. The SQS and Kinesis
+actions are listed beside them. When code starts calling another action, its principal's entry
+here changes with it (``tests/infra/test_grants.py`` lists them per principal).
 
 IAM authorizes SQS's batch calls (``ChangeMessageVisibilityBatch``) by the single action's name.
 """
@@ -35,11 +35,13 @@ UPDATE: Final = "dynamodb:UpdateItem"
 DELETE: Final = "dynamodb:DeleteItem"
 QUERY: Final = "dynamodb:Query"
 SCAN: Final = "dynamodb:Scan"
+DESCRIBE: Final = "dynamodb:DescribeTable"
 
 
 @dataclass(frozen=True)
 class TableAccess:
-    """The DynamoDB actions one principal calls: on the table's items, and on each index."""
+    """The DynamoDB actions one principal calls: on the table (its items, its description), and
+    on each index."""
 
     items: tuple[str, ...] = ()
     indexes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -67,7 +69,7 @@ AUDITOR_TABLE: Final = TableAccess(
 """The auditor: reads only; the fleet, the held streams with their connection states
 (``by-holder``) and the free ones (the orphan index), and a batch of orphans' times."""
 WORKER_TABLE: Final = TableAccess(
-    items=(GET, BATCH_GET, PUT, UPDATE, DELETE),
+    items=(GET, BATCH_GET, PUT, UPDATE, DELETE, DESCRIBE),
     indexes={
         FLEET.name: (QUERY,),
         BY_SHARD_EXPIRY.name: (QUERY, SCAN),
@@ -79,7 +81,8 @@ fleet's tombstones deleted, every lease write, re-reads of lost answers, the fle
 claimed, written), the live peers' load figures in batches (the ``fleet`` index does not
 carry them); orphans from the orphan index (sessions scan it, per-stream leases query
 it), its own streams from ``by-holder`` and, a page a round for the fleet, the streams held
-through sessions whose items may be gone."""
+through sessions whose items may be gone; the table's description every few minutes (its warm
+write throughput, which paces the fleet's handoffs)."""
 PREVIOUS_WORKERS: Final = TableAccess(
     indexes={BY_STATE_EXPIRY.name: (QUERY,), LEGACY_BY_OWNER.name: (QUERY,)}
 )

@@ -45,6 +45,7 @@ class StatefulStack(Stack):
             provisioned_read=config.provisioned_read,
             provisioned_write=config.provisioned_write,
             indexes=config.table_indexes,
+            warm_write_units=config.table_warm_write_units,
         )
         commands = CommandQueue(
             self,

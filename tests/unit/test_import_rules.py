@@ -1,10 +1,10 @@
 """The import direction of architecture §2 holds: the import-linter contracts in pyproject.toml.
 
 ``lambdas → streamlease``, ``worker → streamlease``, ``cdk → streamlease`` (schema, indexes,
-commands, settings, telemetry and errors only), ``local`` and ``bench → everything``;
-``streamlease`` imports none of the others. Inside the worker its folders import one way
-(liveness → ownership → stream → sinks → fencing, with the process modules around them). No
-package has an import cycle inside it.
+commands, settings, telemetry, errors and table_capacity only), ``local`` and ``bench →
+everything``; ``streamlease`` imports none of the others. Inside the worker its folders import
+one way (liveness → ownership → stream → sinks → fencing, with the process modules around them).
+No package has an import cycle inside it.
 ``make lint`` runs ``lint-imports`` too; this test is what puts the contracts into ``make test``,
 and so into CI.
 """
