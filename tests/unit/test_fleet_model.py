@@ -92,7 +92,7 @@ def test_the_scale_out_study_prints_a_row_for_the_fleet_it_played(
     assert study.main(["--workers", "10", "--per-worker", "100", "--offer-handoffs"]) == 0
     cells = [c.strip() for c in capsys.readouterr().out.strip().strip("|").split("|")]
     fleet, variant, leases, _unowned, throttled, *busiest = cells
-    assert (fleet, variant, throttled) == ("10 × 100", "32 shards, offer handoffs", "0")
+    assert (fleet, variant, throttled) == ("10 × 100", "1024 shards, offer handoffs", "0")
     assert float(leases) <= 10
     assert len(busiest) == len(study.COMPONENTS)
     assert busiest[study.COMPONENTS.index("orphans")] in ("0%", "1%"), "no handoff wrote it"

@@ -210,30 +210,55 @@ def test_load_rebalancing_always_settles(workers, rng) -> None:
 
 
 def test_a_thousand_givers_together_stay_within_the_fleet_s_pace() -> None:
-    """A scale-out of a thousand workers of capacity 2,000, each 200 streams above its share:
-    per round the fleet's handoffs fit what the orphan index's partitions are given for them,
-    each giver its even part (24), instead of its cap of 100 (100,000 moves a round, spread
-    over half of it: forty thousand writes a second on 32 partitions)."""
-    givers, excess, rebalance = 1000, 200, 10.0
+    """A scale-out of a thousand workers of capacity 2,000, each 200 streams above its share,
+    on a table pre-warmed for 80,000 write units a second: per round the fleet's handoffs fit
+    the quarter of them given to moves (6,400 a second, three writes each), each giver its even
+    part (32), instead of its cap of 100 (100,000 moves a round, 300,000 writes)."""
+    givers, excess, rebalance = 1000, 200, 5.0
     cap = placement.round_cap(2000, 2)
+    budget = placement.fleet_moves_per_second(1024, 80_000)
     caps = [
-        placement.paced_cap(cap, excess, givers * excess, rebalance, orphan_shards=32)
-        for _ in range(givers)
+        placement.paced_cap(cap, excess, givers * excess, rebalance, budget) for _ in range(givers)
     ]
-    assert cap == 100
-    assert sum(caps) / rebalance <= placement.fleet_moves_per_second(32)
-    assert set(caps) == {24}
+    assert (cap, budget) == (100, 6400)
+    assert sum(caps) / rebalance <= budget
+    assert set(caps) == {32}
+
+
+def test_the_pace_is_the_lower_of_the_table_s_and_the_orphan_shards() -> None:
+    """Three table writes a move against a quarter of its write units; two orphan-index
+    writes a move against 15 % of its shards' partitions."""
+    assert placement.fleet_moves_per_second(1024, 4_000) == 320  # a new on-demand table
+    assert placement.fleet_moves_per_second(1024, 40_000) == 3_200
+    assert placement.fleet_moves_per_second(32, 80_000) == 2_400  # the shards bind
+    assert placement.fleet_moves_per_second(1, 80_000) == 75  # a per-stream fleet's one shard
 
 
 def test_a_small_fleet_is_never_paced_and_every_giver_moves_at_least_one() -> None:
-    assert placement.paced_cap(5, 40, 80, 10.0, orphan_shards=32) == 5
-    assert placement.paced_cap(5, 0, 80, 10.0, orphan_shards=32) == 5, "not a giver: unchanged"
-    assert placement.paced_cap(5, 1, 10**9, 10.0, orphan_shards=1) == 1
+    assert placement.paced_cap(5, 40, 80, 10.0, 320) == 5
+    assert placement.paced_cap(5, 0, 80, 10.0, 320) == 5, "not a giver: unchanged"
+    assert placement.paced_cap(5, 1, 10**9, 10.0, 75) == 1
 
 
-def test_a_budget_given_outright_replaces_the_orphan_shards_pace() -> None:
-    """The fleet model plays other fleet-wide budgets than the orphan shards' 2,400 moves a
-    second: a giver with a thousandth of the surplus sends a thousandth of a round's budget."""
-    shards_pace = placement.paced_cap(100, 200, 200_000, 10.0, orphan_shards=32)
-    budget = placement.paced_cap(100, 200, 200_000, 10.0, orphan_shards=32, moves_per_second=5000)
-    assert (shards_pace, budget) == (24, 50)
+def test_a_giver_starts_above_share_plus_slack_and_sheds_on_down_to_the_share() -> None:
+    """Hysteresis: one stream over the share starts nothing (a recount a stream off moves
+    nothing at rest); once started, a giver goes on to the share."""
+    at_rest = placement.giver_slack(1, shedding=False)
+    assert placement.count_to_shed(801, 800, at_rest, 5000, 5000, 100) == 0
+    assert placement.count_to_shed(803, 800, at_rest, 5000, 5000, 100) == 3
+    shedding = placement.giver_slack(1, shedding=True)
+    assert placement.count_to_shed(801, 800, shedding, 5000, 5000, 100) == 1
+
+
+def test_shedding_ends_only_after_rounds_in_a_row_that_moved_nothing() -> None:
+    """A round that moved nothing, on a share the digest read a few streams high while
+    streams moved, does not end it; enough of them in a row do; a move restarts the count."""
+    idle: int | None = placement.shed_rounds_idle(None, moved=0)
+    assert idle is None, "never started"
+    idle = placement.shed_rounds_idle(None, moved=4)
+    assert idle == 0
+    for _ in range(placement.SHED_SETTLE_ROUNDS - 1):
+        idle = placement.shed_rounds_idle(idle, moved=0)
+        assert idle is not None
+    assert placement.shed_rounds_idle(idle, moved=1) == 0
+    assert placement.shed_rounds_idle(idle, moved=0) is None

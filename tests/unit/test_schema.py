@@ -254,7 +254,7 @@ def test_by_holder_is_by_owner_with_the_connection_state():
 @pytest.mark.parametrize("liveness", list(Liveness))
 def test_expiry_shards_are_stable_and_within_the_mode_s_count(liveness):
     """A stream's shard depends on its id alone (every writer agrees), one of the mode's."""
-    shards = {expiry_shard(f"s-{i}", liveness) for i in range(2000)}
+    shards = {expiry_shard(f"s-{i}", liveness) for i in range(20_000)}
     assert len(shards) == expiry_shards(liveness)
     assert all(s.startswith("STARTED#") for s in shards)
     assert expiry_shard("btc-usd", liveness) == expiry_shard("btc-usd", liveness)

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from streamlease.schema import Liveness
+from worker.liveness.fleet import DIGEST_READ_ROUNDS, digest_due
 from worker.ownership.end_reason import EndReason
-from worker.ownership.fleet_view import FleetView
+from worker.ownership.fleet_view import FleetView, wants_handoffs
 from worker.ownership.rebalancer import Rebalancer
 
 
@@ -40,9 +41,9 @@ class Session:
         return self._healthy
 
 
-def _round(session: Session | None) -> list[str]:
-    """One round of a worker holding 10 streams where the share is 5 and the other worker
-    lacks 5 (by counts: no load figures)."""
+def _round(session: Session | None, held: int = 10, view: FleetView | None = None) -> list[str]:
+    """One round of a worker holding ``held`` streams, by counts (no load figures); by
+    default the share is 5 and the other worker lacks 5."""
     settings = SimpleNamespace(
         shed_batch=50,
         liveness=Liveness.SESSION,
@@ -50,9 +51,15 @@ def _round(session: Session | None) -> list[str]:
         rebalance_slack=1,
         rebalance_seconds=0.0,
     )
-    ctx = SimpleNamespace(settings=settings, session=session, shutdown_requested=asyncio.Event())
-    holdings = Holdings(Holder(f"s{i}") for i in range(10))
-    view = FleetView(share=5, live_workers=2, total_streams=10, deficit=5, surplus=5)
+    ctx = SimpleNamespace(
+        settings=settings,
+        session=session,
+        shutdown_requested=asyncio.Event(),
+        table_write_units=4000,
+    )
+    holdings = Holdings(Holder(f"s{i}") for i in range(held))
+    if view is None:
+        view = FleetView(share=5, live_workers=2, total_streams=10, deficit=5, surplus=5)
     rebalancer = Rebalancer(cast(Any, ctx), cast(Any, holdings), view)
     chosen = asyncio.run(rebalancer.rebalance_once())
     assert [h.stream_id for h in holdings if h.ended] == sorted(chosen, key=lambda s: int(s[1:]))
@@ -68,3 +75,40 @@ def test_a_worker_whose_session_lags_sheds_nothing() -> None:
     """Fenced, or renewals a heartbeat behind (a DynamoDB brownout): a release would likely go
     unanswered, and the stream would wait to be found instead of being handed over."""
     assert _round(Session(healthy=False)) == []
+
+
+def test_a_worker_one_over_its_share_sheds_only_while_it_is_shedding() -> None:
+    """Hysteresis by rounds: at rest, one stream over the share moves nothing (a recount a
+    stream off must not start moves); a worker whose recent rounds shed goes on down to the
+    share, and its rounds say so until some in a row move nothing."""
+    at_rest = FleetView(share=5, live_workers=2, total_streams=10, deficit=1, surplus=0)
+    assert _round(Session(healthy=True), held=6, view=at_rest) == []
+    assert not at_rest.shedding
+    shedding = FleetView(
+        share=5, live_workers=2, total_streams=10, deficit=1, surplus=0, shed_idle_rounds=1
+    )
+    assert len(_round(Session(healthy=True), held=6, view=shedding)) == 1
+    assert shedding.shed_idle_rounds == 0
+    for _ in range(3):
+        assert _round(Session(healthy=True), held=5, view=shedding) == []
+    assert not shedding.shedding, "three rounds in a row moved nothing"
+
+
+def test_takers_fill_to_the_share_rounded_down() -> None:
+    """Rebalance handoffs go to workers below the streams over the workers, rounded down: a
+    count a few streams high while streams move would round the share up past what the
+    takers can hold once it is right, and a stream taken stays its tenure."""
+    view = FleetView(share=801, live_workers=1250, total_streams=1_000_006)
+    assert view.taking_share == 800
+    assert wants_handoffs(view, 799, None)
+    assert not wants_handoffs(view, 800, None)
+
+
+def test_a_shedding_worker_of_a_large_fleet_reads_the_digest_every_round() -> None:
+    """At rest every few rounds (a fleet at rest pays for that cadence only); while it sheds,
+    every round, so it stops on the share as the moves change it."""
+    every = DIGEST_READ_ROUNDS
+    assert [digest_due(n, shedding=False) for n in range(1, every + 1)] == [False] * (every - 1) + [
+        True
+    ]
+    assert all(digest_due(n, shedding=True) for n in range(1, every + 1))
