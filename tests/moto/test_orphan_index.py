@@ -153,14 +153,16 @@ def test_per_stream_leases_stay_in_their_one_shard(dynamodb: Any, table: str):
 def test_a_per_stream_fleet_finds_what_a_session_fleet_left_in_its_other_shards(
     dynamodb: Any, table: str
 ):
-    """Free streams a session fleet keyed into its 32 shards: the per-stream query of its one
+    """Free streams a session fleet keyed into its many shards: the per-stream query of its one
     shard sees only those in that shard, a whole read every free one (not a live lease, up to
     the limit); an acquire moves an entry into the per-stream shard."""
-    ids = [f"s{n}" for n in range(100)]  # a few of them hash to the per-stream shard
+    per_stream = expiry_shard("x", Liveness.STREAM)
+    names = [f"s{n}" for n in range(100_000)]
+    ids = [s for s in names if expiry_shard(s, Liveness.SESSION) == per_stream][:3]
+    ids += [s for s in names if s not in ids][:40]  # most hash to the session fleet's others
     for s in ids:
         put_stream(dynamodb, table, s)  # keyed for sessions, as their drain left them
     put_stream(dynamodb, table, "held", owner="w0", expires_ms=NOW + LEASE_MS)
-    per_stream = expiry_shard("x", Liveness.STREAM)
     elsewhere = {s for s in ids if expiry_shard(s, Liveness.SESSION) != per_stream}
     assert elsewhere and len(elsewhere) < len(ids)
     store = LeaseStore(dynamodb, table, liveness=Liveness.STREAM)
