@@ -151,9 +151,12 @@ def build(
         agent.session.active = len(agent.session.held)
     view = whole_fleet_view(world)
     for agent in world.agents:
-        agent.view.share, agent.view.live_workers = view.share, view.live_workers
-        agent.view.total_streams, agent.view.deficit = view.total_streams, view.deficit
-        agent.view.surplus, agent.view.load = view.surplus, view.load
+        agent.view.recount(view.total_streams, view.live_workers)
+        agent.view.deficit, agent.view.surplus, agent.view.load = (
+            view.deficit,
+            view.surplus,
+            view.load,
+        )
     if design.ring_watch and size.workers > rules.FULL_READ_MAX_SESSIONS:
         world.digest.writer = world.agents[0]
         world.digest.expires_at = settings.lease_seconds

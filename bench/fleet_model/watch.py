@@ -68,8 +68,8 @@ def whole_fleet_view(world: World[Agent]) -> FleetView:
 
 
 def _copy(view: FleetView, into: FleetView) -> None:
-    into.share, into.live_workers = view.share, view.live_workers
-    into.total_streams, into.deficit = view.total_streams, view.deficit
+    into.recount(view.total_streams, view.live_workers)
+    into.deficit = view.deficit
     into.surplus, into.load = view.surplus, view.load
 
 

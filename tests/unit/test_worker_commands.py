@@ -54,7 +54,8 @@ def poller(
         holdings.reserve(f"held-{n}")
     queue, acquirer = queue or FakeQueue(), FakeAcquirer()
     ctx = SimpleNamespace(shutdown_requested=asyncio.Event())
-    view = FleetView(share=share, total_streams=share)  # one worker: the share rounded down
+    view = FleetView()
+    view.recount(share, 1)
     return (
         CommandPoller(cast(Any, ctx), cast(Any, queue), cast(Any, acquirer), holdings, view),
         queue,

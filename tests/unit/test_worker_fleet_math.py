@@ -97,7 +97,8 @@ def test_a_handed_off_stream_is_left_to_others_for_three_reconcile_rounds() -> N
 
 def test_the_deficit_is_what_running_workers_below_the_share_lack() -> None:
     """A new empty worker, two at the share, a draining one and a dead one: only the running,
-    live workers below the share count."""
+    live workers below the share count, for what they lack to the share rounded down (26
+    streams over 3: 8 2/3), up to which takers fill."""
     workers = [
         info("me", 12),
         info("new", 0),
@@ -107,8 +108,8 @@ def test_the_deficit_is_what_running_workers_below_the_share_lack() -> None:
     ]
     view = FleetView()
     update_view(view, workers, "me", held=12, dead=frozenset({"dead"}))
-    assert view.share == 9  # 26 streams over 3 live workers
-    assert view.deficit == 9
+    assert (view.share, view.taking_share) == (9, 8)  # 26 streams over 3 live workers
+    assert view.deficit == 8
 
 
 def test_a_worker_advertising_no_room_has_no_part_in_the_share() -> None:
@@ -119,7 +120,7 @@ def test_a_worker_advertising_no_room_has_no_part_in_the_share() -> None:
     view = FleetView()
     update_view(view, workers, "me", held=11)
     assert (view.total_streams, view.live_workers, view.share) == (33, 2, 17)
-    assert view.deficit == 6  # what b lacks; nothing is shed towards the gray worker
+    assert view.deficit == 5  # what b lacks to 16; nothing is shed towards the gray worker
 
 
 def test_every_peer_advertising_no_room_at_once_counts_them_all() -> None:

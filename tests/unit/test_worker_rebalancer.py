@@ -94,14 +94,21 @@ def test_a_worker_one_over_its_share_sheds_only_while_it_is_shedding() -> None:
     assert not shedding.shedding, "three rounds in a row moved nothing"
 
 
-def test_takers_fill_to_the_share_rounded_down() -> None:
-    """Rebalance handoffs go to workers below the streams over the workers, rounded down: a
-    count a few streams high while streams move would round the share up past what the
-    takers can hold once it is right, and a stream taken stays its tenure."""
-    view = FleetView(share=801, live_workers=1250, total_streams=1_000_006)
-    assert view.taking_share == 800
-    assert wants_handoffs(view, 799, None)
-    assert not wants_handoffs(view, 800, None)
+def test_takers_fill_to_the_lower_of_the_last_two_counts_rounded_down() -> None:
+    """Rebalance handoffs go to workers below the streams over the workers, rounded down, as
+    the lower of the last two counts: a count a few streams high while streams move would
+    let takers fill past the share they learn of next, and a stream taken stays its tenure."""
+    view = FleetView()
+    view.recount(1_000_000, 1250)
+    assert (view.share, view.taking_share) == (800, 800)
+    view.recount(1_000_006, 1250)  # six streams in flight counted twice
+    assert (view.share, view.taking_share) == (801, 800)
+    view.recount(1_002_500, 1250)
+    assert view.taking_share == 800, "a high count once is not trusted"
+    view.recount(1_002_500, 1250)
+    assert view.taking_share == 802, "twice it is"
+    assert wants_handoffs(view, 801, None)
+    assert not wants_handoffs(view, 802, None)
 
 
 def test_a_shedding_worker_of_a_large_fleet_reads_the_digest_every_round() -> None:

@@ -78,7 +78,8 @@ def reconciler(
         store=store,
         worker_id="me",
     )
-    view = FleetView(share=share, live_workers=live_workers, total_streams=share * live_workers)
+    view = FleetView()
+    view.recount(share * live_workers, live_workers)
     return Reconciler(cast(Any, ctx), cast(Any, acquirer), holdings, view), acquirer, store
 
 

@@ -28,28 +28,36 @@ class FleetView:
     orphans: int = 0
     """Streams wanted and unowned at the last reconcile (counted into the total)."""
     deficit: int = 0
-    """Streams the other workers with a part in the share lack to reach it (what shedding
-    fills)."""
+    """Streams the other workers with a part in the share lack to reach their taking share
+    (:attr:`taking_share`: what shedding fills)."""
     surplus: int = 0
     """Streams the workers above share + slack (this one included) hold beyond the share (what
     shedding empties: each giver sheds its part of the deficit)."""
     load: placement.FleetLoad | None = None
     """The fleet's load when every sharing worker published one; None: counts decide."""
+    taking_share: int = 0
+    """The share this worker takes rebalance handoffs up to (:func:`wants_handoffs`): the
+    streams over the workers rounded down where :attr:`share` rounds up, and the lower of the
+    last two counts. While streams move the count runs high (a stream in flight counts for its
+    giver's last renewal and for its taker's), by a few streams a worker at a thousand moves a
+    second; a taker that filled up to such a count would hold more than the share it learns of
+    next, and could not give the streams back for their tenure. Givers shed down to
+    :attr:`share` and count what takers lack below this, so the two meet."""
+    _last_floor: int | None = None
     shed_idle_rounds: int | None = None
     """This worker's shedding (written by the rebalancer,
     :func:`streamlease.placement.shed_rounds_idle`): rebalance rounds in a row that moved
     nothing since it started, None when it is not shedding."""
     updated_mono: float = 0.0
 
-    @property
-    def taking_share(self) -> int:
-        """The share a worker takes rebalance handoffs up to: the streams over the workers,
-        rounded down where :attr:`share` rounds up. While streams move the count is a few high
-        (a stream in flight counts for its giver's last renewal and its taker's), and the
-        share with it when the streams fill the workers evenly; a taker that filled up to it
-        would hold a stream or two above the share it learns of next, and could not give them
-        back for their tenure. Givers shed down to :attr:`share`, so the two meet."""
-        return self.total_streams // max(1, self.live_workers)
+    def recount(self, total: int, live: int) -> None:
+        """Take a new count of the fleet: ``total`` streams over ``live`` workers."""
+        floor = total // max(1, live)
+        last = self._last_floor
+        self.taking_share = floor if last is None else min(floor, last)
+        self._last_floor = floor
+        self.total_streams, self.live_workers = total, live
+        self.share = rules.fair_share(total, live)
 
     @property
     def shedding(self) -> bool:
@@ -109,10 +117,8 @@ def update_view(
     (streams)."""
     total, live = count_fleet(workers, me, held, view.orphans, dead)
     peers = sharing_peers(workers, me, dead)
-    view.total_streams = total
-    view.live_workers = live
-    view.share = rules.fair_share(total, live)
-    view.deficit = sum(max(0, view.share - max(0, w.active_streams)) for w in peers)
+    view.recount(total, live)
+    view.deficit = sum(max(0, view.taking_share - max(0, w.active_streams)) for w in peers)
     counts = [held, *(max(0, w.active_streams) for w in peers)]
     view.surplus = sum(c - view.share for c in counts if c > view.share + slack)
     view.load = placement.fleet_load([my_load, *(w.load for w in peers)])
@@ -121,7 +127,8 @@ def update_view(
 
 def wants_handoffs(view: FleetView, held: int, my_load: float | None) -> bool:
     """Whether a rebalance handoff is for this worker: below the fleet's mean load when load
-    figures exist (for the fleet and this worker), else below the share by counts."""
+    figures exist (for the fleet and this worker), else below its taking share by counts
+    (:attr:`FleetView.taking_share`)."""
     if view.load is not None and my_load is not None:
         return placement.takes_by_load(my_load, view.load)
     return held < view.taking_share
@@ -131,9 +138,7 @@ def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
     """Take the fair share from the fleet digest (a large fleet: the elected watcher counted
     it with :func:`update_view` from every session item; orphans as this worker last saw them
     come on top)."""
-    view.live_workers = max(1, digest.live_workers)
-    view.total_streams = digest.total_streams + view.orphans
-    view.share = rules.fair_share(view.total_streams, view.live_workers)
+    view.recount(digest.total_streams + view.orphans, max(1, digest.live_workers))
     view.deficit = digest.deficit
     view.surplus = digest.surplus
     view.load = digest.load
