@@ -32,9 +32,10 @@ LOAD_SLACK_FRACTION: Final = 0.1
 MIN_FLEET_LOAD: Final = 1.0
 """Below this much load in the whole fleet (load units per second) load says nothing: counts
 decide."""
-MAX_SHED_FRACTION: Final = 0.05
-"""At most this fraction of a worker's capacity (in streams) is handed off in one round: the
-receivers connect that many upstreams at once, not the whole excess of a large worker."""
+MAX_SHED_FRACTION: Final = 0.025
+"""At most this fraction of a worker's capacity (in streams) is handed off in one round (5 s):
+the receivers connect that many upstreams at once, not the whole excess of a large worker,
+and the few takers of a small scale-out are not sent more than they take."""
 
 
 SPREAD_FRACTION: Final = 0.5
@@ -59,6 +60,22 @@ its limit (the fleet model's scale-out of 1,000 × 1,000, ``bench/results/fleet_
 TABLE_WRITES_PER_MOVE: Final = 3
 """A handoff writes the table three times (the giver's release, the taker's acquire, its
 connection state), and ``by-holder`` as often."""
+
+
+TAKES_PER_SECOND: Final = 50.0
+"""Most rebalance handoffs one worker takes a second. A taker's acquires and connection states
+all land on its own ``by-holder`` partition (two writes a take): at this pace a tenth of that
+partition's limit, so the few takers of a small scale-out that share a partition (with the
+givers' releases beside them) stay under half of it, whatever the fleet's pace; and a worker
+opens no more upstream connections a second than that."""
+
+
+def take_delay(next_take: float, now: float) -> tuple[float, float]:
+    """Pacing a taker's rebalance handoffs at :data:`TAKES_PER_SECOND`: ``(seconds to wait
+    before this take, when the next one may start)`` given when this one may start
+    (``next_take``, monotonic seconds) and ``now``."""
+    start = max(next_take, now)
+    return start - now, start + 1.0 / TAKES_PER_SECOND
 
 
 def fleet_moves_per_second(orphan_shards: int, table_write_units: float) -> float:

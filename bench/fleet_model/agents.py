@@ -60,6 +60,9 @@ class Agent:
         self.reserved = 0
         self.view = FleetView()
         self.paused_until = 0.0
+        self.next_take = 0.0
+        """When the next rebalance handoff may be taken
+        (:func:`streamlease.placement.take_delay`)."""
         self._acquires = Batcher(world, MAX_PARALLEL_ACQUIRES)
         self._releases = Batcher(world, RELEASE_PARALLEL)
         self._connected: list[int] = []
@@ -373,6 +376,9 @@ class Agent:
                 world.queue.append((s, rebalance))  # passed on to a worker below its share
                 self.paused_until = world.sim.now + PASS_ON_PAUSE_SECONDS
                 handled()
+            elif rebalance:
+                wait, self.next_take = placement.take_delay(self.next_take, world.sim.now)
+                world.sim.after(wait, lambda x=s: self.acquire(x, handled))
             else:
                 self.acquire(s, handled)
 

@@ -213,14 +213,14 @@ def test_a_thousand_givers_together_stay_within_the_fleet_s_pace() -> None:
     """A scale-out of a thousand workers of capacity 2,000, each 200 streams above its share,
     on a table pre-warmed for 80,000 write units a second: per round the fleet's handoffs fit
     the quarter of them given to moves (6,400 a second, three writes each), each giver its even
-    part (32), instead of its cap of 100 (100,000 moves a round, 300,000 writes)."""
+    part (32), instead of its cap of 50 (50,000 moves a round, 150,000 writes)."""
     givers, excess, rebalance = 1000, 200, 5.0
     cap = placement.round_cap(2000, 2)
     budget = placement.fleet_moves_per_second(1024, 80_000)
     caps = [
         placement.paced_cap(cap, excess, givers * excess, rebalance, budget) for _ in range(givers)
     ]
-    assert (cap, budget) == (100, 6400)
+    assert (cap, budget) == (50, 6400)
     assert sum(caps) / rebalance <= budget
     assert set(caps) == {32}
 
@@ -262,3 +262,12 @@ def test_shedding_ends_only_after_rounds_in_a_row_that_moved_nothing() -> None:
         assert idle is not None
     assert placement.shed_rounds_idle(idle, moved=1) == 0
     assert placement.shed_rounds_idle(idle, moved=0) is None
+
+
+def test_a_taker_takes_rebalance_handoffs_at_its_own_pace() -> None:
+    """Takes are spaced 1 / TAKES_PER_SECOND apart, from now when the last was long ago."""
+    gap = 1.0 / placement.TAKES_PER_SECOND
+    wait, after = placement.take_delay(0.0, 100.0)
+    assert (wait, after) == (0.0, 100.0 + gap)
+    wait2, after2 = placement.take_delay(after, 100.0)
+    assert wait2 == pytest.approx(gap) and after2 == pytest.approx(100.0 + 2 * gap)

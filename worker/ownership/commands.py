@@ -181,6 +181,9 @@ class CommandPoller:
         self._fleet = fleet
         self._paused_until = 0.0
         """Monotonic time before which nothing is received (see PASS_ON_PAUSE_SECONDS)."""
+        self._next_take = 0.0
+        """Monotonic time before which no rebalance handoff is taken
+        (:func:`~streamlease.placement.take_delay`)."""
 
     async def poll_commands(self) -> None:
         """Receive and handle commands until cancelled; any error pauses, then polling goes on."""
@@ -233,6 +236,10 @@ class CommandPoller:
             self._paused_until = time.monotonic() + PASS_ON_PAUSE_SECONDS
             await self._queue.give_back(receipt)
             return
+        if command.rebalance:
+            wait, self._next_take = placement.take_delay(self._next_take, time.monotonic())
+            if wait > 0:
+                await asyncio.sleep(wait)
         try:
             outcome = await self._acquirer.try_acquire(
                 command.stream_id,
