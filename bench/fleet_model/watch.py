@@ -67,8 +67,11 @@ def whole_fleet_view(world: World[Agent]) -> FleetView:
     return view
 
 
-def _copy(view: FleetView, into: FleetView) -> None:
+def _copy(view: FleetView, into: FleetView, *, whole: bool = True) -> None:
+    """``view``'s counts into ``into``: a whole read of the fleet, or (``whole`` False) the
+    digest's, which carries no :attr:`FleetView.fill_to_share`."""
     into.recount(view.total_streams, view.live_workers)
+    into.fill_to_share = whole and view.fill_to_share
     into.deficit = view.deficit
     into.surplus, into.load = view.surplus, view.load
 
@@ -223,7 +226,7 @@ class Watch:
             now = world.sim.now
             skew = world.settings.clock_skew_seconds
             if digest.expires_at >= now:
-                _copy(digest.view, agent.view)
+                _copy(digest.view, agent.view, whole=False)
             elif digest.expires_at < now - skew and world.rng.random() < rules.claim_chance(
                 len(world.fleet)
             ):

@@ -8,7 +8,13 @@ from streamlease.fleet_digest import FleetDigest
 from streamlease.model import WorkerInfo
 from streamlease.schema import WorkerState
 from worker.ownership.commands import given_away_window_seconds, receive_count, wait_seconds
-from worker.ownership.fleet_view import FleetView, count_fleet, update_view, view_from_digest
+from worker.ownership.fleet_view import (
+    FleetView,
+    count_fleet,
+    update_view,
+    view_from_digest,
+    wants_handoffs,
+)
 from worker.ownership.rebalancer import choose_to_shed, jittered
 from worker.ownership.reconciler import query_limit, room_for
 
@@ -139,3 +145,18 @@ def test_a_large_fleets_share_comes_from_the_digest_plus_the_orphans_seen() -> N
     digest = FleetDigest("writer", 0, sessions=12, live_workers=10, total_streams=960, deficit=7)
     view_from_digest(view, digest)
     assert (view.live_workers, view.total_streams, view.share, view.deficit) == (10, 1000, 100, 7)
+
+
+def test_when_every_worker_holds_the_share_rounded_down_takers_fill_to_the_share() -> None:
+    """Four workers, eleven streams, one holding five: the others at the share rounded down
+    (2) take nothing more, yet the giver is above share + slack (3 + 1); then takers fill to the
+    share and the deficit is counted to it, so the giver can shed down to it."""
+    workers = [info("me", 5), info("b", 2), info("c", 2), info("d", 2)]
+    view = FleetView()
+    update_view(view, workers, "me", held=5)
+    assert (view.share, view.taking_share, view.surplus) == (3, 2, 2)
+    assert view.fill_to_share and view.deficit == 3
+    assert wants_handoffs(view, 2, None) and not wants_handoffs(view, 3, None)
+    settled = [info("me", 3), info("b", 3), info("c", 3), info("d", 2)]
+    update_view(view, settled, "me", held=3)
+    assert not view.fill_to_share and view.deficit == 0

@@ -239,7 +239,11 @@ class CommandPoller:
         if command.rebalance:
             wait, self._next_take = placement.take_delay(self._next_take, time.monotonic())
             if wait > 0:
-                await asyncio.sleep(wait)
+                try:
+                    await asyncio.sleep(wait)
+                except asyncio.CancelledError:
+                    await asyncio.shield(self._queue.give_back(receipt))  # as mid-acquire
+                    raise
         try:
             outcome = await self._acquirer.try_acquire(
                 command.stream_id,

@@ -44,6 +44,11 @@ class FleetView:
     next, and could not give the streams back for their tenure. Givers shed down to
     :attr:`share` and count what takers lack below this, so the two meet."""
     _last_floor: int | None = None
+    fill_to_share: bool = False
+    """Takers fill up to :attr:`share`, not :attr:`taking_share`: every worker holds at least
+    the share rounded down, yet a giver still holds more than share + slack (few streams a
+    worker: what is left over after rounding down outnumbers the givers' slack). Counted by a
+    worker that reads the whole fleet (:func:`update_view`)."""
     shed_idle_rounds: int | None = None
     """This worker's shedding (written by the rebalancer,
     :func:`streamlease.placement.shed_rounds_idle`): rebalance rounds in a row that moved
@@ -118,9 +123,14 @@ def update_view(
     total, live = count_fleet(workers, me, held, view.orphans, dead)
     peers = sharing_peers(workers, me, dead)
     view.recount(total, live)
-    view.deficit = sum(max(0, view.taking_share - max(0, w.active_streams)) for w in peers)
     counts = [held, *(max(0, w.active_streams) for w in peers)]
     view.surplus = sum(c - view.share for c in counts if c > view.share + slack)
+    held_by_peers = [max(0, w.active_streams) for w in peers]
+    deficit = sum(max(0, view.taking_share - c) for c in held_by_peers)
+    view.fill_to_share = deficit == 0 and view.surplus > 0
+    if view.fill_to_share:
+        deficit = sum(max(0, view.share - c) for c in held_by_peers)
+    view.deficit = deficit
     view.load = placement.fleet_load([my_load, *(w.load for w in peers)])
     view.updated_mono = time.monotonic()
 
@@ -131,7 +141,7 @@ def wants_handoffs(view: FleetView, held: int, my_load: float | None) -> bool:
     (:attr:`FleetView.taking_share`)."""
     if view.load is not None and my_load is not None:
         return placement.takes_by_load(my_load, view.load)
-    return held < view.taking_share
+    return held < (view.share if view.fill_to_share else view.taking_share)
 
 
 def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
@@ -139,6 +149,7 @@ def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
     it with :func:`update_view` from every session item; orphans as this worker last saw them
     come on top)."""
     view.recount(digest.total_streams + view.orphans, max(1, digest.live_workers))
+    view.fill_to_share = False  # the digest does not say; its deficit does (update_view)
     view.deficit = digest.deficit
     view.surplus = digest.surplus
     view.load = digest.load
