@@ -4,6 +4,8 @@ warmed to that many write units a second; a value DynamoDB would refuse stops sy
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from cdk.stacks.stateful import StatefulStack
 from streamlease.indexes import INDEXES
 
 KEY = "streamlease:tableWarmWriteUnits"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stateful_table(flags: dict[str, Any], config: DeploymentConfig) -> dict[str, Any]:
@@ -27,9 +30,10 @@ def _stateful_table(flags: dict[str, Any], config: DeploymentConfig) -> dict[str
 
 @pytest.fixture
 def flags() -> dict[str, Any]:
-    from conftest import CDK_CONTEXT
-
-    return {k: v for k, v in CDK_CONTEXT.items() if k.startswith("@aws-cdk")}
+    """cdk.json's feature flags (read here: ``conftest`` names one module per test folder, and
+    which one an import by that name finds depends on what ran before)."""
+    context = json.loads((REPO_ROOT / "cdk.json").read_text(encoding="utf-8"))["context"]
+    return {k: v for k, v in context.items() if k.startswith("@aws-cdk")}
 
 
 def test_the_deployed_default_does_not_pre_warm(stateful_json: TemplateJson) -> None:
