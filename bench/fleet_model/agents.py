@@ -27,7 +27,12 @@ from bench.fleet_model.units import read_units
 from bench.fleet_model.world import World
 from streamlease import placement, rules
 from streamlease.schema import WorkerState
-from worker.ownership.commands import MAX_MESSAGES_PER_RECEIVE, PASS_ON_PAUSE_SECONDS, receive_count
+from worker.ownership.commands import (
+    MAX_MESSAGES_PER_RECEIVE,
+    PASS_ON_LIMIT,
+    PASS_ON_PAUSE_SECONDS,
+    receive_count,
+)
 from worker.ownership.fleet_view import FleetView, wants_handoffs
 from worker.ownership.rebalancer import jittered
 from worker.ownership.reconciler import MAX_PARALLEL_ACQUIRES
@@ -276,6 +281,9 @@ class Agent:
         s, session = arg
         world.owner[s] = session.no
         world.acquired_at[s] = world.sim.now
+        since = world.released_at.pop(s, None)
+        if since is not None:
+            world.handoff_gaps.append((world.sim.now, world.sim.now - since))
         session.held.add(s)
         world.free.discard(s)
         if self.alive and session.live:
@@ -326,6 +334,7 @@ class Agent:
         world = self.world
         s, session = arg
         world.owner[s] = -1
+        world.released_at[s] = world.sim.now
         session.held.discard(s)
         world.free.add(s)
         world.add_unowned(1)
@@ -371,9 +380,9 @@ class Agent:
             if left[0] == 0:
                 self.poll()
 
-        for s, rebalance in batch:
-            if rebalance and not self.wants_handoffs():
-                world.queue.append((s, rebalance))  # passed on to a worker below its share
+        for s, rebalance, received in batch:
+            if rebalance and not self.wants_handoffs() and received + 1 < PASS_ON_LIMIT:
+                world.queue.append((s, rebalance, received + 1))  # passed on, below its share
                 self.paused_until = world.sim.now + PASS_ON_PAUSE_SECONDS
                 handled()
             elif rebalance:

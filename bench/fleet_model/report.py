@@ -205,6 +205,18 @@ def scenario_table(outcomes: Sequence[Outcome], scenarios: Sequence[str], cap: f
         "Not within the cap: the model stopped following the event; at the pace it had"
         " reached, recovery would take about the projected leases.",
     ]
+    longest = [
+        f"{o.size.label()} {o.longest_handoff:.1f} s"
+        for o in outcomes
+        if o.design == "flat" and o.scenario == "scale_out" and o.longest_handoff is not None
+    ]
+    if longest:
+        table.notes.append(
+            "Scale-out, flat: the longest any stream stayed unowned between its giver's release"
+            " and a taker's acquire (one still unowned at the end counts to the end): "
+            + ", ".join(longest)
+            + "."
+        )
     return table
 
 

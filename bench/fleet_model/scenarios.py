@@ -112,6 +112,9 @@ class Outcome:
     event_throttled: float = 0.0
     event_seconds: float = 0.0
     peak_unowned: int = 0
+    longest_handoff: float | None = None
+    """Scale-out: the longest any released stream stayed unowned before it was taken again
+    (seconds)."""
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -215,6 +218,10 @@ def run(
     out.event_hottest = world.store.hottest(start, end)
     out.event_throttled = world.store.throttled(start, end)
     out.peak_unowned = max((n for t, n in world.unowned_series if t >= start), default=0)
+    if scenario == "scale_out":
+        gaps = [gap for t, gap in world.handoff_gaps if t >= start]
+        gaps += [end - since for since in world.released_at.values() if since >= start]
+        out.longest_handoff = max(gaps, default=0.0)
     return out
 
 

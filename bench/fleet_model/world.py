@@ -169,12 +169,17 @@ class World(Generic[AgentT]):
         self.digest: Digest[AgentT] = Digest()
         self.cache: dict[str, Any] = {}
         """Per-second figures several agents share (see :func:`watch.whole_fleet_view`)."""
-        self.queue: deque[tuple[int, bool]] = deque()
+        self.queue: deque[tuple[int, bool, int]] = deque()
+        """Handoff commands: ``(stream, rebalance, times received so far)``."""
         self.rebalance_handoffs: list[float] = []
         """When each rebalance handoff was sent (seconds)."""
         self.waiting: list[AgentT] = []
         self.unowned = 0
         self.unowned_series: list[tuple[float, int]] = [(0.0, 0)]
+        self.released_at: dict[int, float] = {}
+        """When each stream released and not yet taken again was released (seconds)."""
+        self.handoff_gaps: list[tuple[float, float]] = []
+        """``(when it was taken, seconds it was unowned)`` of every released stream taken again."""
         self._orphan_parts = [
             self.store.index_partition(text_hash(f"STARTED#{k}")) for k in range(self.free.shards)
         ]
@@ -349,7 +354,7 @@ class World(Generic[AgentT]):
         """A HANDOFF command for ``s``; a waiting long poll gets it after :data:`SQS_SECONDS`."""
         if rebalance:
             self.rebalance_handoffs.append(self.sim.now)
-        self.queue.append((s, rebalance))
+        self.queue.append((s, rebalance, 0))
         if self.waiting:
             agent = self.waiting.pop(self.rng.randrange(len(self.waiting)))
             self.sim.after(SQS_SECONDS, agent.receive)

@@ -115,7 +115,7 @@ def test_the_deficit_is_what_running_workers_below_the_share_lack() -> None:
     view = FleetView()
     update_view(view, workers, "me", held=12, dead=frozenset({"dead"}))
     assert (view.share, view.taking_share) == (9, 8)  # 26 streams over 3 live workers
-    assert view.deficit == 8
+    assert view.deficit == 8  # "me" holds 12: a giver lacks nothing
 
 
 def test_a_worker_advertising_no_room_has_no_part_in_the_share() -> None:
@@ -126,7 +126,7 @@ def test_a_worker_advertising_no_room_has_no_part_in_the_share() -> None:
     view = FleetView()
     update_view(view, workers, "me", held=11)
     assert (view.total_streams, view.live_workers, view.share) == (33, 2, 17)
-    assert view.deficit == 5  # what b lacks to 16; nothing is shed towards the gray worker
+    assert view.deficit == 10  # what me and b lack to 16; nothing is shed towards the gray one
 
 
 def test_every_peer_advertising_no_room_at_once_counts_them_all() -> None:
@@ -160,3 +160,13 @@ def test_when_every_worker_holds_the_share_rounded_down_takers_fill_to_the_share
     settled = [info("me", 3), info("b", 3), info("c", 3), info("d", 2)]
     update_view(view, settled, "me", held=3)
     assert not view.fill_to_share and view.deficit == 0
+
+
+def test_the_digest_writer_s_own_lack_is_in_the_deficit_it_publishes() -> None:
+    """The writer of a large fleet's digest counts the fleet's deficit with its own: a writer
+    that lost streams to a peer lacks them, and that peer, above share + slack, sheds them."""
+    workers = [info("me", 16), info("w1", 24), *(info(f"w{n}", 20) for n in range(2, 20))]
+    view = FleetView()
+    update_view(view, workers, "me", held=16)
+    assert (view.share, view.deficit, view.surplus) == (20, 4, 4)
+    assert not view.fill_to_share

@@ -28,8 +28,9 @@ class FleetView:
     orphans: int = 0
     """Streams wanted and unowned at the last reconcile (counted into the total)."""
     deficit: int = 0
-    """Streams the other workers with a part in the share lack to reach their taking share
-    (:attr:`taking_share`: what shedding fills)."""
+    """Streams the workers with a part in the share lack to reach their taking share
+    (:attr:`taking_share`: what shedding fills). This worker's own lack counts too: a giver has
+    none, and the digest's writer publishes the fleet's, its own included."""
     surplus: int = 0
     """Streams the workers above share + slack (this one included) hold beyond the share (what
     shedding empties: each giver sheds its part of the deficit)."""
@@ -125,11 +126,10 @@ def update_view(
     view.recount(total, live)
     counts = [held, *(max(0, w.active_streams) for w in peers)]
     view.surplus = sum(c - view.share for c in counts if c > view.share + slack)
-    held_by_peers = [max(0, w.active_streams) for w in peers]
-    deficit = sum(max(0, view.taking_share - c) for c in held_by_peers)
+    deficit = sum(max(0, view.taking_share - c) for c in counts)
     view.fill_to_share = deficit == 0 and view.surplus > 0
     if view.fill_to_share:
-        deficit = sum(max(0, view.share - c) for c in held_by_peers)
+        deficit = sum(max(0, view.share - c) for c in counts)
     view.deficit = deficit
     view.load = placement.fleet_load([my_load, *(w.load for w in peers)])
     view.updated_mono = time.monotonic()
