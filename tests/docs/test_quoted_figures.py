@@ -60,10 +60,10 @@ QUOTES = [
     ),
     (
         "docs/how-it-works.md",
-        "3.00 at 1,000 × 1,000 on the table warmed for 80,000",
+        "but 7.75 at 1,000 × 1,000 (goal 3)",
         "fleet_model.md",
         "| 1,000 × 1,000 | scale-out (+25% workers) | > 15 leases (≈ 56 at that pace)"
-        " | 3.00 leases |",
+        " | 7.75 leases |",
     ),
     (
         "docs/architecture.md",
