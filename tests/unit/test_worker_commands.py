@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
+from streamlease import placement
 from streamlease.commands import Command, CommandType
 from streamlease.telemetry import TRACE_MESSAGE_ATTRIBUTE
 from worker.ownership import commands
@@ -186,3 +188,45 @@ async def test_an_unanswered_acquire_goes_straight_back_only_from_a_stopping_wor
         handler._ctx.shutdown_requested.set()
     await handler._handle(message(START))
     assert queue.calls == calls
+
+
+class TimedAcquirer(FakeAcquirer):
+    """Records when each acquire started (monotonic seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[float] = []
+
+    async def try_acquire(
+        self, stream_id: str, *, source: str, trace_header: str | None = None
+    ) -> Outcome:
+        self.started.append(time.monotonic())
+        return await super().try_acquire(stream_id, source=source, trace_header=trace_header)
+
+
+async def test_rebalance_handoffs_received_together_are_taken_at_the_taker_s_pace() -> None:
+    """A batch of rebalance handoffs is taken one 1 / TAKES_PER_SECOND after another (its
+    acquires and connection states all land on the taker's own by-holder partition)."""
+    handler, queue, _ = poller(held=0, share=50)
+    acquirer = TimedAcquirer()
+    handler._acquirer = cast(Any, acquirer)
+    handoffs = [Command(CommandType.HANDOFF, f"s{n}", 1, rebalance=True) for n in range(5)]
+    async with asyncio.TaskGroup() as tasks:
+        for command in handoffs:
+            tasks.create_task(handler._handle(message(command)))
+    gaps = [b - a for a, b in itertools.pairwise(sorted(acquirer.started))]
+    assert len(acquirer.tried) == 5 and queue.calls == ["delete"] * 5
+    assert min(gaps) >= 0.9 / placement.TAKES_PER_SECOND
+
+
+async def test_a_rebalance_handoff_whose_take_a_stop_cancelled_goes_straight_back() -> None:
+    """Cancelled while it waits its turn, a handoff is given back at once, as one cancelled
+    mid-acquire is, and never taken."""
+    handler, queue, acquirer = poller(held=0, share=50)
+    handler._next_take = time.monotonic() + 60.0  # its turn is far off
+    task = asyncio.create_task(handler._handle(message(REBALANCE)))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (acquirer.tried, queue.calls) == ([], ["give back"])
