@@ -38,6 +38,7 @@ from streamlease.settings import Settings, env_name
 
 EXIT_AS_EVENT = LeaseEventKind.FENCED
 """How a process exit enters the checker: it stopped delivering at that moment, as a fence."""
+_OWNERSHIP_KINDS = frozenset({LeaseEventKind.ACQUIRED, LeaseEventKind.RENEWED, *TERMINAL_KINDS})
 
 
 @dataclass(frozen=True)
@@ -73,10 +74,14 @@ def load_exits(path: str | Path | None) -> list[ProcessExit]:
 
 
 def end_at_exits(events: Sequence[LeaseEvent], exits: Sequence[ProcessExit]) -> list[LeaseEvent]:
-    """``events`` plus a terminal event at each exit for every holding the process left open."""
+    """``events`` plus a terminal event at each exit for every holding the process left open:
+    one whose last event of ownership (acquired, renewed or terminal) is not terminal. What a
+    holding logs after letting go (its ``handoff``) leaves it closed: ending it again at the
+    exit would let the session renewals between count as holding it again."""
     last: dict[tuple[str, int, str], LeaseEvent] = {}
     for event in sorted(events, key=lambda e: e.mono):
-        last[(event.stream_id, event.epoch, event.worker_id)] = event
+        if event.event in _OWNERSHIP_KINDS:
+            last[(event.stream_id, event.epoch, event.worker_id)] = event
     added = []
     for (stream_id, epoch, worker_id), event in last.items():
         if event.event in TERMINAL_KINDS or not stream_id:

@@ -111,6 +111,42 @@ def test_a_killed_workers_holding_ends_at_its_exit(tmp_path: Path) -> None:
     assert summary.unowned_seconds == 1.0
 
 
+def test_a_holding_handed_off_before_its_worker_exits_ends_at_its_release(
+    tmp_path: Path,
+) -> None:
+    """Released and handed off at 3 s, its worker's session renewed on until the worker was
+    killed at 7 s; the next owner took the stream at 3.1 s. The release ends the holding, so
+    neither the handoff logged after it nor the later exit opens it again: no overlap."""
+    write_records(tmp_path / "sink", "s1", [(1, 1, 0), (2, 2, 3100)])
+    renewals = [
+        {
+            "event": "session_renewed",
+            "stream_id": "",
+            "epoch": 0,
+            "worker_id": W1,
+            "mono": m,
+            "wall_ms": 0,
+            "deadline_mono": m + 2.0,
+        }
+        for m in (0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5)
+    ]
+    write_events(
+        tmp_path / "events",
+        "w1",
+        [
+            ev("acquired", 1, W1, 0.0, 2.0),
+            ev("released", 1, W1, 3.0, 3.0),
+            ev("handoff", 1, W1, 3.0),
+        ],
+    )
+    write_events(tmp_path / "events", "w1", renewals)
+    write_events(tmp_path / "events", "w2", [ev("acquired", 2, W2, 3.1, 5.1)])
+    exits = tmp_path / "exits.jsonl"
+    exits.write_text(json.dumps({"task_id": "t1", "label": "w1", "mono": 7.0}) + "\n")
+    summary = build_report(tmp_path / "sink", tmp_path / "events", exits_path=exits).stream("s1")
+    assert summary.violations == ()
+
+
 def test_report_lists_requested_streams_even_if_silent(tmp_path: Path) -> None:
     """A stream the sink never saw is listed with no messages, so a dead stream is visible."""
     write_records(tmp_path / "sink", "s1", [(1, 1, 0)])

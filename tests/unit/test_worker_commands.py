@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from types import SimpleNamespace
 from typing import Any, cast
@@ -211,12 +210,14 @@ async def test_rebalance_handoffs_received_together_are_taken_at_the_taker_s_pac
     acquirer = TimedAcquirer()
     handler._acquirer = cast(Any, acquirer)
     handoffs = [Command(CommandType.HANDOFF, f"s{n}", 1, rebalance=True) for n in range(5)]
+    before = time.monotonic()
     async with asyncio.TaskGroup() as tasks:
         for command in handoffs:
             tasks.create_task(handler._handle(message(command)))
-    gaps = [b - a for a, b in itertools.pairwise(sorted(acquirer.started))]
     assert len(acquirer.tried) == 5 and queue.calls == ["delete"] * 5
-    assert min(gaps) >= 0.9 / placement.TAKES_PER_SECOND
+    gap = 1.0 / placement.TAKES_PER_SECOND
+    for n, started in enumerate(sorted(acquirer.started)):
+        assert started >= before + n * gap - 0.002, n  # its turn; a busy machine only delays
 
 
 async def test_a_rebalance_handoff_whose_take_a_stop_cancelled_goes_straight_back() -> None:
