@@ -36,6 +36,8 @@ _NAMES: Final = {
     "#total": _D.TOTAL_STREAMS,
     "#deficit": _D.DEFICIT,
     "#surplus": _D.SURPLUS,
+    "#fill": _D.FILL_TO_SHARE,
+    "#excess": _D.EXCESS,
     "#lmean": _D.LOAD_MEAN_MILLI,
     "#lroom": _D.LOAD_ROOM_MILLI,
     "#lsurplus": _D.LOAD_SURPLUS_MILLI,
@@ -55,6 +57,11 @@ class FleetDigest:
     total_streams: int = 0
     deficit: int = 0
     surplus: int = 0
+    excess: int = 0
+    """Streams held above the share, within the slack or not."""
+    fill_to_share: bool = False
+    """Takers fill up to the share, not the share rounded down (the deficit is counted to it:
+    :attr:`worker.ownership.fleet_view.FleetView.fill_to_share`)."""
     load: FleetLoad | None = None
     """The fleet's load as the writer counted it; None: counts decide."""
 
@@ -78,6 +85,8 @@ class FleetDigest:
             total_streams=int(item.get(_D.TOTAL_STREAMS, 0)),
             deficit=int(item.get(_D.DEFICIT, 0)),
             surplus=int(item.get(_D.SURPLUS, 0)),
+            excess=int(item.get(_D.EXCESS, 0)),
+            fill_to_share=bool(item.get(_D.FILL_TO_SHARE, False)),
             load=_load_from(item),
         )
 
@@ -137,6 +146,8 @@ class DigestStore:
         total: int,
         deficit: int,
         surplus: int = 0,
+        excess: int = 0,
+        fill_to_share: bool = False,
         load: FleetLoad | None = None,
     ) -> bool:
         """Write the counts (and the fleet's load, None: removed) and extend the claim, if
@@ -152,10 +163,13 @@ class DigestStore:
             ":total": total,
             ":deficit": deficit,
             ":surplus": surplus,
+            ":fill": fill_to_share,
+            ":excess": excess,
         }
         update = (
             "SET #wexp = :exp, #at = :now, #sessions = :sessions, #live = :live,"
-            " #total = :total, #deficit = :deficit, #surplus = :surplus"
+            " #total = :total, #deficit = :deficit, #surplus = :surplus,"
+            " #excess = :excess, #fill = :fill"
         )
         if load is None:
             update += " REMOVE #lmean, #lroom, #lsurplus"

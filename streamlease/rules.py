@@ -106,18 +106,29 @@ def fair_share(streams: int, live_workers: int) -> int:
     return math.ceil(streams / max(1, live_workers))
 
 
-def may_take_more(held: int, share: int, capacity: int) -> bool:
-    """Whether a worker should poll for start and handoff commands: not above its fair share,
-    and below capacity.
+def may_take_more(
+    held: int, share: int, capacity: int, *, fill_to: int = 0, rebalancing: bool = False
+) -> bool:
+    """Whether a worker should poll for start and handoff commands: below capacity, and below
+    the line takers fill to (``fill_to``), or not above its fair share unless the fleet is
+    ``rebalancing`` (workers above share + slack shed into what others lack below that line).
 
-    A worker exactly *at* its share still polls. The share is counted from worker items and
-    the last reconcile, so it lags the streams just created or just released by a draining
-    peer; if workers at their share stopped polling, a balanced fleet would leave those
-    commands to the next reconcile round instead of answering them within a second. Taking one
-    more leaves a worker at share + 1, which the rebalancer's slack tolerates; workers above
-    their share stay out, so a worker that just joined (far below its share) still gets most.
+    A worker exactly *at* its share still polls otherwise. The share is counted from worker
+    items and the last reconcile, so it lags the streams just created or just released by a
+    draining or dead peer; if workers at their share stopped polling, those commands would wait
+    for the next reconcile round instead of being answered within a second. Taking one more
+    leaves a worker at share + 1, which the rebalancer's slack tolerates; workers above their
+    share stay out, so a worker that just joined (far below its share) still gets most.
+
+    While the fleet rebalances, a worker that lacks nothing stays out: SQS gives a message to
+    whichever worker polls first, and at the end of a scale-out a few dozen workers below their
+    share poll among a thousand at it. A rebalance handoff would reach one of them only by
+    chance, land on a worker at its share after the pass-on limit, and stay there for its
+    tenure.
     """
-    return held <= share and held < capacity
+    if held >= capacity:
+        return False
+    return held < fill_to or (held <= share and not rebalancing)
 
 
 def free_capacity(held: int, capacity: int) -> int:

@@ -305,6 +305,11 @@ class DigestAttr:
     DEFICIT: Final = "deficit"
     SURPLUS: Final = "surplus"
     """Streams the workers above share + slack hold beyond the share."""
+    EXCESS: Final = "excess"
+    """Streams the workers above the share hold beyond it (within the slack or not)."""
+    FILL_TO_SHARE: Final = "fill_to_share"
+    """True when takers fill up to the share and the deficit is counted to it (absent: to the
+    share rounded down)."""
     LOAD_MEAN_MILLI: Final = "load_mean_milli"
     """The fleet's mean load per sharing worker (thousandths of a load unit per second);
     absent while some worker has published no load (counts decide)."""

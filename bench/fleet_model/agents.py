@@ -101,9 +101,15 @@ class Agent:
         return wants_handoffs(self.view, self.held, self.load)
 
     def may_take_more(self) -> bool:
-        """The worker's poll gate: not above the share, or below the mean load; below
-        capacity."""
-        if rules.may_take_more(self.held, self.view.share, self.capacity):
+        """The worker's poll gate (:meth:`~worker.ownership.commands.CommandPoller._may_take_more`)."""
+        view = self.view
+        if rules.may_take_more(
+            self.held,
+            view.share,
+            self.capacity,
+            fill_to=view.fill_line,
+            rebalancing=view.rebalancing,
+        ):
             return True
         return self.held < self.capacity and self.below_mean_load()
 

@@ -26,7 +26,7 @@ from bench.fleet_model.agents import Agent
 from bench.fleet_model.auditor import Auditor
 from bench.fleet_model.store import Load
 from bench.fleet_model.takeover import Takeover
-from bench.fleet_model.watch import Watch, whole_fleet_view
+from bench.fleet_model.watch import Watch, copy_view, whole_fleet_view
 from bench.fleet_model.world import Design, World
 from streamlease import rules
 from streamlease.placement import PARTITION_WRITE_UNITS
@@ -154,12 +154,7 @@ def build(
         agent.session.active = len(agent.session.held)
     view = whole_fleet_view(world)
     for agent in world.agents:
-        agent.view.recount(view.total_streams, view.live_workers)
-        agent.view.deficit, agent.view.surplus, agent.view.load = (
-            view.deficit,
-            view.surplus,
-            view.load,
-        )
+        copy_view(view, agent.view)
     if design.ring_watch and size.workers > rules.FULL_READ_MAX_SESSIONS:
         world.digest.writer = world.agents[0]
         world.digest.expires_at = settings.lease_seconds

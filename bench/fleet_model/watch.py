@@ -62,18 +62,18 @@ def whole_fleet_view(world: World[Agent]) -> FleetView:
             dead,
             my_load=me.load,
             slack=world.settings.rebalance_slack,
+            capacity=me.agent.capacity,
         )
     world.cache["view"] = (second, view)
     return view
 
 
-def _copy(view: FleetView, into: FleetView, *, whole: bool = True) -> None:
-    """``view``'s counts into ``into``: a whole read of the fleet, or (``whole`` False) the
-    digest's, which carries no :attr:`FleetView.fill_to_share`."""
+def copy_view(view: FleetView, into: FleetView) -> None:
+    """``view``'s counts into ``into``: a whole read of the fleet, or the digest's."""
     into.recount(view.total_streams, view.live_workers)
-    into.fill_to_share = whole and view.fill_to_share
+    into.fill_to_share = view.fill_to_share
     into.deficit = view.deficit
-    into.surplus, into.load = view.surplus, view.load
+    into.surplus, into.excess, into.load = view.surplus, view.excess, view.load
 
 
 class Watch:
@@ -126,7 +126,7 @@ class Watch:
         def answered(answer: Answer) -> None:
             if answer is not Answer.OK or not self.agent.alive:
                 return
-            _copy(whole_fleet_view(world), self.agent.view)
+            copy_view(whole_fleet_view(world), self.agent.view)
             if observe:
                 self._judge(seen)
             if self.writes_digest:
@@ -226,7 +226,7 @@ class Watch:
             now = world.sim.now
             skew = world.settings.clock_skew_seconds
             if digest.expires_at >= now:
-                _copy(digest.view, agent.view, whole=False)
+                copy_view(digest.view, agent.view)
             elif digest.expires_at < now - skew and world.rng.random() < rules.claim_chance(
                 len(world.fleet)
             ):
@@ -258,7 +258,7 @@ class Watch:
         self._last_digest_write = now
         digest = world.digest
         view = FleetView()
-        _copy(whole_fleet_view(world), view)
+        copy_view(whole_fleet_view(world), view)
 
         def mine() -> bool:
             return digest.writer is agent

@@ -9,6 +9,7 @@ import pytest
 
 from streamlease.fleet_digest import DigestStore
 from streamlease.placement import FleetLoad
+from worker.ownership.fleet_view import FleetView, view_from_digest
 
 LEASE_MS = 20_000
 SKEW_MS = 1_000
@@ -40,7 +41,7 @@ def test_the_first_claim_wins_and_publishes(digests: DigestStore, clock: Clock) 
     digest = digests.read()
     assert digest is not None
     assert (digest.writer, digest.sessions, digest.live_workers) == ("w1", 40, 38)
-    assert (digest.total_streams, digest.deficit) == (3800, 12)
+    assert (digest.total_streams, digest.deficit, digest.fill_to_share) == (3800, 12, False)
     assert digest.fresh(clock.now) and not digest.claimable(clock.now, SKEW_MS)
 
 
@@ -87,3 +88,22 @@ def test_the_digest_carries_the_fleets_load_and_drops_it_when_counts_decide(
     assert digests.publish("w1", LEASE_MS, sessions=3, live=3, total=30, deficit=0)
     again = digests.read()
     assert again is not None and again.load is None
+
+
+def test_the_digest_says_whether_takers_fill_to_the_share(digests: DigestStore) -> None:
+    """Its deficit is counted to the share then (few streams a worker): readers fill to it,
+    and a worker at the share rounded down is one of the takers, not one that stays out of the
+    queue while the fleet rebalances (some workers above the share: its excess)."""
+    digests.claim("w1", LEASE_MS)
+    assert digests.publish(
+        "w1", LEASE_MS, sessions=20, live=20, total=30, deficit=10, excess=3, fill_to_share=True
+    )
+    digest = digests.read()
+    assert digest is not None and digest.fill_to_share
+    view = FleetView()
+    view_from_digest(view, digest)
+    assert (view.share, view.taking_share, view.fill_line) == (2, 1, 2)
+    assert view.excess == 3 and view.rebalancing
+    assert digests.publish("w1", LEASE_MS, sessions=20, live=20, total=30, deficit=0)
+    digest = digests.read()
+    assert digest is not None and not digest.fill_to_share

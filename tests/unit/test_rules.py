@@ -165,6 +165,25 @@ def test_may_take_more_up_to_share_and_below_capacity(held, share, capacity, pol
     assert rules.may_take_more(held, share, capacity) is polls
 
 
+@pytest.mark.parametrize(
+    ("held", "fill_to", "rebalancing", "polls"),
+    [
+        (9, 9, True, False),  # at its share while others lack: it leaves the queue to them
+        (8, 9, True, True),  # below the line takers fill to: one of them
+        (9, 9, False, True),  # at rest: at the share it polls for new streams
+        (10, 9, False, False),  # above the share
+        (8, 8, True, False),  # at the line, below the share rounded up
+        (8, 8, False, True),
+    ],
+)
+def test_a_worker_that_lacks_nothing_polls_only_while_the_fleet_is_not_rebalancing(
+    held, fill_to, rebalancing, polls
+):
+    """Share 9, capacity 100: SQS answers whoever asks first, so while givers shed into what
+    some workers lack the ones that lack none stay out of the queue."""
+    assert rules.may_take_more(held, 9, 100, fill_to=fill_to, rebalancing=rebalancing) is polls
+
+
 @pytest.mark.parametrize(("held", "capacity", "free"), [(0, 10, 10), (7, 10, 3), (10, 10, 0)])
 def test_free_capacity(held, capacity, free):
     """Free capacity is what is left under the cap."""

@@ -146,6 +146,46 @@ async def test_a_worker_that_passed_a_rebalance_handoff_on_stays_out_of_the_queu
     assert (len(queue.receives) == 1) is pauses
 
 
+class WatchedQueue(OnceQueue):
+    """Records whether the fleet was rebalancing when each receive was asked for."""
+
+    def __init__(self, first: dict[str, Any], view: FleetView) -> None:
+        super().__init__(first)
+        self.view = view
+        self.rebalancing: list[bool] = []
+        self.received = asyncio.Event()
+
+    async def receive(self, count: int) -> list[dict[str, Any]]:
+        self.rebalancing.append(self.view.rebalancing)
+        self.received.set()
+        return await super().receive(count)
+
+
+async def test_a_worker_at_its_share_stays_out_of_the_queue_while_the_fleet_rebalances() -> None:
+    """At the end of a scale-out a few workers below their share poll among many at it: SQS
+    gives a handoff to whoever asks first, so the workers at their share leave the queue to
+    them while givers shed into what they lack (then they poll again, for new streams)."""
+    holdings = Holdings(capacity=100, given_away_seconds=15.0)
+    for n in range(9):
+        holdings.reserve(f"held-{n}")
+    view = FleetView()
+    view.recount(90, 10)  # share 9, and 9 to take up to
+    view.deficit, view.excess = 4, 4  # what a peer below it lacks, another holds above
+    queue = WatchedQueue(message(START), view)
+    ctx = SimpleNamespace(shutdown_requested=asyncio.Event())
+    handler = CommandPoller(
+        cast(Any, ctx), cast(Any, queue), cast(Any, FakeAcquirer()), holdings, view
+    )
+    task = asyncio.create_task(handler.poll_commands())
+    await asyncio.sleep(5 * commands.IDLE_CHECK_SECONDS)  # a few looks at the gate
+    view.excess = 0  # the givers are done (or a peer died: the share rose, none holds more)
+    await asyncio.wait_for(queue.received.wait(), 30)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert queue.rebalancing and not any(queue.rebalancing)
+
+
 class StallingAcquirer(FakeAcquirer):
     """An acquire whose answer never comes (a worker's stop cancels it), or that comes back
     unanswered."""

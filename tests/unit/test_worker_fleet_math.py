@@ -129,6 +129,19 @@ def test_a_worker_advertising_no_room_has_no_part_in_the_share() -> None:
     assert view.deficit == 10  # what me and b lack to 16; nothing is shed towards the gray one
 
 
+def test_a_worker_s_lack_counts_up_to_its_capacity() -> None:
+    """A peer configured for 5 streams lacks none at 5, whatever the share: the fleet does not
+    wait for it to take more (workers at their share would stay out of the queue for it)."""
+    workers = [info("me", 10), info("b", 10), info("small", 5, capacity=5)]
+    view = FleetView()
+    update_view(view, workers, "me", held=10, capacity=100)
+    assert (view.share, view.taking_share, view.deficit) == (9, 8, 0)
+    update_view(view, workers, "me", held=10, capacity=7)
+    assert view.deficit == 0
+    update_view(view, [*workers[:2], info("small", 5, capacity=8)], "me", held=10, capacity=100)
+    assert view.deficit == 3
+
+
 def test_every_peer_advertising_no_room_at_once_counts_them_all() -> None:
     """At least two running peers all without room: the store fails for the fleet, not for
     them; the share stays counted over everyone, so the first to recover does not take all. A
@@ -169,4 +182,19 @@ def test_the_digest_writer_s_own_lack_is_in_the_deficit_it_publishes() -> None:
     view = FleetView()
     update_view(view, workers, "me", held=16)
     assert (view.share, view.deficit, view.surplus) == (20, 4, 4)
-    assert not view.fill_to_share
+    assert not view.fill_to_share and view.rebalancing
+
+
+def test_after_a_death_the_fleet_is_not_rebalancing_though_workers_lack_streams() -> None:
+    """A dead worker's streams count into the share: every live worker lacks some and none
+    holds more than the share, so the workers that reach the share rounded down first still
+    poll for the rest (a scale-out: givers hold more, and workers that lack nothing stay out)."""
+    workers = [info("me", 10), info("b", 10), info("c", 8), info("dead", 10)]
+    view = FleetView()
+    update_view(view, workers, "me", held=10, dead=frozenset({"dead"}))
+    assert (view.share, view.taking_share, view.deficit, view.excess) == (13, 12, 8, 0)
+    assert not view.rebalancing
+    within_slack = [info("me", 11), info("b", 10), info("c", 9)]
+    update_view(view, within_slack, "me", held=11)
+    assert (view.share, view.surplus, view.excess, view.deficit) == (10, 0, 1, 1)
+    assert view.rebalancing

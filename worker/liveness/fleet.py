@@ -96,7 +96,7 @@ class FleetWatcher:
         self._writer = False
         """This worker publishes the digest (the fleet's elected watcher)."""
         self._rounds = 0
-        self._published: tuple[int, int, int, int, int] | None = None
+        self._published: tuple[int, int, int, int, int, int, bool] | None = None
         self._published_mono = -float("inf")
         self._peer_loads = PeerLoads(ctx.sessions, ctx.settings.heartbeat_seconds)
         takeover.settle = self.settle
@@ -137,6 +137,7 @@ class FleetWatcher:
                 dead,
                 my_load=self._holdings.load.total(),
                 slack=ctx.settings.rebalance_slack,
+                capacity=self._holdings.capacity,
             )
             self._large = len(workers) > rules.FULL_READ_MAX_SESSIONS
         if tasks is None or ctx.shutdown_requested.is_set():
@@ -241,7 +242,15 @@ class FleetWatcher:
         """Write the view when it changed, and at least every heartbeat (the claim's renewal)."""
         ctx, view = self._ctx, self._view
         held = view.total_streams - view.orphans  # every reader adds the orphans it sees
-        counts = (sessions, view.live_workers, held, view.deficit, view.surplus)
+        counts = (
+            sessions,
+            view.live_workers,
+            held,
+            view.deficit,
+            view.surplus,
+            view.excess,
+            view.fill_to_share,
+        )
         # the load moves a little every round: it goes out with the heartbeat's publish
         now = time.monotonic()
         if (
@@ -259,6 +268,8 @@ class FleetWatcher:
                 total=held,
                 deficit=view.deficit,
                 surplus=view.surplus,
+                excess=view.excess,
+                fill_to_share=view.fill_to_share,
                 load=view.load,
             )
         except StoreError as exc:

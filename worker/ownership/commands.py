@@ -164,7 +164,7 @@ class CommandQueue:
 
 
 class CommandPoller:
-    """Receives commands while this worker is not above its fair share and below capacity."""
+    """Receives commands while this worker may take more (:meth:`_may_take_more`)."""
 
     def __init__(
         self,
@@ -273,10 +273,17 @@ class CommandPoller:
         )
 
     def _may_take_more(self) -> bool:
-        """Poll while not above the share by counts, or below the fleet's mean load (a worker
-        of many light streams takes a heavy one's place), and below capacity."""
-        holdings = self._holdings
-        if rules.may_take_more(holdings.count, self._fleet.share, holdings.capacity):
+        """Poll while below capacity and :func:`~streamlease.rules.may_take_more` by counts, or
+        below the fleet's mean load (a worker of many light streams takes a heavy one's
+        place)."""
+        holdings, fleet = self._holdings, self._fleet
+        if rules.may_take_more(
+            holdings.count,
+            fleet.share,
+            holdings.capacity,
+            fill_to=fleet.fill_line,
+            rebalancing=fleet.rebalancing,
+        ):
             return True
         return holdings.count < holdings.capacity and self._below_mean_load()
 

@@ -34,6 +34,9 @@ class FleetView:
     surplus: int = 0
     """Streams the workers above share + slack (this one included) hold beyond the share (what
     shedding empties: each giver sheds its part of the deficit)."""
+    excess: int = 0
+    """Streams the workers above the share hold beyond it, within the slack or not (while some
+    remain and others lack streams, the fleet :attr:`rebalancing`)."""
     load: placement.FleetLoad | None = None
     """The fleet's load when every sharing worker published one; None: counts decide."""
     taking_share: int = 0
@@ -64,6 +67,20 @@ class FleetView:
         self._last_floor = floor
         self.total_streams, self.live_workers = total, live
         self.share = rules.fair_share(total, live)
+
+    @property
+    def fill_line(self) -> int:
+        """What takers fill up to: :attr:`share` when :attr:`fill_to_share`, else
+        :attr:`taking_share`."""
+        return self.share if self.fill_to_share else self.taking_share
+
+    @property
+    def rebalancing(self) -> bool:
+        """Workers above the share shed into what others lack below :attr:`fill_line`
+        (:func:`streamlease.rules.may_take_more`: the workers that lack nothing stay out of the
+        command queue meanwhile). Not after a worker's death: its streams count into the
+        share, and no live worker is above it."""
+        return self.deficit > 0 and self.excess > 0
 
     @property
     def shedding(self) -> bool:
@@ -117,19 +134,27 @@ def update_view(
     dead: frozenset[str] = frozenset(),
     my_load: float | None = None,
     slack: int = 1,
+    capacity: int | None = None,
 ) -> None:
     """Recount ``view`` from the worker items (orphans as last seen by the reconciler);
     ``my_load``: this worker's own load (None: not measured), ``slack``: the rebalance slack
-    (streams)."""
+    (streams), ``capacity``: this worker's own (None: no limit). A worker's lack counts up to
+    its capacity only: what it has no room for, no worker waits for it to take."""
     total, live = count_fleet(workers, me, held, view.orphans, dead)
     peers = sharing_peers(workers, me, dead)
     view.recount(total, live)
     counts = [held, *(max(0, w.active_streams) for w in peers)]
+    rooms = [view.share if capacity is None else capacity, *(w.capacity for w in peers)]
     view.surplus = sum(c - view.share for c in counts if c > view.share + slack)
-    deficit = sum(max(0, view.taking_share - c) for c in counts)
+    view.excess = sum(c - view.share for c in counts if c > view.share)
+
+    def lack(line: int) -> int:
+        return sum(max(0, min(line, room) - c) for c, room in zip(counts, rooms, strict=True))
+
+    deficit = lack(view.taking_share)
     view.fill_to_share = deficit == 0 and view.surplus > 0
     if view.fill_to_share:
-        deficit = sum(max(0, view.share - c) for c in counts)
+        deficit = lack(view.share)
     view.deficit = deficit
     view.load = placement.fleet_load([my_load, *(w.load for w in peers)])
     view.updated_mono = time.monotonic()
@@ -141,7 +166,7 @@ def wants_handoffs(view: FleetView, held: int, my_load: float | None) -> bool:
     (:attr:`FleetView.taking_share`)."""
     if view.load is not None and my_load is not None:
         return placement.takes_by_load(my_load, view.load)
-    return held < (view.share if view.fill_to_share else view.taking_share)
+    return held < view.fill_line
 
 
 def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
@@ -149,7 +174,8 @@ def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
     it with :func:`update_view` from every session item; orphans as this worker last saw them
     come on top)."""
     view.recount(digest.total_streams + view.orphans, max(1, digest.live_workers))
-    view.fill_to_share = False  # the digest does not say; its deficit does (update_view)
+    view.fill_to_share = digest.fill_to_share
+    view.excess = digest.excess
     view.deficit = digest.deficit
     view.surplus = digest.surplus
     view.load = digest.load
