@@ -105,7 +105,9 @@ def watcher(
     takeover = Takeover()
     view = FleetView()
     holdings = SimpleNamespace(
-        active_count=me.active_streams, load=SimpleNamespace(total=lambda: my_load)
+        active_count=me.active_streams,
+        capacity=me.capacity,
+        load=SimpleNamespace(total=lambda: my_load),
     )
     digest = DigestStore(dynamodb, settings.table_name, clock_skew_ms=settings.clock_skew_ms)
     watch = FleetWatcher(cast(Any, ctx), cast(Any, holdings), view, cast(Any, takeover), digest)
