@@ -38,6 +38,7 @@ _NAMES: Final = {
     "#surplus": _D.SURPLUS,
     "#fill": _D.FILL_TO_SHARE,
     "#excess": _D.EXCESS,
+    "#bat": _D.BALANCE_WRITTEN_AT_MS,
     "#lmean": _D.LOAD_MEAN_MILLI,
     "#lroom": _D.LOAD_ROOM_MILLI,
     "#lsurplus": _D.LOAD_SURPLUS_MILLI,
@@ -75,7 +76,9 @@ class FleetDigest:
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> FleetDigest:
-        """From the item's plain values."""
+        """From the item's plain values (``excess`` and ``fill_to_share`` only when the last
+        writer wrote them)."""
+        current = item.get(_D.BALANCE_WRITTEN_AT_MS) == item.get(_D.WRITTEN_AT_MS)
         return cls(
             writer=str(item.get(_D.WRITER, "")),
             writer_expires_at_ms=int(item.get(_D.WRITER_EXPIRES_AT_MS, 0)),
@@ -85,8 +88,8 @@ class FleetDigest:
             total_streams=int(item.get(_D.TOTAL_STREAMS, 0)),
             deficit=int(item.get(_D.DEFICIT, 0)),
             surplus=int(item.get(_D.SURPLUS, 0)),
-            excess=int(item.get(_D.EXCESS, 0)),
-            fill_to_share=bool(item.get(_D.FILL_TO_SHARE, False)),
+            excess=int(item.get(_D.EXCESS, 0)) if current else 0,
+            fill_to_share=bool(item.get(_D.FILL_TO_SHARE, False)) and current,
             load=_load_from(item),
         )
 
@@ -169,7 +172,7 @@ class DigestStore:
         update = (
             "SET #wexp = :exp, #at = :now, #sessions = :sessions, #live = :live,"
             " #total = :total, #deficit = :deficit, #surplus = :surplus,"
-            " #excess = :excess, #fill = :fill"
+            " #excess = :excess, #fill = :fill, #bat = :now"
         )
         if load is None:
             update += " REMOVE #lmean, #lroom, #lsurplus"

@@ -107,11 +107,12 @@ def fair_share(streams: int, live_workers: int) -> int:
 
 
 def may_take_more(
-    held: int, share: int, capacity: int, *, fill_to: int = 0, rebalancing: bool = False
+    held: int, share: int, capacity: int, *, fill_to: int = 0, hold_off: bool = False
 ) -> bool:
     """Whether a worker should poll for start and handoff commands: below capacity, and below
-    the line takers fill to (``fill_to``), or not above its fair share unless the fleet is
-    ``rebalancing`` (workers above share + slack shed into what others lack below that line).
+    the line takers fill to (``fill_to``), or not above its fair share unless it should
+    ``hold_off``: the fleet rebalances (workers above the share shed into what others lack
+    below that line, :meth:`worker.ownership.fleet_view.FleetView.holds_off`).
 
     A worker exactly *at* its share still polls otherwise. The share is counted from worker
     items and the last reconcile, so it lags the streams just created or just released by a
@@ -128,7 +129,7 @@ def may_take_more(
     """
     if held >= capacity:
         return False
-    return held < fill_to or (held <= share and not rebalancing)
+    return held < fill_to or (held <= share and not hold_off)
 
 
 def free_capacity(held: int, capacity: int) -> int:

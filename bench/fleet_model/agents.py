@@ -101,14 +101,15 @@ class Agent:
         return wants_handoffs(self.view, self.held, self.load)
 
     def may_take_more(self) -> bool:
-        """The worker's poll gate (:meth:`~worker.ownership.commands.CommandPoller._may_take_more`)."""
+        """The worker's poll gate
+        (:meth:`~worker.ownership.commands.CommandPoller._may_take_more`)."""
         view = self.view
         if rules.may_take_more(
             self.held,
             view.share,
             self.capacity,
             fill_to=view.fill_line,
-            rebalancing=view.rebalancing,
+            hold_off=view.holds_off(self.world.sim.now, self.world.settings.rebalance_seconds),
         ):
             return True
         return self.held < self.capacity and self.below_mean_load()

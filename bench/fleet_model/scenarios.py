@@ -154,7 +154,7 @@ def build(
         agent.session.active = len(agent.session.held)
     view = whole_fleet_view(world)
     for agent in world.agents:
-        copy_view(view, agent.view)
+        copy_view(view, agent.view, world.sim.now)
     if design.ring_watch and size.workers > rules.FULL_READ_MAX_SESSIONS:
         world.digest.writer = world.agents[0]
         world.digest.expires_at = settings.lease_seconds

@@ -68,11 +68,12 @@ def whole_fleet_view(world: World[Agent]) -> FleetView:
     return view
 
 
-def copy_view(view: FleetView, into: FleetView) -> None:
-    """``view``'s counts into ``into``: a whole read of the fleet, or the digest's."""
+def copy_view(view: FleetView, into: FleetView, now: float) -> None:
+    """``view``'s counts into ``into`` at ``now``: a whole read of the fleet, or the
+    digest's."""
     into.recount(view.total_streams, view.live_workers)
     into.fill_to_share = view.fill_to_share
-    into.deficit = view.deficit
+    into.note_deficit(view.deficit, now)
     into.surplus, into.excess, into.load = view.surplus, view.excess, view.load
 
 
@@ -126,7 +127,7 @@ class Watch:
         def answered(answer: Answer) -> None:
             if answer is not Answer.OK or not self.agent.alive:
                 return
-            copy_view(whole_fleet_view(world), self.agent.view)
+            copy_view(whole_fleet_view(world), self.agent.view, world.sim.now)
             if observe:
                 self._judge(seen)
             if self.writes_digest:
@@ -226,7 +227,7 @@ class Watch:
             now = world.sim.now
             skew = world.settings.clock_skew_seconds
             if digest.expires_at >= now:
-                copy_view(digest.view, agent.view)
+                copy_view(digest.view, agent.view, world.sim.now)
             elif digest.expires_at < now - skew and world.rng.random() < rules.claim_chance(
                 len(world.fleet)
             ):
@@ -258,7 +259,7 @@ class Watch:
         self._last_digest_write = now
         digest = world.digest
         view = FleetView()
-        copy_view(whole_fleet_view(world), view)
+        copy_view(whole_fleet_view(world), view, world.sim.now)
 
         def mine() -> bool:
             return digest.writer is agent

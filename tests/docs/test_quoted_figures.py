@@ -60,10 +60,10 @@ QUOTES = [
     ),
     (
         "docs/how-it-works.md",
-        "but 7.75 at 1,000 × 1,000 (goal 3)",
+        "3 at 1,000 × 1,000 (the goal)",
         "fleet_model.md",
         "| 1,000 × 1,000 | scale-out (+25% workers) | > 15 leases (≈ 56 at that pace)"
-        " | 7.75 leases |",
+        " | 3.00 leases |",
     ),
     (
         "docs/architecture.md",

@@ -9,6 +9,7 @@ import pytest
 
 from streamlease.fleet_digest import DigestStore
 from streamlease.placement import FleetLoad
+from streamlease.schema import FLEET_DIGEST_KEY, PK
 from worker.ownership.fleet_view import FleetView, view_from_digest
 
 LEASE_MS = 20_000
@@ -107,3 +108,25 @@ def test_the_digest_says_whether_takers_fill_to_the_share(digests: DigestStore) 
     assert digests.publish("w1", LEASE_MS, sessions=20, live=20, total=30, deficit=0)
     digest = digests.read()
     assert digest is not None and not digest.fill_to_share
+
+
+def test_an_earlier_writer_s_publish_leaves_no_stale_balance_to_read(
+    digests: DigestStore, dynamodb: Any, aws_settings: Any, clock: Clock
+) -> None:
+    """A writer of an earlier version (a rolling deploy, a rollback) updates the counts without
+    ``excess`` and ``fill_to_share``: the values a newer writer left are not read with its
+    counts."""
+    digests.claim("w1", LEASE_MS)
+    digests.publish(
+        "w1", LEASE_MS, sessions=20, live=20, total=30, deficit=10, excess=3, fill_to_share=True
+    )
+    clock.now += 1_000
+    dynamodb.update_item(  # what an earlier version's publish writes
+        TableName=aws_settings.table_name,
+        Key={PK: {"S": FLEET_DIGEST_KEY}},
+        UpdateExpression="SET written_at_ms = :now, deficit = :d",
+        ExpressionAttributeValues={":now": {"N": str(clock.now)}, ":d": {"N": "0"}},
+    )
+    digest = digests.read()
+    assert digest is not None and digest.deficit == 0
+    assert (digest.excess, digest.fill_to_share) == (0, False)

@@ -166,7 +166,7 @@ def test_may_take_more_up_to_share_and_below_capacity(held, share, capacity, pol
 
 
 @pytest.mark.parametrize(
-    ("held", "fill_to", "rebalancing", "polls"),
+    ("held", "fill_to", "hold_off", "polls"),
     [
         (9, 9, True, False),  # at its share while others lack: it leaves the queue to them
         (8, 9, True, True),  # below the line takers fill to: one of them
@@ -176,12 +176,12 @@ def test_may_take_more_up_to_share_and_below_capacity(held, share, capacity, pol
         (8, 8, False, True),
     ],
 )
-def test_a_worker_that_lacks_nothing_polls_only_while_the_fleet_is_not_rebalancing(
-    held, fill_to, rebalancing, polls
+def test_a_worker_that_lacks_nothing_holds_off_while_the_fleet_rebalances(
+    held, fill_to, hold_off, polls
 ):
     """Share 9, capacity 100: SQS answers whoever asks first, so while givers shed into what
     some workers lack the ones that lack none stay out of the queue."""
-    assert rules.may_take_more(held, 9, 100, fill_to=fill_to, rebalancing=rebalancing) is polls
+    assert rules.may_take_more(held, 9, 100, fill_to=fill_to, hold_off=hold_off) is polls
 
 
 @pytest.mark.parametrize(("held", "capacity", "free"), [(0, 10, 10), (7, 10, 3), (10, 10, 0)])

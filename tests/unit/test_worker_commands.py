@@ -54,7 +54,9 @@ def poller(
     for n in range(held):
         holdings.reserve(f"held-{n}")
     queue, acquirer = queue or FakeQueue(), FakeAcquirer()
-    ctx = SimpleNamespace(shutdown_requested=asyncio.Event())
+    ctx = SimpleNamespace(
+        shutdown_requested=asyncio.Event(), settings=SimpleNamespace(rebalance_seconds=5.0)
+    )
     view = FleetView()
     view.recount(share, 1)
     return (
@@ -146,6 +148,10 @@ async def test_a_worker_that_passed_a_rebalance_handoff_on_stays_out_of_the_queu
     assert (len(queue.receives) == 1) is pauses
 
 
+REBALANCE_SECONDS = 600.0
+"""Long enough that the test never sees the hold-off lapse on its own."""
+
+
 class WatchedQueue(OnceQueue):
     """Records whether the fleet was rebalancing when each receive was asked for."""
 
@@ -156,7 +162,7 @@ class WatchedQueue(OnceQueue):
         self.received = asyncio.Event()
 
     async def receive(self, count: int) -> list[dict[str, Any]]:
-        self.rebalancing.append(self.view.rebalancing)
+        self.rebalancing.append(self.view.holds_off(time.monotonic(), REBALANCE_SECONDS))
         self.received.set()
         return await super().receive(count)
 
@@ -170,9 +176,13 @@ async def test_a_worker_at_its_share_stays_out_of_the_queue_while_the_fleet_reba
         holdings.reserve(f"held-{n}")
     view = FleetView()
     view.recount(90, 10)  # share 9, and 9 to take up to
-    view.deficit, view.excess = 4, 4  # what a peer below it lacks, another holds above
+    view.note_deficit(4, time.monotonic())  # what a peer below it lacks
+    view.excess = 4  # what another holds above the share
     queue = WatchedQueue(message(START), view)
-    ctx = SimpleNamespace(shutdown_requested=asyncio.Event())
+    ctx = SimpleNamespace(
+        shutdown_requested=asyncio.Event(),
+        settings=SimpleNamespace(rebalance_seconds=REBALANCE_SECONDS),
+    )
     handler = CommandPoller(
         cast(Any, ctx), cast(Any, queue), cast(Any, FakeAcquirer()), holdings, view
     )

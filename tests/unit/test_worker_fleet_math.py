@@ -6,6 +6,7 @@ import random
 
 from streamlease.fleet_digest import FleetDigest
 from streamlease.model import WorkerInfo
+from streamlease.placement import FleetLoad
 from streamlease.schema import WorkerState
 from worker.ownership.commands import given_away_window_seconds, receive_count, wait_seconds
 from worker.ownership.fleet_view import (
@@ -198,3 +199,23 @@ def test_after_a_death_the_fleet_is_not_rebalancing_though_workers_lack_streams(
     update_view(view, within_slack, "me", held=11)
     assert (view.share, view.surplus, view.excess, view.deficit) == (10, 0, 1, 1)
     assert view.rebalancing
+
+
+def test_a_worker_holds_off_only_while_the_deficit_falls() -> None:
+    """A taker counted in the deficit may be unable to take (on probation, behind on its
+    renewals): once the deficit has not fallen for two rebalance rounds, the workers that lack
+    nothing poll again, and new streams do not wait for the orphan scan."""
+    view = FleetView(excess=3)
+    view.note_deficit(10, now=100.0)
+    assert view.holds_off(100.0, 5.0) and view.holds_off(109.9, 5.0)
+    assert not view.holds_off(110.0, 5.0)
+    view.note_deficit(10, now=111.0)  # the same lack, counted again: still stuck
+    assert not view.holds_off(111.0, 5.0)
+    view.note_deficit(8, now=112.0)  # a taker took two
+    assert view.holds_off(112.0, 5.0)
+    view.note_deficit(0, now=113.0)
+    assert not view.rebalancing and not view.holds_off(113.0, 5.0)
+    view.note_deficit(4, now=200.0)  # a new rebalance: the lack appeared
+    assert view.holds_off(200.0, 5.0)
+    view.load = FleetLoad(mean=10.0, room=5.0, surplus=1.0)
+    assert not view.holds_off(200.0, 5.0)  # by load, takers are below the mean and poll

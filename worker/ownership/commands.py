@@ -282,7 +282,7 @@ class CommandPoller:
             fleet.share,
             holdings.capacity,
             fill_to=fleet.fill_line,
-            rebalancing=fleet.rebalancing,
+            hold_off=fleet.holds_off(time.monotonic(), self._ctx.settings.rebalance_seconds),
         ):
             return True
         return holdings.count < holdings.capacity and self._below_mean_load()

@@ -9,12 +9,20 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from streamlease import placement, rules
 from streamlease.errors import ConfigError
 from streamlease.fleet_digest import FleetDigest
 from streamlease.model import WorkerInfo
 from streamlease.schema import Liveness, WorkerState
+
+HOLD_OFF_ROUNDS: Final = 2
+"""While the fleet rebalances a worker that lacks nothing stays out of the command queue, but
+only while the deficit falls: once it has not fallen for this many rebalance rounds, it polls
+again (:meth:`FleetView.holds_off`). A taker counted in the deficit may be unable to take (on
+probation, behind on its renewals) or count to another line (a digest reader's orphan estimate
+moves its share), and new streams must not wait for the orphan scan meanwhile."""
 
 
 @dataclass
@@ -58,6 +66,15 @@ class FleetView:
     :func:`streamlease.placement.shed_rounds_idle`): rebalance rounds in a row that moved
     nothing since it started, None when it is not shedding."""
     updated_mono: float = 0.0
+    deficit_fell_mono: float = -float("inf")
+    """When :attr:`deficit` last fell or appeared (monotonic seconds, the fleet model's clock
+    in the model; :meth:`note_deficit`)."""
+
+    def note_deficit(self, deficit: int, now: float) -> None:
+        """Take a new count of what the workers lack, at ``now``."""
+        if deficit < self.deficit or (deficit > 0 and self.deficit <= 0):
+            self.deficit_fell_mono = now
+        self.deficit = deficit
 
     def recount(self, total: int, live: int) -> None:
         """Take a new count of the fleet: ``total`` streams over ``live`` workers."""
@@ -76,11 +93,18 @@ class FleetView:
 
     @property
     def rebalancing(self) -> bool:
-        """Workers above the share shed into what others lack below :attr:`fill_line`
-        (:func:`streamlease.rules.may_take_more`: the workers that lack nothing stay out of the
-        command queue meanwhile). Not after a worker's death: its streams count into the
-        share, and no live worker is above it."""
-        return self.deficit > 0 and self.excess > 0
+        """Workers above the share shed into what others lack below :attr:`fill_line`, by
+        counts (with load figures, takers are the workers below the mean load, who poll
+        anyway). Not after a worker's death: its streams count into the share, and no live
+        worker is above it."""
+        return self.load is None and self.deficit > 0 and self.excess > 0
+
+    def holds_off(self, now: float, rebalance_seconds: float) -> bool:
+        """Whether a worker that lacks nothing stays out of the command queue
+        (:func:`streamlease.rules.may_take_more`): the fleet is :attr:`rebalancing` and its
+        deficit fell within the last :data:`HOLD_OFF_ROUNDS` rounds of ``rebalance_seconds``."""
+        patience = HOLD_OFF_ROUNDS * rebalance_seconds
+        return self.rebalancing and now - self.deficit_fell_mono < patience
 
     @property
     def shedding(self) -> bool:
@@ -155,7 +179,7 @@ def update_view(
     view.fill_to_share = deficit == 0 and view.surplus > 0
     if view.fill_to_share:
         deficit = lack(view.share)
-    view.deficit = deficit
+    view.note_deficit(deficit, time.monotonic())
     view.load = placement.fleet_load([my_load, *(w.load for w in peers)])
     view.updated_mono = time.monotonic()
 
@@ -176,7 +200,7 @@ def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
     view.recount(digest.total_streams + view.orphans, max(1, digest.live_workers))
     view.fill_to_share = digest.fill_to_share
     view.excess = digest.excess
-    view.deficit = digest.deficit
+    view.note_deficit(digest.deficit, time.monotonic())
     view.surplus = digest.surplus
     view.load = digest.load
     view.updated_mono = time.monotonic()
