@@ -37,8 +37,7 @@ _NAMES: Final = {
     "#deficit": _D.DEFICIT,
     "#surplus": _D.SURPLUS,
     "#fill": _D.FILL_TO_SHARE,
-    "#excess": _D.EXCESS,
-    "#bat": _D.BALANCE_WRITTEN_AT_MS,
+    "#fat": _D.FILL_WRITTEN_AT_MS,
     "#lmean": _D.LOAD_MEAN_MILLI,
     "#lroom": _D.LOAD_ROOM_MILLI,
     "#lsurplus": _D.LOAD_SURPLUS_MILLI,
@@ -58,8 +57,6 @@ class FleetDigest:
     total_streams: int = 0
     deficit: int = 0
     surplus: int = 0
-    excess: int = 0
-    """Streams held above the share, within the slack or not."""
     fill_to_share: bool = False
     """Takers fill up to the share, not the share rounded down (the deficit is counted to it:
     :attr:`worker.ownership.fleet_view.FleetView.fill_to_share`)."""
@@ -76,9 +73,9 @@ class FleetDigest:
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> FleetDigest:
-        """From the item's plain values (``excess`` and ``fill_to_share`` only when the last
-        writer wrote them)."""
-        current = item.get(_D.BALANCE_WRITTEN_AT_MS) == item.get(_D.WRITTEN_AT_MS)
+        """From the item's plain values (``fill_to_share`` only when the last writer wrote
+        it)."""
+        current = item.get(_D.FILL_WRITTEN_AT_MS) == item.get(_D.WRITTEN_AT_MS)
         return cls(
             writer=str(item.get(_D.WRITER, "")),
             writer_expires_at_ms=int(item.get(_D.WRITER_EXPIRES_AT_MS, 0)),
@@ -88,7 +85,6 @@ class FleetDigest:
             total_streams=int(item.get(_D.TOTAL_STREAMS, 0)),
             deficit=int(item.get(_D.DEFICIT, 0)),
             surplus=int(item.get(_D.SURPLUS, 0)),
-            excess=int(item.get(_D.EXCESS, 0)) if current else 0,
             fill_to_share=bool(item.get(_D.FILL_TO_SHARE, False)) and current,
             load=_load_from(item),
         )
@@ -149,7 +145,6 @@ class DigestStore:
         total: int,
         deficit: int,
         surplus: int = 0,
-        excess: int = 0,
         fill_to_share: bool = False,
         load: FleetLoad | None = None,
     ) -> bool:
@@ -167,12 +162,11 @@ class DigestStore:
             ":deficit": deficit,
             ":surplus": surplus,
             ":fill": fill_to_share,
-            ":excess": excess,
         }
         update = (
             "SET #wexp = :exp, #at = :now, #sessions = :sessions, #live = :live,"
             " #total = :total, #deficit = :deficit, #surplus = :surplus,"
-            " #excess = :excess, #fill = :fill, #bat = :now"
+            " #fill = :fill, #fat = :now"
         )
         if load is None:
             update += " REMOVE #lmean, #lroom, #lsurplus"

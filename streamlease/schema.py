@@ -305,12 +305,9 @@ class DigestAttr:
     DEFICIT: Final = "deficit"
     SURPLUS: Final = "surplus"
     """Streams the workers above share + slack hold beyond the share."""
-    EXCESS: Final = "excess"
-    """Streams the workers above the share hold beyond it (within the slack or not)."""
-    BALANCE_WRITTEN_AT_MS: Final = "balance_written_at_ms"
-    """When ``excess`` and ``fill_to_share`` were written: a writer of an earlier version
-    updates the item without them, and a reader takes them only while this is
-    ``written_at_ms``."""
+    FILL_WRITTEN_AT_MS: Final = "fill_written_at_ms"
+    """When ``fill_to_share`` was written: a writer of an earlier version updates the item
+    without it, and a reader takes it only while this is ``written_at_ms``."""
     FILL_TO_SHARE: Final = "fill_to_share"
     """True when takers fill up to the share and the deficit is counted to it (absent: to the
     share rounded down)."""

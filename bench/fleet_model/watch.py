@@ -73,8 +73,8 @@ def copy_view(view: FleetView, into: FleetView, now: float) -> None:
     digest's."""
     into.recount(view.total_streams, view.live_workers)
     into.fill_to_share = view.fill_to_share
-    into.note_deficit(view.deficit, now)
-    into.surplus, into.excess, into.load = view.surplus, view.excess, view.load
+    into.note_balance(view.deficit, view.surplus, now)
+    into.load = view.load
 
 
 class Watch:

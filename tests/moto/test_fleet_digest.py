@@ -3,6 +3,7 @@ writer's claim lapsed, handed over at once by a draining writer."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -94,17 +95,17 @@ def test_the_digest_carries_the_fleets_load_and_drops_it_when_counts_decide(
 def test_the_digest_says_whether_takers_fill_to_the_share(digests: DigestStore) -> None:
     """Its deficit is counted to the share then (few streams a worker): readers fill to it,
     and a worker at the share rounded down is one of the takers, not one that stays out of the
-    queue while the fleet rebalances (some workers above the share: its excess)."""
+    queue while the fleet rebalances."""
     digests.claim("w1", LEASE_MS)
     assert digests.publish(
-        "w1", LEASE_MS, sessions=20, live=20, total=30, deficit=10, excess=3, fill_to_share=True
+        "w1", LEASE_MS, sessions=20, live=20, total=30, deficit=10, surplus=3, fill_to_share=True
     )
     digest = digests.read()
     assert digest is not None and digest.fill_to_share
     view = FleetView()
     view_from_digest(view, digest)
     assert (view.share, view.taking_share, view.fill_line) == (2, 1, 2)
-    assert view.excess == 3 and view.rebalancing
+    assert view.surplus == 3 and view.holds_off(time.monotonic(), 5.0)
     assert digests.publish("w1", LEASE_MS, sessions=20, live=20, total=30, deficit=0)
     digest = digests.read()
     assert digest is not None and not digest.fill_to_share
@@ -114,12 +115,9 @@ def test_an_earlier_writer_s_publish_leaves_no_stale_balance_to_read(
     digests: DigestStore, dynamodb: Any, aws_settings: Any, clock: Clock
 ) -> None:
     """A writer of an earlier version (a rolling deploy, a rollback) updates the counts without
-    ``excess`` and ``fill_to_share``: the values a newer writer left are not read with its
-    counts."""
+    ``fill_to_share``: the value a newer writer left is not read with its counts."""
     digests.claim("w1", LEASE_MS)
-    digests.publish(
-        "w1", LEASE_MS, sessions=20, live=20, total=30, deficit=10, excess=3, fill_to_share=True
-    )
+    digests.publish("w1", LEASE_MS, sessions=20, live=20, total=30, deficit=10, fill_to_share=True)
     clock.now += 1_000
     dynamodb.update_item(  # what an earlier version's publish writes
         TableName=aws_settings.table_name,
@@ -129,4 +127,4 @@ def test_an_earlier_writer_s_publish_leaves_no_stale_balance_to_read(
     )
     digest = digests.read()
     assert digest is not None and digest.deficit == 0
-    assert (digest.excess, digest.fill_to_share) == (0, False)
+    assert not digest.fill_to_share

@@ -153,16 +153,16 @@ REBALANCE_SECONDS = 600.0
 
 
 class WatchedQueue(OnceQueue):
-    """Records whether the fleet was rebalancing when each receive was asked for."""
+    """Records whether the worker should have held off when each receive was asked for."""
 
     def __init__(self, first: dict[str, Any], view: FleetView) -> None:
         super().__init__(first)
         self.view = view
-        self.rebalancing: list[bool] = []
+        self.held_off: list[bool] = []
         self.received = asyncio.Event()
 
     async def receive(self, count: int) -> list[dict[str, Any]]:
-        self.rebalancing.append(self.view.holds_off(time.monotonic(), REBALANCE_SECONDS))
+        self.held_off.append(self.view.holds_off(time.monotonic(), REBALANCE_SECONDS))
         self.received.set()
         return await super().receive(count)
 
@@ -176,8 +176,7 @@ async def test_a_worker_at_its_share_stays_out_of_the_queue_while_the_fleet_reba
         holdings.reserve(f"held-{n}")
     view = FleetView()
     view.recount(90, 10)  # share 9, and 9 to take up to
-    view.note_deficit(4, time.monotonic())  # what a peer below it lacks
-    view.excess = 4  # what another holds above the share
+    view.note_balance(4, 4, time.monotonic())  # a peer lacks 4, another holds 4 above it
     queue = WatchedQueue(message(START), view)
     ctx = SimpleNamespace(
         shutdown_requested=asyncio.Event(),
@@ -188,12 +187,12 @@ async def test_a_worker_at_its_share_stays_out_of_the_queue_while_the_fleet_reba
     )
     task = asyncio.create_task(handler.poll_commands())
     await asyncio.sleep(5 * commands.IDLE_CHECK_SECONDS)  # a few looks at the gate
-    view.excess = 0  # the givers are done (or a peer died: the share rose, none holds more)
+    view.note_balance(0, 0, time.monotonic())  # the takers have theirs
     await asyncio.wait_for(queue.received.wait(), 30)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    assert queue.rebalancing and not any(queue.rebalancing)
+    assert queue.held_off and not any(queue.held_off)
 
 
 class StallingAcquirer(FakeAcquirer):

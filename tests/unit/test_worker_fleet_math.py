@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 from streamlease.fleet_digest import FleetDigest
 from streamlease.model import WorkerInfo
@@ -183,39 +184,50 @@ def test_the_digest_writer_s_own_lack_is_in_the_deficit_it_publishes() -> None:
     view = FleetView()
     update_view(view, workers, "me", held=16)
     assert (view.share, view.deficit, view.surplus) == (20, 4, 4)
-    assert not view.fill_to_share and view.rebalancing
+    assert not view.fill_to_share
 
 
-def test_after_a_death_the_fleet_is_not_rebalancing_though_workers_lack_streams() -> None:
-    """A dead worker's streams count into the share: every live worker lacks some and none
-    holds more than the share, so the workers that reach the share rounded down first still
-    poll for the rest (a scale-out: givers hold more, and workers that lack nothing stay out)."""
+def test_after_a_death_nobody_holds_off_though_workers_lack_streams() -> None:
+    """A dead worker's streams count into the share: every live worker lacks some and none is
+    above share + slack, so the workers that reach the share rounded down first still poll for
+    the rest; nor at rest, when one worker is within the slack above the share."""
     workers = [info("me", 10), info("b", 10), info("c", 8), info("dead", 10)]
     view = FleetView()
     update_view(view, workers, "me", held=10, dead=frozenset({"dead"}))
-    assert (view.share, view.taking_share, view.deficit, view.excess) == (13, 12, 8, 0)
-    assert not view.rebalancing
+    assert (view.share, view.taking_share, view.deficit, view.surplus) == (13, 12, 8, 0)
+    assert not view.holds_off(time.monotonic(), 5.0)
     within_slack = [info("me", 11), info("b", 10), info("c", 9)]
     update_view(view, within_slack, "me", held=11)
-    assert (view.share, view.surplus, view.excess, view.deficit) == (10, 0, 1, 1)
-    assert view.rebalancing
+    assert (view.share, view.surplus, view.deficit) == (10, 0, 1)
+    assert not view.holds_off(time.monotonic(), 5.0)
+    scale_out = [info("me", 14), info("b", 14), info("c", 2)]
+    update_view(view, scale_out, "me", held=14)
+    assert (view.share, view.surplus, view.deficit) == (10, 8, 8)
+    assert view.holds_off(time.monotonic(), 5.0)
 
 
-def test_a_worker_holds_off_only_while_the_deficit_falls() -> None:
-    """A taker counted in the deficit may be unable to take (on probation, behind on its
-    renewals): once the deficit has not fallen for two rebalance rounds, the workers that lack
-    nothing poll again, and new streams do not wait for the orphan scan."""
-    view = FleetView(excess=3)
-    view.note_deficit(10, now=100.0)
+def test_a_worker_holds_off_only_while_the_rebalance_makes_progress() -> None:
+    """Progress is a new low of the deficit: a taker counted in it may be unable to take (on
+    probation, behind on its renewals), and a deficit counted against a moving line, or
+    refilled by churn, falls and rises again. Two rounds without a new low, and the workers
+    that lack nothing poll again: new streams do not wait for the orphan scan."""
+    view = FleetView()
+    view.note_balance(10, 6, now=100.0)  # a giver above share + slack: a rebalance starts
     assert view.holds_off(100.0, 5.0) and view.holds_off(109.9, 5.0)
     assert not view.holds_off(110.0, 5.0)
-    view.note_deficit(10, now=111.0)  # the same lack, counted again: still stuck
-    assert not view.holds_off(111.0, 5.0)
-    view.note_deficit(8, now=112.0)  # a taker took two
-    assert view.holds_off(112.0, 5.0)
-    view.note_deficit(0, now=113.0)
-    assert not view.rebalancing and not view.holds_off(113.0, 5.0)
-    view.note_deficit(4, now=200.0)  # a new rebalance: the lack appeared
+    for now, deficit in ((104.0, 11), (106.0, 10), (108.0, 11), (109.0, 10)):
+        view.note_balance(deficit, 6, now)  # up and down, never below 10: no progress
+    assert not view.holds_off(110.0, 5.0)
+    view.note_balance(8, 6, now=111.0)  # a taker took two
+    assert view.holds_off(111.0, 5.0)
+    view.note_balance(7, 0, now=112.0)  # the last givers, within the slack, shed on
+    view.note_balance(6, 0, now=125.0)
+    assert view.holds_off(125.0, 5.0)
+    view.note_balance(5, 0, now=131.0)
+    assert not view.holds_off(131.5, 5.0)  # four rounds since a giver was above share + slack
+    view.note_balance(0, 0, now=113.0)
+    assert not view.holds_off(113.0, 5.0)
+    view.note_balance(4, 2, now=200.0)  # a new rebalance
     assert view.holds_off(200.0, 5.0)
     view.load = FleetLoad(mean=10.0, room=5.0, surplus=1.0)
     assert not view.holds_off(200.0, 5.0)  # by load, takers are below the mean and poll

@@ -96,7 +96,7 @@ class FleetWatcher:
         self._writer = False
         """This worker publishes the digest (the fleet's elected watcher)."""
         self._rounds = 0
-        self._published: tuple[int, int, int, int, int, int, bool] | None = None
+        self._published: tuple[int, int, int, int, int, bool] | None = None
         self._published_mono = -float("inf")
         self._peer_loads = PeerLoads(ctx.sessions, ctx.settings.heartbeat_seconds)
         takeover.settle = self.settle
@@ -248,7 +248,6 @@ class FleetWatcher:
             held,
             view.deficit,
             view.surplus,
-            view.excess,
             view.fill_to_share,
         )
         # the load moves a little every round: it goes out with the heartbeat's publish
@@ -268,7 +267,6 @@ class FleetWatcher:
                 total=held,
                 deficit=view.deficit,
                 surplus=view.surplus,
-                excess=view.excess,
                 fill_to_share=view.fill_to_share,
                 load=view.load,
             )

@@ -19,10 +19,10 @@ from streamlease.schema import Liveness, WorkerState
 
 HOLD_OFF_ROUNDS: Final = 2
 """While the fleet rebalances a worker that lacks nothing stays out of the command queue, but
-only while the deficit falls: once it has not fallen for this many rebalance rounds, it polls
-again (:meth:`FleetView.holds_off`). A taker counted in the deficit may be unable to take (on
-probation, behind on its renewals) or count to another line (a digest reader's orphan estimate
-moves its share), and new streams must not wait for the orphan scan meanwhile."""
+only while the deficit falls: once it has not reached a new low for this many rebalance rounds,
+it polls again (:meth:`FleetView.holds_off`). A taker counted in the deficit may be unable to
+take (on probation, behind on its renewals), and new streams must not wait for the orphan scan
+meanwhile."""
 
 
 @dataclass
@@ -42,9 +42,6 @@ class FleetView:
     surplus: int = 0
     """Streams the workers above share + slack (this one included) hold beyond the share (what
     shedding empties: each giver sheds its part of the deficit)."""
-    excess: int = 0
-    """Streams the workers above the share hold beyond it, within the slack or not (while some
-    remain and others lack streams, the fleet :attr:`rebalancing`)."""
     load: placement.FleetLoad | None = None
     """The fleet's load when every sharing worker published one; None: counts decide."""
     taking_share: int = 0
@@ -66,15 +63,27 @@ class FleetView:
     :func:`streamlease.placement.shed_rounds_idle`): rebalance rounds in a row that moved
     nothing since it started, None when it is not shedding."""
     updated_mono: float = 0.0
+    surplus_seen_mono: float = -float("inf")
+    deficit_low: int | None = None
+    """The lowest :attr:`deficit` of the rebalance under way (None: none)."""
     deficit_fell_mono: float = -float("inf")
-    """When :attr:`deficit` last fell or appeared (monotonic seconds, the fleet model's clock
-    in the model; :meth:`note_deficit`)."""
+    """When :attr:`deficit_low` last fell (monotonic seconds, the fleet model's clock in the
+    model): the rebalance's progress."""
 
-    def note_deficit(self, deficit: int, now: float) -> None:
-        """Take a new count of what the workers lack, at ``now``."""
-        if deficit < self.deficit or (deficit > 0 and self.deficit <= 0):
-            self.deficit_fell_mono = now
-        self.deficit = deficit
+    def note_balance(self, deficit: int, surplus: int, now: float) -> None:
+        """Take a new count of what the workers lack and hold above share + slack, at ``now``.
+        A rebalance starts when a worker goes above share + slack and ends when nobody lacks
+        streams; it progresses when the deficit reaches a new low. (Any fall would not do: a
+        deficit counted against a moving line, or refilled by churn, falls and rises again.)"""
+        if surplus > 0:
+            if self.surplus <= 0:
+                self.deficit_low = None
+            self.surplus_seen_mono = now
+        if deficit <= 0:
+            self.deficit_low = None
+        elif self.deficit_low is None or deficit < self.deficit_low:
+            self.deficit_low, self.deficit_fell_mono = deficit, now
+        self.deficit, self.surplus = deficit, surplus
 
     def recount(self, total: int, live: int) -> None:
         """Take a new count of the fleet: ``total`` streams over ``live`` workers."""
@@ -91,20 +100,20 @@ class FleetView:
         :attr:`taking_share`."""
         return self.share if self.fill_to_share else self.taking_share
 
-    @property
-    def rebalancing(self) -> bool:
-        """Workers above the share shed into what others lack below :attr:`fill_line`, by
-        counts (with load figures, takers are the workers below the mean load, who poll
-        anyway). Not after a worker's death: its streams count into the share, and no live
-        worker is above it."""
-        return self.load is None and self.deficit > 0 and self.excess > 0
-
     def holds_off(self, now: float, rebalance_seconds: float) -> bool:
         """Whether a worker that lacks nothing stays out of the command queue
-        (:func:`streamlease.rules.may_take_more`): the fleet is :attr:`rebalancing` and its
-        deficit fell within the last :data:`HOLD_OFF_ROUNDS` rounds of ``rebalance_seconds``."""
+        (:func:`streamlease.rules.may_take_more`): the fleet rebalances by counts (with load
+        figures the takers are the workers below the mean load, who poll anyway), some workers
+        lack streams below :attr:`fill_line`, a worker was above share + slack within the last
+        rounds its givers go on shedding (:data:`~streamlease.placement.SHED_SETTLE_ROUNDS`
+        + 1), and the deficit reached a new low within the last :data:`HOLD_OFF_ROUNDS`. Not
+        after a death: the dead worker's streams count into the share, and no live worker is
+        above it."""
+        if self.load is not None or self.deficit <= 0:
+            return False
+        shedding = (placement.SHED_SETTLE_ROUNDS + 1) * rebalance_seconds
         patience = HOLD_OFF_ROUNDS * rebalance_seconds
-        return self.rebalancing and now - self.deficit_fell_mono < patience
+        return now - self.surplus_seen_mono < shedding and now - self.deficit_fell_mono < patience
 
     @property
     def shedding(self) -> bool:
@@ -169,17 +178,16 @@ def update_view(
     view.recount(total, live)
     counts = [held, *(max(0, w.active_streams) for w in peers)]
     rooms = [view.share if capacity is None else capacity, *(w.capacity for w in peers)]
-    view.surplus = sum(c - view.share for c in counts if c > view.share + slack)
-    view.excess = sum(c - view.share for c in counts if c > view.share)
+    surplus = sum(c - view.share for c in counts if c > view.share + slack)
 
     def lack(line: int) -> int:
         return sum(max(0, min(line, room) - c) for c, room in zip(counts, rooms, strict=True))
 
     deficit = lack(view.taking_share)
-    view.fill_to_share = deficit == 0 and view.surplus > 0
+    view.fill_to_share = deficit == 0 and surplus > 0
     if view.fill_to_share:
         deficit = lack(view.share)
-    view.note_deficit(deficit, time.monotonic())
+    view.note_balance(deficit, surplus, time.monotonic())
     view.load = placement.fleet_load([my_load, *(w.load for w in peers)])
     view.updated_mono = time.monotonic()
 
@@ -199,9 +207,7 @@ def view_from_digest(view: FleetView, digest: FleetDigest) -> None:
     come on top)."""
     view.recount(digest.total_streams + view.orphans, max(1, digest.live_workers))
     view.fill_to_share = digest.fill_to_share
-    view.excess = digest.excess
-    view.note_deficit(digest.deficit, time.monotonic())
-    view.surplus = digest.surplus
+    view.note_balance(digest.deficit, digest.surplus, time.monotonic())
     view.load = digest.load
     view.updated_mono = time.monotonic()
 
