@@ -27,11 +27,12 @@ from bench.write_units import (
     READ_OPERATIONS,
     WRITE_OPERATIONS,
     IndexMembership,
+    changed_attributes,
     read_units,
     write_cost,
 )
 from streamlease.indexes import INDEXES, IndexSpec
-from streamlease.schema import PK, STREAM_PREFIX, WORKER_PREFIX
+from streamlease.schema import PK, STREAM_PREFIX, WORKER_PREFIX, StreamAttr
 
 _PARAMS_KEY = "bench_request_params"
 
@@ -53,6 +54,9 @@ class RequestCounter:
         self.write_units_by_request: Counter[str] = Counter()
         """Write units (table + indexes) by ``"<Operation> <target>"``, as :attr:`by_target`."""
         self.index_units_by_request: Counter[str] = Counter()
+        self.expiry_writes_by_request: Counter[str] = Counter()
+        """Successful updates that set a lease's expiry (a renewal; other writes to the item,
+        like its progress counters or connection state, do not)."""
         """The index part of :attr:`write_units_by_request`."""
         self.read_units_by_request: defaultdict[str, float] = defaultdict(float)
         """Read units by ``"<Operation> <target>"``."""
@@ -117,6 +121,8 @@ class RequestCounter:
                 self.write_units_by_target[target] += cost.total
                 self.write_units_by_request[request] += cost.total
                 self.index_units_by_request[request] += cost.total - cost.base
+                if ok and _sets_expiry(params):
+                    self.expiry_writes_by_request[request] += 1
             elif operation in READ_OPERATIONS and ok:
                 size = len(http_response.content or b"")
                 read = read_units(operation, params, size)
@@ -137,6 +143,7 @@ class RequestCounter:
                 "write_units_by_target": dict(self.write_units_by_target),
                 "write_units_by_request": dict(self.write_units_by_request),
                 "index_units_by_request": dict(self.index_units_by_request),
+                "expiry_writes_by_request": dict(self.expiry_writes_by_request),
                 "read_units_by_request": dict(self.read_units_by_request),
                 "read_bytes_by_request": dict(self.read_bytes_by_request),
                 "attempts": dict(self.attempts),
@@ -176,6 +183,7 @@ COUNTED_FIELDS = (
     "write_units_by_target",
     "write_units_by_request",
     "index_units_by_request",
+    "expiry_writes_by_request",
     "read_units_by_request",
     "read_bytes_by_request",
     "attempts",
@@ -195,6 +203,13 @@ def diff(later: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
     if "mono" in later and "mono" in earlier:
         out["seconds"] = later["mono"] - earlier["mono"]
     return out
+
+
+def _sets_expiry(params: Any) -> bool:
+    """Whether an update sets ``lease_expires_at_ms``."""
+    expression = str(params.get("UpdateExpression", ""))
+    set_attrs, _ = changed_attributes(expression, params.get("ExpressionAttributeNames"))
+    return StreamAttr.LEASE_EXPIRES_AT_MS in set_attrs
 
 
 def _target(params: Any) -> str:

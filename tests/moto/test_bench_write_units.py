@@ -77,6 +77,20 @@ def test_a_renewal_costs_the_table_write_plus_an_index_delete_and_insert(
     assert renewal == {"table": 1, BY_SHARD_EXPIRY.name: 2}
 
 
+def test_the_counter_tells_a_renewal_from_other_writes_to_the_stream(
+    store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
+) -> None:
+    """A renewal sets the lease's expiry; a connection-state write does not (and moves no
+    index entry): the write-cost bench counts renewals by that, not by writes to the item."""
+    put_stream(dynamodb, table, "s1")
+    lease = store.acquire("s1", "w1", LEASE_MS, now_ms=NOW)  # sets it too
+    store.record_connection("s1", "w1", lease.epoch, ConnectionState.CONNECTED, now_ms=NOW + 10)
+    assert counted.expiry_writes_by_request == {"UpdateItem stream": 1}
+    store.renew("s1", "w1", lease.epoch, 5, LEASE_MS, now_ms=NOW + 5000)
+    assert counted.expiry_writes_by_request == {"UpdateItem stream": 2}
+    assert counted.by_target["UpdateItem stream"] == 3
+
+
 def test_lease_writes_never_touch_the_listing_index(
     store: LeaseStore, dynamodb: Any, table: str, counted: RequestCounter
 ) -> None:
