@@ -229,5 +229,11 @@ def test_a_worker_holds_off_only_while_the_rebalance_makes_progress() -> None:
     assert not view.holds_off(113.0, 5.0)
     view.note_balance(4, 2, now=200.0)  # a new rebalance
     assert view.holds_off(200.0, 5.0)
+    view.note_balance(4, 0, now=205.0)  # a taker that cannot take: its lack never clears,
+    view.note_balance(4, 2, now=212.0)  # and a worker above share + slack again is no progress
+    assert not view.holds_off(212.0, 5.0)
+    view.recount(view.total_streams, view.live_workers + 1)  # but workers that join are
+    view.note_balance(9, 5, now=213.0)
+    assert view.holds_off(213.0, 5.0)
     view.load = FleetLoad(mean=10.0, room=5.0, surplus=1.0)
     assert not view.holds_off(200.0, 5.0)  # by load, takers are below the mean and poll

@@ -65,19 +65,18 @@ class FleetView:
     updated_mono: float = 0.0
     surplus_seen_mono: float = -float("inf")
     deficit_low: int | None = None
-    """The lowest :attr:`deficit` of the rebalance under way (None: none)."""
+    """The lowest :attr:`deficit` since some worker began to lack streams (None: none lacks)."""
     deficit_fell_mono: float = -float("inf")
     """When :attr:`deficit_low` last fell (monotonic seconds, the fleet model's clock in the
     model): the rebalance's progress."""
 
     def note_balance(self, deficit: int, surplus: int, now: float) -> None:
         """Take a new count of what the workers lack and hold above share + slack, at ``now``.
-        A rebalance starts when a worker goes above share + slack and ends when nobody lacks
-        streams; it progresses when the deficit reaches a new low. (Any fall would not do: a
-        deficit counted against a moving line, or refilled by churn, falls and rises again.)"""
+        What the workers lack is measured from when it appears (or workers join:
+        :meth:`recount`) until nobody lacks anything; it progresses when it reaches a new low.
+        Any fall would not do: a deficit counted against a moving line, or refilled by churn,
+        falls and rises again, and a taker that cannot take keeps it from ever clearing."""
         if surplus > 0:
-            if self.surplus <= 0:
-                self.deficit_low = None
             self.surplus_seen_mono = now
         if deficit <= 0:
             self.deficit_low = None
@@ -88,6 +87,8 @@ class FleetView:
     def recount(self, total: int, live: int) -> None:
         """Take a new count of the fleet: ``total`` streams over ``live`` workers."""
         floor = total // max(1, live)
+        if live > self.live_workers:
+            self.deficit_low = None  # workers joined: what they lack is a new rebalance
         last = self._last_floor
         self.taking_share = floor if last is None else min(floor, last)
         self._last_floor = floor
