@@ -54,10 +54,10 @@ class RequestCounter:
         self.write_units_by_request: Counter[str] = Counter()
         """Write units (table + indexes) by ``"<Operation> <target>"``, as :attr:`by_target`."""
         self.index_units_by_request: Counter[str] = Counter()
+        """The index part of :attr:`write_units_by_request`."""
         self.expiry_writes_by_request: Counter[str] = Counter()
         """Successful updates that set a lease's expiry (a renewal; other writes to the item,
         like its progress counters or connection state, do not)."""
-        """The index part of :attr:`write_units_by_request`."""
         self.read_units_by_request: defaultdict[str, float] = defaultdict(float)
         """Read units by ``"<Operation> <target>"``."""
         self.read_bytes_by_request: Counter[str] = Counter()

@@ -111,8 +111,8 @@ def may_take_more(
 ) -> bool:
     """Whether a worker should poll for start and handoff commands: below capacity, and below
     the line takers fill to (``fill_to``), or not above its fair share unless it should
-    ``hold_off``: the fleet rebalances (workers above the share shed into what others lack
-    below that line, :meth:`worker.ownership.fleet_view.FleetView.holds_off`).
+    ``hold_off``: the fleet rebalances (workers above share + slack shed into what others
+    lack below that line, :meth:`worker.ownership.fleet_view.FleetView.holds_off`).
 
     A worker exactly *at* its share still polls otherwise. The share is counted from worker
     items and the last reconcile, so it lags the streams just created or just released by a

@@ -64,6 +64,7 @@ class FleetView:
     nothing since it started, None when it is not shedding."""
     updated_mono: float = 0.0
     surplus_seen_mono: float = -float("inf")
+    """When a worker was last seen above share + slack (:attr:`surplus`)."""
     deficit_low: int | None = None
     """The lowest :attr:`deficit` since some worker began to lack streams (None: none lacks)."""
     deficit_fell_mono: float = -float("inf")
